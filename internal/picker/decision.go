@@ -1,0 +1,70 @@
+package picker
+
+import (
+	"context"
+
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
+)
+
+// Scheduler picks the endpoints that serve one request. candidates is the part of the
+// snapshot the request may reach (after the subset hint and any test selection); it is
+// never empty. Errors should be *apierror.Error so the client gets the right status.
+type Scheduler interface {
+	Schedule(ctx context.Context, req *request.Request, snap *pool.Snapshot, candidates []*pool.Endpoint) (*Decision, error)
+}
+
+// Outcome says which kind of target a decision chose.
+type Outcome string
+
+const (
+	OutcomePD       Outcome = "pd"       // a prefill/decode pair from one roleset
+	OutcomeCombined Outcome = "combined" // a standard pod running both phases
+	OutcomeSingle   Outcome = "single"   // a non-PD strategy's pick
+)
+
+// Decision is the answer for one request.
+type Decision struct {
+	Strategy string
+	Outcome  Outcome
+	// Step names what decided, from a bounded set (e.g. "least_request", "prefill_imbalance").
+	Step string
+	// Destination is the decode (or combined, or single) endpoint first, then ranked fallbacks.
+	Destination []*pool.Endpoint
+	// Prefill is the prefill endpoint first, then fallbacks from the same roleset; empty unless Outcome is pd.
+	Prefill []*pool.Endpoint
+	// SetHeaders are request headers to set on the upstream request.
+	SetHeaders map[string]string
+	// ResponseHeaders are added to the response the client sees.
+	ResponseHeaders map[string]string
+	// Body, when non-nil, replaces the request body sent upstream.
+	Body []byte
+	// Trace explains the decision.
+	Trace *Trace
+	// Lifecycle, when non-nil, receives the response events of this request.
+	Lifecycle Lifecycle
+}
+
+// Lifecycle receives what happens to a routed request after the pick. The ext_proc server
+// calls ResponseHeaders at most once, ResponseBody per chunk, and Done exactly once on every
+// path (completion, upstream error, client cancel, stream reset).
+type Lifecycle interface {
+	ResponseHeaders(status int, served string)
+	ResponseBody(size int, endOfStream bool)
+	Done(err error)
+}
+
+// Trace records how a decision was reached, for debug logs, metrics and the opt-in header.
+type Trace struct {
+	Steps      []string          `json:"steps"`
+	Candidates int               `json:"candidates"`
+	Scores     map[string]string `json:"scores,omitempty"` // endpoint or roleset -> formatted score
+	Note       string            `json:"note,omitempty"`
+}
+
+// Add appends a step to the trace.
+func (t *Trace) Add(step string) {
+	if t != nil {
+		t.Steps = append(t.Steps, step)
+	}
+}

@@ -1,0 +1,120 @@
+package pool
+
+import (
+	"net"
+	"strconv"
+)
+
+// Role is the phase a pod serves in disaggregated serving.
+type Role string
+
+const (
+	// RolePrefill pods compute the prompt's KV cache and hand it to a decode pod.
+	RolePrefill Role = "prefill"
+	// RoleDecode pods receive the KV cache and generate the output tokens.
+	RoleDecode Role = "decode"
+	// RoleStandard pods run both phases ("combined" pods, or pools without PD).
+	RoleStandard Role = "standard"
+)
+
+// Labels and annotations Tandem reads from pods, named exactly as the seed and llm-d name them.
+const (
+	LabelRoleName                 = "role-name"
+	LabelRolesetName              = "roleset-name"
+	LabelLLMDRole                 = "llm-d.ai/role"
+	LabelModelName                = "model.aibrix.ai/name"
+	LabelModelPort                = "model.aibrix.ai/port"
+	LabelEngine                   = "model.aibrix.ai/engine"
+	LabelKVConnector              = "model.aibrix.ai/kv-connector-type"
+	AnnotationConfig              = "model.aibrix.ai/config"
+	AnnotationSGLangBootstrapPort = "model.aibrix.ai/sglang-bootstrap-port"
+	// AnnotationActivePorts restricts which of the pool's target ports are live on a pod (GIE's name,
+	// with llm-d's newer name accepted too).
+	AnnotationActivePorts     = "inference.networking.k8s.io/active-ports"
+	AnnotationLLMDActivePorts = "llm-d.ai/active-ports"
+)
+
+// Engine names accepted in the model.aibrix.ai/engine label.
+const (
+	EngineVLLM   = "vllm"
+	EngineSGLang = "sglang"
+	EngineTRTLLM = "trtllm"
+)
+
+// Endpoint is one routable address: a Ready pod at one of the pool's target ports.
+// Endpoints are immutable once published in a Snapshot; sources build new ones on change.
+type Endpoint struct {
+	// Name and Namespace identify the pod.
+	Name      string
+	Namespace string
+	// Address is the pod IP; Port the serving port (target port, or model.aibrix.ai/port).
+	Address string
+	Port    int32
+	// Rank is the index of the target port in the pool (data-parallel rank), 0 for single-port pools.
+	Rank int
+
+	Labels      map[string]string
+	Annotations map[string]string
+
+	// Derived from labels by Classify.
+	Role    Role
+	Roleset string
+	Engine  string
+	Model   string
+
+	hostPort string
+	key      string
+}
+
+// NewEndpoint builds an endpoint and derives its role, roleset, engine and model from the labels.
+func NewEndpoint(namespace, name, address string, port int32, rank int, labels, annotations map[string]string) *Endpoint {
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	e := &Endpoint{
+		Name: name, Namespace: namespace, Address: address, Port: port, Rank: rank,
+		Labels: labels, Annotations: annotations,
+	}
+	e.Role, e.Roleset, e.Engine = Classify(labels)
+	e.Model = labels[LabelModelName]
+	e.hostPort = net.JoinHostPort(address, strconv.Itoa(int(port)))
+	e.key = namespace + "/" + name + ":" + strconv.Itoa(int(port))
+	return e
+}
+
+// HostPort is "ip:port", the form the Endpoint Picker Protocol uses on the wire.
+func (e *Endpoint) HostPort() string { return e.hostPort }
+
+// Key identifies the endpoint uniquely within Tandem: "namespace/pod:port".
+func (e *Endpoint) Key() string { return e.key }
+
+// PodKey identifies the pod: "namespace/name". Ledgers and trackers key pods by it.
+func (e *Endpoint) PodKey() string { return e.Namespace + "/" + e.Name }
+
+// Classify reads a pod's role, roleset and engine from its labels.
+// role-name wins over llm-d.ai/role; anything that is neither prefill nor decode is standard.
+// A missing engine label means vLLM, as the seed says.
+func Classify(labels map[string]string) (role Role, roleset, engine string) {
+	role = RoleStandard
+	switch labels[LabelRoleName] {
+	case "prefill":
+		role = RolePrefill
+	case "decode":
+		role = RoleDecode
+	case "":
+		switch labels[LabelLLMDRole] {
+		case "prefill":
+			role = RolePrefill
+		case "decode":
+			role = RoleDecode
+		}
+	}
+	engine = labels[LabelEngine]
+	if engine == "" {
+		engine = EngineVLLM
+	}
+	return role, labels[LabelRolesetName], engine
+}

@@ -1,0 +1,95 @@
+package pool
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// Info describes the InferencePool the endpoints belong to (empty fields for a file source).
+type Info struct {
+	Name        string
+	Namespace   string
+	TargetPorts []int32
+	AppProtocol string
+}
+
+// Snapshot is an immutable view of the pool. Readers never lock; sources publish a new one.
+type Snapshot struct {
+	Info      Info
+	Endpoints []*Endpoint // sorted by Key
+	// Synced is true once the source has delivered a complete view at least once.
+	Synced bool
+	// Version increases with every published snapshot.
+	Version uint64
+
+	byHostPort map[string]*Endpoint
+	byAddress  map[string][]*Endpoint
+}
+
+// ByHostPort finds the endpoint serving at "ip:port".
+func (s *Snapshot) ByHostPort(hp string) (*Endpoint, bool) {
+	e, ok := s.byHostPort[hp]
+	return e, ok
+}
+
+// ByAddress lists the endpoints of the pod at an IP (one per target port).
+func (s *Snapshot) ByAddress(ip string) []*Endpoint { return s.byAddress[ip] }
+
+// Store holds the current Snapshot and lets sources replace it atomically.
+type Store struct {
+	cur     atomic.Pointer[Snapshot]
+	mu      sync.Mutex // serialises writers only
+	version uint64
+	watch   []chan struct{}
+}
+
+// NewStore returns a store holding an empty, unsynced snapshot.
+func NewStore() *Store {
+	s := &Store{}
+	s.cur.Store(newSnapshot(Info{}, nil, false, 0))
+	return s
+}
+
+// Load returns the current snapshot. It never blocks.
+func (s *Store) Load() *Snapshot { return s.cur.Load() }
+
+// Publish replaces the snapshot with the given endpoints. The slice is copied and sorted.
+func (s *Store) Publish(info Info, endpoints []*Endpoint, synced bool) *Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.version++
+	snap := newSnapshot(info, endpoints, synced, s.version)
+	s.cur.Store(snap)
+	for _, ch := range s.watch {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	return snap
+}
+
+// Changes returns a channel that receives (coalesced) after each Publish.
+func (s *Store) Changes() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ch := make(chan struct{}, 1)
+	s.watch = append(s.watch, ch)
+	return ch
+}
+
+func newSnapshot(info Info, endpoints []*Endpoint, synced bool, version uint64) *Snapshot {
+	eps := append([]*Endpoint(nil), endpoints...)
+	sort.Slice(eps, func(i, j int) bool { return eps[i].Key() < eps[j].Key() })
+	snap := &Snapshot{
+		Info: info, Endpoints: eps, Synced: synced, Version: version,
+		byHostPort: make(map[string]*Endpoint, len(eps)),
+		byAddress:  make(map[string][]*Endpoint, len(eps)),
+	}
+	for _, e := range eps {
+		snap.byHostPort[e.HostPort()] = e
+		snap.byAddress[e.Address] = append(snap.byAddress[e.Address], e)
+	}
+	return snap
+}
