@@ -1,0 +1,150 @@
+// Package config owns Tandem's one typed configuration: the seed's defaults, the AIBRIX_*
+// environment variables, the --config-file YAML and the per-model profiles read from the
+// model.aibrix.ai/config pod annotation. It validates and reports; it must not route.
+package config
+
+import "time"
+
+// PD holds every prefill/decode knob the seed names, with its gateway-wide value.
+// A profile's routingConfig.pd overrides apply on top for that profile's requests.
+type PD struct {
+	PromptLengthBucketing bool   // AIBRIX_PROMPT_LENGTH_BUCKETING, false
+	BucketServe           bool   // AIBRIX_BUCKET_SERVE, false
+	BucketServeMode       string // AIBRIX_BUCKET_SERVE_MODE, "throughput" | "rps"
+
+	PrefillRequestTimeout time.Duration // AIBRIX_PREFILL_REQUEST_TIMEOUT, 30s
+	PrefillScorePolicy    string        // AIBRIX_PREFILL_SCORE_POLICY, "prefix_cache"
+	DecodeScorePolicy     string        // AIBRIX_DECODE_SCORE_POLICY, "load_balancing"
+
+	TokenLoadKVWeight           float64       // AIBRIX_TOKEN_LOAD_KV_WEIGHT, 0.3
+	TokenLoadRequestCost        float64       // AIBRIX_TOKEN_LOAD_REQUEST_COST, 3500
+	TokenLoadTTL                time.Duration // AIBRIX_TOKEN_LOAD_TTL_SECONDS, 3600s
+	TokenLoadSessionTTL         time.Duration // AIBRIX_TOKEN_LOAD_SESSION_TTL_SECONDS, 1800s (0 = off)
+	TokenLoadMaxSessions        int           // AIBRIX_TOKEN_LOAD_MAX_SESSIONS, 100000
+	HybridCacheLoadFactor       float64       // AIBRIX_HYBRID_CACHE_LOAD_FACTOR, 0.5
+	MinMatchPct                 float64       // AIBRIX_MIN_MATCH_PCT, 0
+	DecodeTokenLoadOutputGrowth bool          // AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH, true
+	TokenLoadSharedLedger       bool          // AIBRIX_TOKEN_LOAD_SHARED_LEDGER, true
+
+	KVConnectorType string // AIBRIX_KV_CONNECTOR_TYPE, "shfs" | "nixl"
+
+	PrefillLoadImbalanceMinSpread      float64 // AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD, 16 (strict >)
+	DecodeLoadImbalanceMinSpread       float64 // AIBRIX_DECODE_LOAD_IMBALANCE_MIN_SPREAD, 16 (>=)
+	DecodeThroughputImbalanceMinSpread float64 // AIBRIX_DECODE_THROUGHPUT_IMBALANCE_MIN_SPREAD, 2048 (strict >)
+	DecodeScoreRatioThreshold          float64 // AIBRIX_DECODE_SCORE_RATIO_THRESHOLD, 1.5
+	DecodeLBWeightRunning              float64 // AIBRIX_DECODE_LB_WEIGHT_RUNNING, 1.0
+	DecodeLBWeightThroughput           float64 // AIBRIX_DECODE_LB_WEIGHT_THROUGHPUT, 1.0
+
+	TRTMachineID     int    // AIBRIX_TRT_MACHINE_ID, 0, [0,1024)
+	TRTScheduleStyle string // AIBRIX_TRT_SCHEDULE_STYLE, "context_first" | "generation_first"
+
+	DecodeFirstResponseTimeout time.Duration // AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT, 60s (0 = off)
+	DecodeResponseTimeout      time.Duration // AIBRIX_DECODE_RESPONSE_TIMEOUT, 0 (off)
+	DecodeStreamIdleTimeout    time.Duration // AIBRIX_DECODE_STREAM_IDLE_TIMEOUT, 120s (0 = off)
+	DecodeAbortTimeout         time.Duration // AIBRIX_DECODE_ABORT_TIMEOUT, 3s (0 = no abort)
+	DecodeAbortRetryDelay      time.Duration // AIBRIX_DECODE_ABORT_RETRY_DELAY, 2s
+
+	PrefixCache PrefixCache
+
+	// Handoff is how the prefill target is handed over: "sidecar" (headers and metadata for
+	// a decode-side proxy) or "epp" (Tandem runs the prefill leg itself).
+	Handoff string // TANDEM_PD_HANDOFF, "sidecar"
+}
+
+// PrefixCache configures the prefix index used by prefix_cache, hybrid_cache_load and conductor.
+type PrefixCache struct {
+	TokenizerType           string        // AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE, "character"
+	BlockSize               int           // AIBRIX_PREFIX_CACHE_BLOCK_SIZE, tokens per block
+	EvictionDuration        time.Duration // AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS, 20m
+	MaxBlocks               int           // AIBRIX_PREFIX_CACHE_BLOCK_NUMBER, 200000
+	StandardDeviationFactor float64       // AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR, 1
+}
+
+// DefaultPD returns the seed's defaults.
+func DefaultPD() PD {
+	return PD{
+		BucketServeMode:                    "throughput",
+		PrefillRequestTimeout:              30 * time.Second,
+		PrefillScorePolicy:                 "prefix_cache",
+		DecodeScorePolicy:                  "load_balancing",
+		TokenLoadKVWeight:                  0.3,
+		TokenLoadRequestCost:               3500,
+		TokenLoadTTL:                       3600 * time.Second,
+		TokenLoadSessionTTL:                1800 * time.Second,
+		TokenLoadMaxSessions:               100000,
+		HybridCacheLoadFactor:              0.5,
+		DecodeTokenLoadOutputGrowth:        true,
+		TokenLoadSharedLedger:              true,
+		KVConnectorType:                    "shfs",
+		PrefillLoadImbalanceMinSpread:      16,
+		DecodeLoadImbalanceMinSpread:       16,
+		DecodeThroughputImbalanceMinSpread: 2048,
+		DecodeScoreRatioThreshold:          1.5,
+		DecodeLBWeightRunning:              1.0,
+		DecodeLBWeightThroughput:           1.0,
+		TRTScheduleStyle:                   "context_first",
+		DecodeFirstResponseTimeout:         60 * time.Second,
+		DecodeStreamIdleTimeout:            120 * time.Second,
+		DecodeAbortTimeout:                 3 * time.Second,
+		DecodeAbortRetryDelay:              2 * time.Second,
+		PrefixCache: PrefixCache{
+			TokenizerType:           "character",
+			BlockSize:               128,
+			EvictionDuration:        20 * time.Minute,
+			MaxBlocks:               200000,
+			StandardDeviationFactor: 1,
+		},
+		Handoff: "sidecar",
+	}
+}
+
+// RoutingConfig is a profile's routingConfig object from the model.aibrix.ai/config annotation,
+// with the seed's JSON field names. Nil pointers mean "not set: keep the gateway value".
+type RoutingConfig struct {
+	PromptLenBucketMinLength int          `json:"promptLenBucketMinLength,omitempty"`
+	PromptLenBucketMaxLength int          `json:"promptLenBucketMaxLength,omitempty"` // 0 = unlimited
+	Combined                 bool         `json:"combined,omitempty"`
+	PrefillScorePolicy       string       `json:"prefillScorePolicy,omitempty"`
+	DecodeScorePolicy        string       `json:"decodeScorePolicy,omitempty"`
+	PromptLengthBucketing    *bool        `json:"promptLengthBucketing,omitempty"`
+	BucketServe              *bool        `json:"bucketServe,omitempty"`
+	BucketServeMode          string       `json:"bucketServeMode,omitempty"`
+	Handoff                  string       `json:"handoff,omitempty"`
+	PD                       *PDOverrides `json:"pd,omitempty"`
+}
+
+// PDOverrides are the per-profile overrides of gateway variables (routingConfig.pd).
+// Durations are whole seconds, as in the seed.
+type PDOverrides struct {
+	PrefillRequestTimeout              *float64 `json:"prefillRequestTimeout,omitempty"`
+	PrefillLoadImbalanceMinSpread      *float64 `json:"prefillLoadImbalanceMinSpread,omitempty"`
+	DecodeLoadImbalanceMinSpread       *float64 `json:"decodeLoadImbalanceMinSpread,omitempty"`
+	DecodeThroughputImbalanceMinSpread *float64 `json:"decodeThroughputImbalanceMinSpread,omitempty"`
+	DecodeScoreRatioThreshold          *float64 `json:"decodeScoreRatioThreshold,omitempty"`
+	DecodeLBWeightRunning              *float64 `json:"decodeLBWeightRunning,omitempty"`
+	DecodeLBWeightThroughput           *float64 `json:"decodeLBWeightThroughput,omitempty"`
+	TokenLoadKVWeight                  *float64 `json:"tokenLoadKVWeight,omitempty"`
+	TokenLoadRequestCost               *float64 `json:"tokenLoadRequestCost,omitempty"`
+	TokenLoadTTLSeconds                *float64 `json:"tokenLoadTTLSeconds,omitempty"`
+	TokenLoadSessionTTLSeconds         *float64 `json:"tokenLoadSessionTTLSeconds,omitempty"`
+	HybridCacheLoadFactor              *float64 `json:"hybridCacheLoadFactor,omitempty"`
+	MinMatchPct                        *float64 `json:"minMatchPct,omitempty"`
+	DecodeAbortTimeout                 *float64 `json:"decodeAbortTimeout,omitempty"`
+	DecodeAbortRetryDelay              *float64 `json:"decodeAbortRetryDelay,omitempty"`
+	DecodeFirstResponseTimeout         *float64 `json:"decodeFirstResponseTimeout,omitempty"`
+	DecodeResponseTimeout              *float64 `json:"decodeResponseTimeout,omitempty"`
+	DecodeStreamIdleTimeout            *float64 `json:"decodeStreamIdleTimeout,omitempty"`
+}
+
+// Profile is one named profile of a model config.
+type Profile struct {
+	RoutingStrategy string         `json:"routingStrategy,omitempty"`
+	RoutingConfig   *RoutingConfig `json:"routingConfig,omitempty"`
+}
+
+// ModelConfig is the model.aibrix.ai/config annotation.
+type ModelConfig struct {
+	LockedRoutingStrategy string             `json:"lockedRoutingStrategy,omitempty"`
+	DefaultProfile        string             `json:"defaultProfile,omitempty"`
+	Profiles              map[string]Profile `json:"profiles,omitempty"`
+}
