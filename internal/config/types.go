@@ -148,3 +148,37 @@ type ModelConfig struct {
 	DefaultProfile        string             `json:"defaultProfile,omitempty"`
 	Profiles              map[string]Profile `json:"profiles,omitempty"`
 }
+
+// Gateway is the gateway-wide configuration: the PD knobs plus the settings that are not
+// per-profile. Build it with FromEnv or Load; DefaultGateway holds the defaults.
+type Gateway struct {
+	PD PD
+	// DefaultStrategy is the routing strategy used when neither the model config nor the
+	// request names one (ROUTING_ALGORITHM). Empty lets the picker choose: pd when the
+	// candidates carry prefill/decode roles, least-request otherwise.
+	DefaultStrategy string
+	// MetricRefreshInterval is how often engine metrics are scraped
+	// (AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS).
+	MetricRefreshInterval time.Duration
+}
+
+// DefaultGateway returns the seed's defaults for every gateway setting.
+func DefaultGateway() Gateway {
+	return Gateway{
+		PD:                    DefaultPD(),
+		MetricRefreshInterval: 50 * time.Millisecond,
+	}
+}
+
+// Covers reports whether a pod with this routing config serves a prompt of n tokens, with the
+// seed's rules: the minimum defaults to 0 and a negative one counts as 0; a maximum of 0 means
+// unlimited; min > max is never suitable; otherwise min ≤ n ≤ max. The zero RoutingConfig (a pod
+// without the annotation) covers every length.
+func (rc RoutingConfig) Covers(n int) bool {
+	lo := max(rc.PromptLenBucketMinLength, 0)
+	hi := rc.PromptLenBucketMaxLength
+	if hi <= 0 {
+		return n >= lo
+	}
+	return lo <= hi && lo <= n && n <= hi
+}

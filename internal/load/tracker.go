@@ -1,6 +1,7 @@
 // Package load owns the gateway-side load signals Tandem keeps from its own request
 // lifecycle rather than scraping: requests in flight per endpoint (routed by Tandem and
-// not yet completed). It must not decide anything; scorers read it.
+// not yet completed), per-second rates over the last minute (the drain rate), and the
+// Clock they read. It must not decide anything; scorers read it.
 package load
 
 import (
@@ -45,6 +46,23 @@ func (t *Tracker) InFlight(key string) int64 {
 		return c.(*atomic.Int64).Load()
 	}
 	return 0
+}
+
+// Lookup is InFlight plus whether the endpoint was ever counted. The seed's policies treat
+// an endpoint the gateway never saw ("no RealtimeNumRequestsRunning metric") differently
+// from one at zero.
+func (t *Tracker) Lookup(key string) (n int64, ok bool) {
+	if c, ok := t.counts.Load(key); ok {
+		return c.(*atomic.Int64).Load(), true
+	}
+	return 0, false
+}
+
+// Keys lists the endpoints with a counter.
+func (t *Tracker) Keys() []string {
+	var keys []string
+	t.counts.Range(func(k, _ any) bool { keys = append(keys, k.(string)); return true })
+	return keys
 }
 
 // Forget drops an endpoint's counter (when it leaves the pool).

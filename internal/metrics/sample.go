@@ -1,6 +1,7 @@
 // Package metrics owns what Tandem learns by scraping model servers (vLLM, SGLang,
-// TensorRT-LLM): one immutable Sample per endpoint, refreshed on an interval and marked
-// stale when a pod stops answering. It must not decide anything; scorers read Samples.
+// TensorRT-LLM): the Scraper, the engine dialects, and one immutable Sample per endpoint,
+// refreshed on an interval and marked stale when a pod stops answering. It must not decide
+// anything (scorers read Samples) nor register Prometheus metrics (it reports to an Observer).
 package metrics
 
 import (

@@ -1,0 +1,61 @@
+// Command gateway runs the local test gateway: an HTTP server that asks an Endpoint Picker
+// over ext_proc where each request goes, as Envoy does, then proxies there. Test and demo
+// tooling only; production uses Envoy-based gateways (see internal/gateway/README.md).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr/funcr"
+
+	"github.com/tandem-epp/tandem/internal/gateway"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8080", "HTTP address to serve clients on")
+	epp := fs.String("epp", "127.0.0.1:9002", "the EPP's ext_proc gRPC address")
+	eppTLS := fs.Bool("epp-tls", true, "speak TLS to the EPP without verifying its certificate (the EPP's --secure-serving default); false for plaintext")
+	failOpen := fs.Bool("fail-open", false, "when the EPP is unreachable or fails before deciding, route to --default-endpoints instead of answering 503/500")
+	defaults := fs.String("default-endpoints", "", "comma-separated ip:port list for --fail-open, tried in order")
+	subsetHeader := fs.String("subset-header", "", "if set, a client header whose comma-separated ip[:port] list is sent to the EPP as the subset hint")
+	decision := fs.Duration("decision-timeout", 60*time.Second, "longest wait for the EPP's routing decision")
+	connect := fs.Duration("connect-timeout", 2*time.Second, "TCP connect timeout per endpoint before the next fallback")
+	verbosity := fs.Int("v", 0, "log verbosity: 1 logs every request")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: all settings are flags (see -h)", fs.Args())
+	}
+	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: *verbosity})
+	opts := gateway.Options{
+		EPPAddr: *epp, TLS: *eppTLS, FailOpen: *failOpen, Logger: log,
+		DecisionTimeout: *decision, ConnectTimeout: *connect,
+	}
+	for _, e := range strings.Split(*defaults, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			opts.DefaultEndpoints = append(opts.DefaultEndpoints, e)
+		}
+	}
+	if h := *subsetHeader; h != "" {
+		opts.SubsetHint = gateway.SubsetFromHeader(h)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return gateway.ListenAndServe(ctx, *listen, opts)
+}

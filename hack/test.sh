@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite: formatting, vet, staticcheck, and every Go test with the race detector,
+# against a real kube-apiserver + etcd and real Redis. `make test` and .ci/run call this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export KUBEBUILDER_ASSETS="$(hack/ensure-k8s-bins.sh)"
+export TANDEM_REDIS_SERVER="$(hack/ensure-redis.sh)"
+staticcheck="$(hack/ensure-staticcheck.sh)"
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './hack/k8s-tools/*'))
+if [[ -n "$unformatted" ]]; then echo "gofmt would change:"; echo "$unformatted"; exit 1; fi
+echo "== go vet"
+go vet ./...
+echo "== staticcheck"
+"$staticcheck" ./...
+echo "== go test -race"
+go test -race -count=1 -timeout 25m ./... "$@"

@@ -1,0 +1,172 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+// Options are the command-line settings of the EPP. Names and defaults follow GIE's lwepp so
+// Tandem can replace it in the upstream conformance manifests unchanged.
+type Options struct {
+	PoolName      string
+	PoolNamespace string
+	PoolGroup     string
+	Kubeconfig    string
+	TargetPorts   intList
+
+	GRPCPort       int
+	GRPCHealthPort int
+	MetricsPort    int
+	BindAddress    string
+	SecureServing  bool
+	CertPath       string
+	HealthChecking bool
+
+	EndpointsFile string
+	ConfigFile    string
+
+	Conformance      bool
+	MaxBodyBytes     int
+	DebugTraceHeader bool
+	GracePeriod      time.Duration
+
+	RedisAddr          string
+	RedisPassword      string
+	RedisTLS           bool
+	RedisTLSSkipVerify bool
+
+	Zap zap.Options
+}
+
+type intList []int
+
+func (l *intList) String() string {
+	s := make([]string, len(*l))
+	for i, v := range *l {
+		s[i] = strconv.Itoa(v)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *intList) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("%q is not a port number (1-65535)", p)
+		}
+		*l = append(*l, n)
+	}
+	return nil
+}
+
+// NewFlagSet declares every flag on a fresh FlagSet bound to o.
+func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(out, `Tandem: a prefill/decode-aware Endpoint Picker for the Gateway API Inference Extension.
+
+Usage: epp [flags]
+
+Pool source: --pool-name (Kubernetes InferencePool) or --endpoints-file (YAML, no cluster).
+Routing knobs are AIBRIX_* environment variables (see docs/configuration.md).
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.PoolName, "pool-name", "", "Name of the InferencePool this EPP serves (Kubernetes source).")
+	fs.StringVar(&o.PoolNamespace, "pool-namespace", "", "Namespace of the InferencePool; empty means $NAMESPACE or \"default\".")
+	fs.StringVar(&o.PoolGroup, "pool-group", "inference.networking.k8s.io", "API group of the InferencePool; only inference.networking.k8s.io (v1) is supported.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty uses in-cluster config or $KUBECONFIG.")
+	fs.Var(&o.TargetPorts, "endpoint-target-ports", "Accepted for lwepp compatibility; target ports come from the InferencePool.")
+	fs.IntVar(&o.GRPCPort, "grpc-port", 9002, "Port of the ext_proc gRPC server.")
+	fs.IntVar(&o.GRPCHealthPort, "grpc-health-port", 9003, "Port of the gRPC health server (service names inference-extension, envoy.service.ext_proc.v3.ExternalProcessor and \"\").")
+	fs.IntVar(&o.MetricsPort, "metrics-port", 9090, "Port of the Prometheus /metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.BindAddress, "bind-address", "", "Address the servers listen on; empty means all interfaces.")
+	fs.BoolVar(&o.SecureServing, "secure-serving", true, "Serve ext_proc over TLS: a self-signed certificate made at start, or the one in --cert-path.")
+	fs.StringVar(&o.CertPath, "cert-path", "", "Directory holding tls.crt and tls.key for ext_proc; reloaded when they change.")
+	fs.BoolVar(&o.HealthChecking, "health-checking", false, "Also serve gRPC health on the ext_proc port (lwepp compatibility).")
+	fs.StringVar(&o.EndpointsFile, "endpoints-file", "", "YAML file of endpoints to route to instead of a Kubernetes InferencePool; reloaded on change.")
+	fs.StringVar(&o.ConfigFile, "config-file", "", "YAML file declaring plugins, scheduling profiles and gateway settings.")
+	fs.BoolVar(&o.Conformance, "conformance", false, "Conformance mode: honour the test-epp-endpoint-selection header and echo x-conformance-test-served-endpoint. Never in production.")
+	fs.IntVar(&o.MaxBodyBytes, "max-body-bytes", 10<<20, "Largest request body accepted; larger bodies get 413.")
+	fs.BoolVar(&o.DebugTraceHeader, "debug-trace-header", false, "Return each decision's trace in the x-tandem-trace response header.")
+	fs.DurationVar(&o.GracePeriod, "grace-period", 30*time.Second, "How long open streams may run on after a shutdown signal.")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis host:port for the decode ledger shared across replicas (also $TANDEM_REDIS_ADDR); empty keeps it local.")
+	fs.StringVar(&o.RedisPassword, "redis-password", "", "Redis password (prefer $TANDEM_REDIS_PASSWORD).")
+	fs.BoolVar(&o.RedisTLS, "redis-tls", false, "Connect to Redis over TLS (also $TANDEM_REDIS_TLS).")
+	fs.BoolVar(&o.RedisTLSSkipVerify, "redis-tls-insecure-skip-verify", false, "Do not verify the Redis server certificate.")
+	o.Zap.BindFlags(fs)
+	return fs
+}
+
+// ErrHelp is returned by ParseFlags when --help was asked for (usage already printed).
+var ErrHelp = flag.ErrHelp
+
+// ParseFlags parses args into Options and checks them.
+func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Options, error) {
+	o := &Options{}
+	fs := NewFlagSet(o, out)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: epp takes flags only (see --help)", fs.Args())
+	}
+	if o.PoolNamespace == "" {
+		o.PoolNamespace = getenv("NAMESPACE")
+		if o.PoolNamespace == "" {
+			o.PoolNamespace = "default"
+		}
+	}
+	if o.RedisAddr == "" {
+		o.RedisAddr = getenv("TANDEM_REDIS_ADDR")
+	}
+	if o.RedisPassword == "" {
+		o.RedisPassword = getenv("TANDEM_REDIS_PASSWORD")
+	}
+	if !o.RedisTLS && getenv("TANDEM_REDIS_TLS") == "true" {
+		o.RedisTLS = true
+	}
+	return o, o.validate()
+}
+
+func (o *Options) validate() error {
+	var errs []error
+	switch {
+	case o.PoolName == "" && o.EndpointsFile == "":
+		errs = append(errs, errors.New("no pool source: set --pool-name (Kubernetes InferencePool) or --endpoints-file (YAML)"))
+	case o.PoolName != "" && o.EndpointsFile != "":
+		errs = append(errs, errors.New("--pool-name and --endpoints-file are exclusive: choose one pool source"))
+	}
+	if o.PoolGroup != "inference.networking.k8s.io" {
+		errs = append(errs, fmt.Errorf("--pool-group=%q: only inference.networking.k8s.io (InferencePool v1) is supported", o.PoolGroup))
+	}
+	for name, p := range map[string]int{"--grpc-port": o.GRPCPort, "--grpc-health-port": o.GRPCHealthPort} {
+		if p < 0 || p > 65535 {
+			errs = append(errs, fmt.Errorf("%s=%d: must be a port number 0-65535 (0 picks a free port)", name, p))
+		}
+	}
+	if o.MetricsPort < 0 || o.MetricsPort > 65535 {
+		errs = append(errs, fmt.Errorf("--metrics-port=%d: must be a port number 0-65535 (0 disables)", o.MetricsPort))
+	}
+	if o.MaxBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("--max-body-bytes=%d: must be positive", o.MaxBodyBytes))
+	}
+	if o.GracePeriod < 0 {
+		errs = append(errs, fmt.Errorf("--grace-period=%s: must not be negative", o.GracePeriod))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,305 @@
+package config
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func envOf(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+// The seed's defaults, typed by hand from its tables (and research §7.5 for the prefix cache).
+var seedDefaults = map[string]string{
+	"AIBRIX_PROMPT_LENGTH_BUCKETING":                "false",
+	"AIBRIX_BUCKET_SERVE":                           "false",
+	"AIBRIX_BUCKET_SERVE_MODE":                      "throughput",
+	"AIBRIX_PREFILL_REQUEST_TIMEOUT":                "30",
+	"AIBRIX_PREFILL_SCORE_POLICY":                   "prefix_cache",
+	"AIBRIX_TOKEN_LOAD_KV_WEIGHT":                   "0.3",
+	"AIBRIX_TOKEN_LOAD_REQUEST_COST":                "3500",
+	"AIBRIX_TOKEN_LOAD_TTL_SECONDS":                 "3600",
+	"AIBRIX_TOKEN_LOAD_SESSION_TTL_SECONDS":         "1800",
+	"AIBRIX_TOKEN_LOAD_MAX_SESSIONS":                "100000",
+	"AIBRIX_HYBRID_CACHE_LOAD_FACTOR":               "0.5",
+	"AIBRIX_MIN_MATCH_PCT":                          "0",
+	"AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH":        "true",
+	"AIBRIX_TOKEN_LOAD_SHARED_LEDGER":               "true",
+	"AIBRIX_DECODE_SCORE_POLICY":                    "load_balancing",
+	"AIBRIX_KV_CONNECTOR_TYPE":                      "shfs",
+	"AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD":      "16",
+	"AIBRIX_DECODE_LOAD_IMBALANCE_MIN_SPREAD":       "16",
+	"AIBRIX_DECODE_THROUGHPUT_IMBALANCE_MIN_SPREAD": "2048",
+	"AIBRIX_DECODE_SCORE_RATIO_THRESHOLD":           "1.5",
+	"AIBRIX_DECODE_LB_WEIGHT_RUNNING":               "1",
+	"AIBRIX_DECODE_LB_WEIGHT_THROUGHPUT":            "1",
+	"AIBRIX_TRT_MACHINE_ID":                         "0",
+	"AIBRIX_TRT_SCHEDULE_STYLE":                     "context_first",
+	"AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT":          "60",
+	"AIBRIX_DECODE_RESPONSE_TIMEOUT":                "0",
+	"AIBRIX_DECODE_STREAM_IDLE_TIMEOUT":             "120",
+	"AIBRIX_DECODE_ABORT_TIMEOUT":                   "3",
+	"AIBRIX_DECODE_ABORT_RETRY_DELAY":               "2",
+	"AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE":            "character",
+	"AIBRIX_PREFIX_CACHE_BLOCK_SIZE":                "128", // Tandem's choice; AIBrix uses 4 (documented)
+	"AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS":    "20",
+	"AIBRIX_PREFIX_CACHE_BLOCK_NUMBER":              "200000",
+	"AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR": "1",
+	"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS":         "50",
+	"ROUTING_ALGORITHM":                             "", // the picker chooses: pd for PD pools, else least-request
+	"TANDEM_PD_HANDOFF":                             "sidecar",
+}
+
+func TestDefaultsMatchTheSeed(t *testing.T) {
+	if len(seedDefaults) != len(Vars) {
+		t.Errorf("%d variables defined, %d in the seed table: add the new one here with its documented default", len(Vars), len(seedDefaults))
+	}
+	for _, v := range Vars {
+		want, ok := seedDefaults[v.Name]
+		if !ok {
+			t.Errorf("%s: no seed default in this test", v.Name)
+			continue
+		}
+		if got := v.Default(); got != want {
+			t.Errorf("%s default = %q, seed says %q", v.Name, got, want)
+		}
+	}
+	g, warns, err := FromEnv(envOf(nil))
+	if err != nil || len(warns) != 0 {
+		t.Fatalf("empty environment: %v %v", warns, err)
+	}
+	if !reflect.DeepEqual(g, DefaultGateway()) {
+		t.Errorf("empty environment gives %+v, want the defaults", g)
+	}
+}
+
+// Each row sets one variable to a valid value and checks the typed field.
+func TestEnvValidValues(t *testing.T) {
+	cases := []struct {
+		name, value string
+		check       func(g Gateway) any
+		want        any
+	}{
+		{"AIBRIX_PROMPT_LENGTH_BUCKETING", "true", func(g Gateway) any { return g.PD.PromptLengthBucketing }, true},
+		{"AIBRIX_PROMPT_LENGTH_BUCKETING", "0", func(g Gateway) any { return g.PD.PromptLengthBucketing }, false},
+		{"AIBRIX_BUCKET_SERVE_MODE", "rps", func(g Gateway) any { return g.PD.BucketServeMode }, "rps"},
+		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "5", func(g Gateway) any { return g.PD.PrefillRequestTimeout }, 5 * time.Second},
+		{"AIBRIX_PREFILL_SCORE_POLICY", "hybrid_cache_load", func(g Gateway) any { return g.PD.PrefillScorePolicy }, "hybrid_cache_load"},
+		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "0.01", func(g Gateway) any { return g.PD.TokenLoadKVWeight }, 0.01},
+		{"AIBRIX_TOKEN_LOAD_REQUEST_COST", "1", func(g Gateway) any { return g.PD.TokenLoadRequestCost }, 1.0},
+		{"AIBRIX_TOKEN_LOAD_TTL_SECONDS", "60", func(g Gateway) any { return g.PD.TokenLoadTTL }, time.Minute},
+		{"AIBRIX_TOKEN_LOAD_SESSION_TTL_SECONDS", "0", func(g Gateway) any { return g.PD.TokenLoadSessionTTL }, time.Duration(0)},
+		{"AIBRIX_TOKEN_LOAD_MAX_SESSIONS", "7", func(g Gateway) any { return g.PD.TokenLoadMaxSessions }, 7},
+		{"AIBRIX_HYBRID_CACHE_LOAD_FACTOR", "1", func(g Gateway) any { return g.PD.HybridCacheLoadFactor }, 1.0},
+		{"AIBRIX_HYBRID_CACHE_LOAD_FACTOR", "0", func(g Gateway) any { return g.PD.HybridCacheLoadFactor }, 0.0},
+		{"AIBRIX_MIN_MATCH_PCT", "100", func(g Gateway) any { return g.PD.MinMatchPct }, 100.0},
+		{"AIBRIX_MIN_MATCH_PCT", "45.5", func(g Gateway) any { return g.PD.MinMatchPct }, 45.5},
+		{"AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH", "false", func(g Gateway) any { return g.PD.DecodeTokenLoadOutputGrowth }, false},
+		{"AIBRIX_TOKEN_LOAD_SHARED_LEDGER", "false", func(g Gateway) any { return g.PD.TokenLoadSharedLedger }, false},
+		{"AIBRIX_DECODE_SCORE_POLICY", "conductor", func(g Gateway) any { return g.PD.DecodeScorePolicy }, "conductor"},
+		{"AIBRIX_KV_CONNECTOR_TYPE", "nixl", func(g Gateway) any { return g.PD.KVConnectorType }, "nixl"},
+		{"AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD", "0", func(g Gateway) any { return g.PD.PrefillLoadImbalanceMinSpread }, 0.0},
+		{"AIBRIX_DECODE_LOAD_IMBALANCE_MIN_SPREAD", "4", func(g Gateway) any { return g.PD.DecodeLoadImbalanceMinSpread }, 4.0},
+		{"AIBRIX_DECODE_THROUGHPUT_IMBALANCE_MIN_SPREAD", "100.5", func(g Gateway) any { return g.PD.DecodeThroughputImbalanceMinSpread }, 100.5},
+		{"AIBRIX_DECODE_SCORE_RATIO_THRESHOLD", "2", func(g Gateway) any { return g.PD.DecodeScoreRatioThreshold }, 2.0},
+		{"AIBRIX_DECODE_LB_WEIGHT_RUNNING", "0", func(g Gateway) any { return g.PD.DecodeLBWeightRunning }, 0.0},
+		{"AIBRIX_DECODE_LB_WEIGHT_THROUGHPUT", "2.5", func(g Gateway) any { return g.PD.DecodeLBWeightThroughput }, 2.5},
+		{"AIBRIX_TRT_MACHINE_ID", "1023", func(g Gateway) any { return g.PD.TRTMachineID }, 1023},
+		{"AIBRIX_TRT_SCHEDULE_STYLE", "generation_first", func(g Gateway) any { return g.PD.TRTScheduleStyle }, "generation_first"},
+		{"AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT", "0", func(g Gateway) any { return g.PD.DecodeFirstResponseTimeout }, time.Duration(0)},
+		{"AIBRIX_DECODE_RESPONSE_TIMEOUT", "600", func(g Gateway) any { return g.PD.DecodeResponseTimeout }, 10 * time.Minute},
+		{"AIBRIX_DECODE_STREAM_IDLE_TIMEOUT", "30", func(g Gateway) any { return g.PD.DecodeStreamIdleTimeout }, 30 * time.Second},
+		{"AIBRIX_DECODE_ABORT_TIMEOUT", "0", func(g Gateway) any { return g.PD.DecodeAbortTimeout }, time.Duration(0)},
+		{"AIBRIX_DECODE_ABORT_RETRY_DELAY", "0", func(g Gateway) any { return g.PD.DecodeAbortRetryDelay }, time.Duration(0)},
+		{"AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE", "tiktoken", func(g Gateway) any { return g.PD.PrefixCache.TokenizerType }, "tiktoken"},
+		{"AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "4", func(g Gateway) any { return g.PD.PrefixCache.BlockSize }, 4},
+		{"AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS", "5", func(g Gateway) any { return g.PD.PrefixCache.EvictionDuration }, 5 * time.Minute},
+		{"AIBRIX_PREFIX_CACHE_BLOCK_NUMBER", "1000", func(g Gateway) any { return g.PD.PrefixCache.MaxBlocks }, 1000},
+		{"AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR", "0", func(g Gateway) any { return g.PD.PrefixCache.StandardDeviationFactor }, 0.0},
+		{"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS", "250", func(g Gateway) any { return g.MetricRefreshInterval }, 250 * time.Millisecond},
+		{"ROUTING_ALGORITHM", " PD ", func(g Gateway) any { return g.DefaultStrategy }, "pd"},
+		{"TANDEM_PD_HANDOFF", "epp", func(g Gateway) any { return g.PD.Handoff }, "epp"},
+	}
+	covered := map[string]bool{}
+	for _, c := range cases {
+		covered[c.name] = true
+		env := map[string]string{c.name: c.value}
+		g, warns, err := FromEnv(envOf(env))
+		if err != nil || len(warns) > 0 {
+			t.Errorf("%s=%s: unexpected %v %v", c.name, c.value, warns, err)
+			continue
+		}
+		if got := c.check(g); got != c.want {
+			t.Errorf("%s=%s: got %v, want %v", c.name, c.value, got, c.want)
+		}
+	}
+	for _, v := range Vars {
+		if !covered[v.Name] && v.Name != "AIBRIX_BUCKET_SERVE" { // needs bucketing: see TestBucketServeNeedsBucketing
+			t.Errorf("%s has no valid-value case", v.Name)
+		}
+	}
+}
+
+// Each row is one invalid value and the exact message the operator sees.
+func TestEnvInvalidValues(t *testing.T) {
+	cases := []struct{ name, value, want string }{
+		{"AIBRIX_PROMPT_LENGTH_BUCKETING", "yes", "AIBRIX_PROMPT_LENGTH_BUCKETING=yes: must be true or false"},
+		{"AIBRIX_BUCKET_SERVE", "on", "AIBRIX_BUCKET_SERVE=on: must be true or false"},
+		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "0", "AIBRIX_PREFILL_REQUEST_TIMEOUT=0: must be positive"},
+		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "1.5", "AIBRIX_PREFILL_REQUEST_TIMEOUT=1.5: must be a whole number"},
+		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "30s", "AIBRIX_PREFILL_REQUEST_TIMEOUT=30s: must be a whole number"},
+		{"AIBRIX_PREFILL_SCORE_POLICY", "random", "AIBRIX_PREFILL_SCORE_POLICY=random: must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load"},
+		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "-1", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=-1: must be positive"},
+		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "0", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=0: must be positive"},
+		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "NaN", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=NaN: must be a number"},
+		{"AIBRIX_TOKEN_LOAD_REQUEST_COST", "-5", "AIBRIX_TOKEN_LOAD_REQUEST_COST=-5: must be positive"},
+		{"AIBRIX_TOKEN_LOAD_TTL_SECONDS", "0", "AIBRIX_TOKEN_LOAD_TTL_SECONDS=0: must be positive"},
+		{"AIBRIX_TOKEN_LOAD_SESSION_TTL_SECONDS", "-1", "AIBRIX_TOKEN_LOAD_SESSION_TTL_SECONDS=-1: must be 0 (disabled) or positive"},
+		{"AIBRIX_TOKEN_LOAD_MAX_SESSIONS", "0", "AIBRIX_TOKEN_LOAD_MAX_SESSIONS=0: must be positive"},
+		{"AIBRIX_TOKEN_LOAD_MAX_SESSIONS", "1e5", "AIBRIX_TOKEN_LOAD_MAX_SESSIONS=1e5: must be a whole number"},
+		{"AIBRIX_HYBRID_CACHE_LOAD_FACTOR", "1.01", "AIBRIX_HYBRID_CACHE_LOAD_FACTOR=1.01: must be 0 to 1"},
+		{"AIBRIX_HYBRID_CACHE_LOAD_FACTOR", "-0.1", "AIBRIX_HYBRID_CACHE_LOAD_FACTOR=-0.1: must be 0 to 1"},
+		{"AIBRIX_MIN_MATCH_PCT", "101", "AIBRIX_MIN_MATCH_PCT=101: must be 0 to 100"},
+		{"AIBRIX_MIN_MATCH_PCT", "-1", "AIBRIX_MIN_MATCH_PCT=-1: must be 0 to 100"},
+		{"AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH", "nope", "AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH=nope: must be true or false"},
+		{"AIBRIX_TOKEN_LOAD_SHARED_LEDGER", "2", "AIBRIX_TOKEN_LOAD_SHARED_LEDGER=2: must be true or false"},
+		{"AIBRIX_DECODE_SCORE_POLICY", "prefix_cache", "AIBRIX_DECODE_SCORE_POLICY=prefix_cache: must be one of load_balancing, least_request, conductor, token_load"},
+		{"AIBRIX_KV_CONNECTOR_TYPE", "rdma", "AIBRIX_KV_CONNECTOR_TYPE=rdma: must be one of shfs, nixl"},
+		{"AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD", "-1", "AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD=-1: must be 0 or more"},
+		{"AIBRIX_DECODE_LOAD_IMBALANCE_MIN_SPREAD", "x", "AIBRIX_DECODE_LOAD_IMBALANCE_MIN_SPREAD=x: must be a number"},
+		{"AIBRIX_DECODE_THROUGHPUT_IMBALANCE_MIN_SPREAD", "-2048", "AIBRIX_DECODE_THROUGHPUT_IMBALANCE_MIN_SPREAD=-2048: must be 0 or more"},
+		{"AIBRIX_DECODE_SCORE_RATIO_THRESHOLD", "0", "AIBRIX_DECODE_SCORE_RATIO_THRESHOLD=0: must be positive"},
+		{"AIBRIX_DECODE_LB_WEIGHT_RUNNING", "-1", "AIBRIX_DECODE_LB_WEIGHT_RUNNING=-1: must be 0 or more"},
+		{"AIBRIX_DECODE_LB_WEIGHT_THROUGHPUT", "Inf", "AIBRIX_DECODE_LB_WEIGHT_THROUGHPUT=Inf: must be a number"},
+		{"AIBRIX_TRT_MACHINE_ID", "1024", "AIBRIX_TRT_MACHINE_ID=1024: must be in [0, 1024)"},
+		{"AIBRIX_TRT_MACHINE_ID", "-1", "AIBRIX_TRT_MACHINE_ID=-1: must be in [0, 1024)"},
+		{"AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT", "-1", "AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT=-1: must be 0 (disabled) or positive"},
+		{"AIBRIX_DECODE_RESPONSE_TIMEOUT", "ten", "AIBRIX_DECODE_RESPONSE_TIMEOUT=ten: must be a whole number"},
+		{"AIBRIX_DECODE_STREAM_IDLE_TIMEOUT", "-5", "AIBRIX_DECODE_STREAM_IDLE_TIMEOUT=-5: must be 0 (disabled) or positive"},
+		{"AIBRIX_DECODE_ABORT_TIMEOUT", "-3", "AIBRIX_DECODE_ABORT_TIMEOUT=-3: must be 0 (disabled) or positive"},
+		{"AIBRIX_DECODE_ABORT_TIMEOUT", "9999999999999", "AIBRIX_DECODE_ABORT_TIMEOUT=9999999999999: is too large"},
+		{"AIBRIX_DECODE_ABORT_RETRY_DELAY", "-2", "AIBRIX_DECODE_ABORT_RETRY_DELAY=-2: must be 0 or more"},
+		{"AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE", "bpe", "AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE=bpe: must be one of character, tiktoken"},
+		{"AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "0", "AIBRIX_PREFIX_CACHE_BLOCK_SIZE=0: must be positive"},
+		{"AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS", "0", "AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS=0: must be positive"},
+		{"AIBRIX_PREFIX_CACHE_BLOCK_NUMBER", "-1", "AIBRIX_PREFIX_CACHE_BLOCK_NUMBER=-1: must be positive"},
+		{"AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR", "-1", "AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR=-1: must be 0 or more"},
+		{"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS", "0", "AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS=0: must be positive"},
+		{"ROUTING_ALGORITHM", "pd, random", "ROUTING_ALGORITHM=pd, random: must name a registered routing strategy"},
+		{"TANDEM_PD_HANDOFF", "proxy", "TANDEM_PD_HANDOFF=proxy: must be one of sidecar, epp"},
+	}
+	covered := map[string]bool{}
+	for _, c := range cases {
+		covered[c.name] = true
+		g, _, err := FromEnv(envOf(map[string]string{c.name: c.value}))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s=%s: error %v, want %q", c.name, c.value, err, c.want)
+			continue
+		}
+		var p *Problem
+		if !errors.As(err, &p) || p.Field != c.name || p.Value != c.value {
+			t.Errorf("%s: errors.As gives %+v", c.name, p)
+		}
+		_ = g
+	}
+	for _, v := range Vars {
+		if !covered[v.Name] && !v.KeepDefault {
+			t.Errorf("%s has no invalid-value case", v.Name)
+		}
+	}
+}
+
+// The seed: "An unknown value keeps the default" / "is logged and falls back to context_first".
+func TestEnvUnknownValueKeepsDefault(t *testing.T) {
+	g, warns, err := FromEnv(envOf(map[string]string{
+		"AIBRIX_BUCKET_SERVE_MODE":  "latency",
+		"AIBRIX_TRT_SCHEDULE_STYLE": "parallel",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.PD.BucketServeMode != "throughput" || g.PD.TRTScheduleStyle != "context_first" {
+		t.Errorf("got %q %q, want the defaults", g.PD.BucketServeMode, g.PD.TRTScheduleStyle)
+	}
+	want := []string{
+		"AIBRIX_BUCKET_SERVE_MODE=latency: must be one of throughput, rps; keeping throughput",
+		"AIBRIX_TRT_SCHEDULE_STYLE=parallel: must be one of context_first, generation_first; keeping context_first",
+	}
+	if len(warns) != len(want) {
+		t.Fatalf("warnings %v, want %v", warns, want)
+	}
+	for i := range want {
+		if warns[i].String() != want[i] {
+			t.Errorf("warning %q, want %q", warns[i], want[i])
+		}
+	}
+}
+
+func TestEnvReportsEveryErrorAtOnce(t *testing.T) {
+	_, _, err := FromEnv(envOf(map[string]string{
+		"AIBRIX_TOKEN_LOAD_KV_WEIGHT": "-1",
+		"AIBRIX_TRT_MACHINE_ID":       "2048",
+		"AIBRIX_MIN_MATCH_PCT":        "150",
+	}))
+	want := "3 configuration problems:\n" +
+		"  AIBRIX_TOKEN_LOAD_KV_WEIGHT=-1: must be positive\n" +
+		"  AIBRIX_MIN_MATCH_PCT=150: must be 0 to 100\n" +
+		"  AIBRIX_TRT_MACHINE_ID=2048: must be in [0, 1024)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) != 3 {
+		t.Errorf("want Errors with 3 problems, got %#v", err)
+	}
+}
+
+func TestBucketServeNeedsBucketing(t *testing.T) {
+	_, _, err := FromEnv(envOf(map[string]string{"AIBRIX_BUCKET_SERVE": "true"}))
+	if err == nil || !strings.HasPrefix(err.Error(), "AIBRIX_BUCKET_SERVE=true: requires AIBRIX_PROMPT_LENGTH_BUCKETING=true") {
+		t.Fatalf("got %v", err)
+	}
+	g, _, err := FromEnv(envOf(map[string]string{"AIBRIX_BUCKET_SERVE": "true", "AIBRIX_PROMPT_LENGTH_BUCKETING": "true"}))
+	if err != nil || !g.PD.BucketServe || !g.PD.PromptLengthBucketing {
+		t.Fatalf("both on: %v %+v", err, g.PD)
+	}
+}
+
+func TestUnknownEnv(t *testing.T) {
+	got := UnknownEnv([]string{"PATH=/bin", "AIBRIX_PROMPT_LENGTH_BUCKETING=true", "AIBRIX_PROMPT_LENGTH_BUCKETNG=true", "TANDEM_PD_HANDOF=epp"})
+	if len(got) != 2 || got[0].Field != "AIBRIX_PROMPT_LENGTH_BUCKETNG" || got[1].Field != "TANDEM_PD_HANDOF" {
+		t.Fatalf("got %v", got)
+	}
+}
+
+func TestVarsAreUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for _, v := range Vars {
+		for _, k := range []string{"env:" + v.Name, "key:" + v.Key, "profile:" + v.ProfileKey} {
+			if k == "profile:" {
+				continue
+			}
+			if seen[k] {
+				t.Errorf("%s defined twice", k)
+			}
+			seen[k] = true
+		}
+		if v.Description == "" || v.Rule == "" || v.Type == "" {
+			t.Errorf("%s lacks a description, rule or type", v.Name)
+		}
+	}
+	// Every routingConfig.pd field has exactly one variable, and the reverse.
+	for k := range pdOverrideFields {
+		if _, ok := varByProfileKey(k); !ok {
+			t.Errorf("PDOverrides.%s has no variable with that ProfileKey", k)
+		}
+	}
+	for _, v := range Vars {
+		if _, ok := pdOverrideFields[v.ProfileKey]; v.ProfileKey != "" && !ok {
+			t.Errorf("%s: ProfileKey %q is not a PDOverrides field", v.Name, v.ProfileKey)
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package config
+
+import (
+	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
+)
+
+// Routing strategies the seed and the issue name. The picker's registry is the authority on
+// which exist in a build; these are the defaults when it does not say.
+const (
+	StrategyPD           = "pd"
+	StrategyRandom       = "random"
+	StrategyLeastRequest = "least-request"
+	StrategyPrefixCache  = "prefix-cache"
+)
+
+// Prefill and decode score policies, with the seed's names.
+const (
+	PolicyPrefixCache     = "prefix_cache"
+	PolicyLeastRequest    = "least_request"
+	PolicyConductor       = "conductor"
+	PolicyTokenLoad       = "token_load"
+	PolicyHybridCacheLoad = "hybrid_cache_load"
+	PolicyLoadBalancing   = "load_balancing"
+)
+
+// Hand-off modes (TANDEM_PD_HANDOFF, routingConfig.handoff).
+const (
+	HandoffSidecar = "sidecar"
+	HandoffEPP     = "epp"
+)
+
+// Request and response headers Tandem reads or writes. Other packages own the behaviour; the
+// names live here once so the configuration reference is generated from them.
+const (
+	HeaderRoutingStrategy     = "routing-strategy"
+	HeaderConfigProfile       = "config-profile"
+	HeaderDestination         = "x-gateway-destination-endpoint"
+	HeaderPrefillerHostPort   = "x-prefiller-host-port"
+	HeaderTestEndpointSelect  = "test-epp-endpoint-selection"
+	HeaderConformanceServed   = "x-conformance-test-served-endpoint"
+	HeaderTrace               = "x-tandem-trace"
+	DefaultProfileName        = "default"
+	strategyListSeparator     = ", "
+	maxReportedAnnotationSize = 256
+)
+
+// Names are the valid strategy and policy names. Zero fields take the defaults below.
+type Names struct {
+	Strategies      []string // routing strategies (the picker registry)
+	PrefillPolicies []string // prefill score policies (the PD policy registry)
+	DecodePolicies  []string // decode score policies
+}
+
+// Documented names with one line each; the configuration reference lists them.
+var (
+	strategyDocs = []nameDoc{
+		{StrategyPD, "prefill/decode-aware selection: the seed's cascade (bucketing, fast paths, scoring, pair selection)"},
+		{StrategyRandom, "a random endpoint"},
+		{StrategyLeastRequest, "the endpoint with the fewest requests in flight"},
+		{StrategyPrefixCache, "the endpoint holding the longest prefix of the prompt, balanced by load"},
+	}
+	prefillPolicyDocs = []nameDoc{
+		{PolicyPrefixCache, "(100 − prefix_match_percent) × 0.1 + req_count / max_req_count"},
+		{PolicyLeastRequest, "req_count (prefill requests in flight)"},
+		{PolicyConductor, "estimated TTFT: queue + cached-prefix + unmatched-prefill time"},
+		{PolicyTokenLoad, "active_tokens + kv_weight × kv_tokens"},
+		{PolicyHybridCacheLoad, "token load discounted by the prefix match: load × (1 − r² × factor)"},
+	}
+	decodePolicyDocs = []nameDoc{
+		{PolicyLoadBalancing, "(w_run × norm_reqs + w_thru × (1 − norm_throughput)) / norm_free_gpu"},
+		{PolicyLeastRequest, "running_reqs + pending_decode_count"},
+		{PolicyConductor, "estimated TBT from throughput, batch size and GPU pressure"},
+		{PolicyTokenLoad, "decode_tokens + generated_tokens"},
+	}
+)
+
+type nameDoc struct{ Name, Description string }
+
+func docNames(d []nameDoc) []string {
+	out := make([]string, len(d))
+	for i, n := range d {
+		out[i] = n.Name
+	}
+	return out
+}
+
+// DefaultNames are the strategy and policy names the seed documents.
+func DefaultNames() Names {
+	return Names{
+		Strategies:      docNames(strategyDocs),
+		PrefillPolicies: docNames(prefillPolicyDocs),
+		DecodePolicies:  docNames(decodePolicyDocs),
+	}
+}
+
+func (n Names) withDefaults() Names {
+	d := DefaultNames()
+	if len(n.Strategies) == 0 {
+		n.Strategies = d.Strategies
+	}
+	if len(n.PrefillPolicies) == 0 {
+		n.PrefillPolicies = d.PrefillPolicies
+	}
+	if len(n.DecodePolicies) == 0 {
+		n.DecodePolicies = d.DecodePolicies
+	}
+	return n
+}
+
+// labelDoc describes a pod label or annotation Tandem reads.
+type labelDoc struct{ Name, Kind, Values, Description string }
+
+var labelDocs = []labelDoc{
+	{pool.LabelRoleName, "label", "`prefill`, `decode`, other (e.g. `all`)",
+		"Phase the pod serves. Any other value, or none, makes a standard pod (set `combined: true` in its routingConfig to use it as a PD fallback)."},
+	{pool.LabelRolesetName, "label", "any string",
+		"Groups prefill and decode pods into pairs. A roleset with only one side is skipped."},
+	{pool.LabelLLMDRole, "label", "`prefill`, `decode`, `prefill-decode`, `both`",
+		"llm-d's role label, read when `role-name` is absent so llm-d manifests work unchanged."},
+	{pool.LabelModelName, "label", "model name", "The model the pod serves; the model-wide config is read from the pods of the request's model."},
+	{pool.LabelModelPort, "label", "port number", "Serving port; defaults to the InferencePool's target port."},
+	{pool.LabelEngine, "label", "`vllm` (default), `sglang`, `trtllm`", "Engine of the pod; selects the prefill hand-off wire format."},
+	{pool.LabelKVConnector, "label", "`shfs`, `nixl`", "Per-pod override of AIBRIX_KV_CONNECTOR_TYPE for vLLM pods."},
+	{pool.AnnotationConfig, "annotation", "JSON (below)", "Per-model config profiles: strategy, routing config, per-profile overrides."},
+	{pool.AnnotationSGLangBootstrapPort, "annotation", "port number (default `8998`)", "SGLang prefill pods: the KV bootstrap port sent to the decode pod."},
+}
+
+// headerDoc describes a request or response header Tandem reads or writes.
+type headerDoc struct{ Name, Direction, Description string }
+
+var headerDocs = []headerDoc{
+	{HeaderRoutingStrategy, "request (read), response (written)",
+		"Requests a routing strategy (ignored when the model config sets `lockedRoutingStrategy`); the strategy used is echoed in the response. An unknown name is a 400 listing the valid ones."},
+	{HeaderConfigProfile, "request (read)",
+		"Selects a profile of the model config; a missing or unknown name uses `defaultProfile`, else `default`."},
+	{request.HeaderSessionKey, "request (read)",
+		"Caller-owned session key (≤ 256 bytes) for the token-load session-delta charge."},
+	{HeaderDestination, "request (written)",
+		"The chosen endpoint and its fallbacks, `ip:port[,ip:port…]`, for the gateway (Endpoint Picker Protocol). Client-sent values are removed."},
+	{HeaderPrefillerHostPort, "request (written)",
+		"The prefill target `ip:port` for a decode-side sidecar (sidecar hand-off). Client-sent values are removed."},
+	{HeaderTestEndpointSelect, "request (read, conformance mode only)",
+		"Restricts the candidates to the listed IPs or `ip:port`s; removed outside conformance mode."},
+	{HeaderConformanceServed, "response (written, conformance mode only)",
+		"The endpoint that served the request, as the conformance suite expects."},
+	{apierror.HeaderRouting, "response (written)", "`true` on a gateway-generated routing error (bad strategy, no endpoint)."},
+	{apierror.HeaderPDPrefill, "response (written)", "`true` when the prefill leg of a PD request failed."},
+	{apierror.HeaderPDDecode, "response (written)", "`true` when the decode watchdog failed the request (504)."},
+	{HeaderTrace, "request (read), response (written); opt-in",
+		"When debug tracing is enabled, the decision trace (steps, candidates, scores) as JSON."},
+}

@@ -1,0 +1,308 @@
+package config
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Var is one gateway setting. The same definition drives the environment variable, the key of
+// the --config-file gateway: section, the routingConfig.pd override (when ProfileKey is set),
+// validation and the generated reference, so none of them can list a setting the others lack.
+type Var struct {
+	Name        string // environment variable, e.g. AIBRIX_TOKEN_LOAD_KV_WEIGHT
+	Key         string // key in the config file's gateway: section
+	ProfileKey  string // field of routingConfig.pd overriding it per profile; "" when gateway-only
+	Type        string // what a value looks like, for the reference ("boolean", "seconds", …)
+	Rule        string // validity rule, worded as the error states it ("must be positive")
+	Description string
+	// KeepDefault: an invalid value is a warning that keeps the default, not an error (the seed
+	// says so for AIBRIX_BUCKET_SERVE_MODE and AIBRIX_TRT_SCHEDULE_STYLE).
+	KeepDefault bool
+
+	// set parses raw into g; it returns "" or the reason raw is invalid.
+	set    func(g *Gateway, raw string) string
+	format func(g *Gateway) string
+}
+
+// Default is the variable's default, as it would be written in the environment.
+func (v *Var) Default() string {
+	d := DefaultGateway()
+	return v.format(&d)
+}
+
+// Value is the variable's value in g, as it would be written in the environment.
+func (v *Var) Value(g *Gateway) string { return v.format(g) }
+
+// numRule is a range check with the words an error uses for it.
+type numRule struct {
+	text string
+	ok   func(float64) bool
+}
+
+var (
+	positive    = numRule{"must be positive", func(x float64) bool { return x > 0 }}
+	nonNegative = numRule{"must be 0 or more", func(x float64) bool { return x >= 0 }}
+	offOrPos    = numRule{"must be 0 (disabled) or positive", func(x float64) bool { return x >= 0 }}
+	unitRange   = numRule{"must be 0 to 1", func(x float64) bool { return x >= 0 && x <= 1 }}
+	pctRange    = numRule{"must be 0 to 100", func(x float64) bool { return x >= 0 && x <= 100 }}
+	machineID   = numRule{"must be in [0, 1024)", func(x float64) bool { return x >= 0 && x < 1024 }}
+)
+
+func parseNumber(raw string, whole bool) (float64, bool) {
+	raw = strings.TrimSpace(raw)
+	if whole {
+		n, err := strconv.ParseInt(raw, 10, 64)
+		return float64(n), err == nil
+	}
+	f, err := strconv.ParseFloat(raw, 64)
+	return f, err == nil && !math.IsNaN(f) && !math.IsInf(f, 0)
+}
+
+func numberVar(name, key, profileKey, typ string, whole bool, r numRule, desc string,
+	set func(*Gateway, float64), get func(*Gateway) float64) Var {
+	return boundedVar(name, key, profileKey, typ, whole, math.MaxFloat64, r, desc, set, get)
+}
+
+// boundedVar is numberVar with an upper limit beyond which the value does not fit its field.
+func boundedVar(name, key, profileKey, typ string, whole bool, limit float64, r numRule, desc string,
+	set func(*Gateway, float64), get func(*Gateway) float64) Var {
+	notNumber := "must be a number"
+	if whole {
+		notNumber = "must be a whole number"
+	}
+	return Var{
+		Name: name, Key: key, ProfileKey: profileKey, Type: typ, Rule: r.text, Description: desc,
+		set: func(g *Gateway, raw string) string {
+			x, ok := parseNumber(raw, whole)
+			if !ok {
+				return notNumber
+			}
+			if !r.ok(x) {
+				return r.text
+			}
+			if x > limit {
+				return "is too large"
+			}
+			set(g, x)
+			return ""
+		},
+		format: func(g *Gateway) string { return strconv.FormatFloat(get(g), 'f', -1, 64) },
+	}
+}
+
+func floatVar(name, key, profileKey string, r numRule, desc string, f func(*Gateway) *float64) Var {
+	return numberVar(name, key, profileKey, "number", false, r, desc,
+		func(g *Gateway, x float64) { *f(g) = x }, func(g *Gateway) float64 { return *f(g) })
+}
+
+func intVar(name, key, profileKey string, r numRule, desc string, f func(*Gateway) *int) Var {
+	return numberVar(name, key, profileKey, "integer", true, r, desc,
+		func(g *Gateway, x float64) { *f(g) = int(x) }, func(g *Gateway) float64 { return float64(*f(g)) })
+}
+
+// durationVar reads a whole number of units (seconds, minutes, milliseconds), as the seed writes them.
+func durationVar(name, key, profileKey string, unit time.Duration, r numRule, desc string, f func(*Gateway) *time.Duration) Var {
+	typ := map[time.Duration]string{time.Second: "seconds", time.Minute: "minutes", time.Millisecond: "milliseconds"}[unit]
+	return boundedVar(name, key, profileKey, typ, true, float64(math.MaxInt64/int64(unit)), r, desc,
+		func(g *Gateway, x float64) { *f(g) = time.Duration(x) * unit },
+		func(g *Gateway) float64 { return float64(*f(g) / unit) })
+}
+
+func boolVar(name, key, desc string, f func(*Gateway) *bool) Var {
+	return Var{
+		Name: name, Key: key, Type: "boolean", Rule: "must be true or false", Description: desc,
+		set: func(g *Gateway, raw string) string {
+			b, err := strconv.ParseBool(strings.TrimSpace(raw))
+			if err != nil {
+				return "must be true or false"
+			}
+			*f(g) = b
+			return ""
+		},
+		format: func(g *Gateway) string { return strconv.FormatBool(*f(g)) },
+	}
+}
+
+func oneOf(values []string) string { return "must be one of " + strings.Join(values, ", ") }
+
+// enumVar accepts one of values. With keepDefault an unknown value is reported as a warning
+// and the default stays.
+func enumVar(name, key string, values []string, keepDefault bool, desc string, f func(*Gateway) *string) Var {
+	rule := oneOf(values)
+	return Var{
+		Name: name, Key: key, Type: "one of " + strings.Join(values, ", "), Rule: rule, Description: desc,
+		KeepDefault: keepDefault,
+		set: func(g *Gateway, raw string) string {
+			raw = strings.TrimSpace(raw)
+			if !slices.Contains(values, raw) {
+				return rule
+			}
+			*f(g) = raw
+			return ""
+		},
+		format: func(g *Gateway) string { return *f(g) },
+	}
+}
+
+// strategyVar accepts any strategy name; the picker registry checks it when the resolver is built.
+func strategyVar(name, key, desc string, f func(*Gateway) *string) Var {
+	const rule = "must name a registered routing strategy"
+	return Var{
+		Name: name, Key: key, Type: "strategy name", Rule: rule, Description: desc,
+		set: func(g *Gateway, raw string) string {
+			raw = strings.ToLower(strings.TrimSpace(raw))
+			if raw == "" || strings.ContainsAny(raw, " \t,") {
+				return rule
+			}
+			*f(g) = raw
+			return ""
+		},
+		format: func(g *Gateway) string { return *f(g) },
+	}
+}
+
+// Vars is every gateway setting, in the order the reference lists them.
+var Vars = []Var{
+	boolVar("AIBRIX_PROMPT_LENGTH_BUCKETING", "promptLengthBucketing",
+		"Enable prompt-length bucket matching for prefill, decode, and standard inference pods.",
+		func(g *Gateway) *bool { return &g.PD.PromptLengthBucketing }),
+	boolVar("AIBRIX_BUCKET_SERVE", "bucketServe",
+		"Enable adaptive bucket serving on top of prompt-length bucketing (requires AIBRIX_PROMPT_LENGTH_BUCKETING=true).",
+		func(g *Gateway) *bool { return &g.PD.BucketServe }),
+	enumVar("AIBRIX_BUCKET_SERVE_MODE", "bucketServeMode", []string{"throughput", "rps"}, true,
+		"Objective of the adaptive cut points: `throughput` (prompt token mass) or `rps` (request counts). An unknown value keeps the default.",
+		func(g *Gateway) *string { return &g.PD.BucketServeMode }),
+	durationVar("AIBRIX_PREFILL_REQUEST_TIMEOUT", "prefillRequestTimeout", "prefillRequestTimeout", time.Second, positive,
+		"Seconds before a prefill request to a prefill pod times out.",
+		func(g *Gateway) *time.Duration { return &g.PD.PrefillRequestTimeout }),
+	enumVar("AIBRIX_PREFILL_SCORE_POLICY", "prefillScorePolicy", docNames(prefillPolicyDocs), false,
+		"Default scoring policy for selecting prefill pods.",
+		func(g *Gateway) *string { return &g.PD.PrefillScorePolicy }),
+	floatVar("AIBRIX_TOKEN_LOAD_KV_WEIGHT", "tokenLoadKVWeight", "tokenLoadKVWeight", positive,
+		"`token_load` and `hybrid_cache_load`. Weight of resident KV tokens in the prefill score.",
+		func(g *Gateway) *float64 { return &g.PD.TokenLoadKVWeight }),
+	floatVar("AIBRIX_TOKEN_LOAD_REQUEST_COST", "tokenLoadRequestCost", "tokenLoadRequestCost", positive,
+		"`token_load` and `hybrid_cache_load`. Fixed per-request cost, in tokens, added to every prefill charge.",
+		func(g *Gateway) *float64 { return &g.PD.TokenLoadRequestCost }),
+	durationVar("AIBRIX_TOKEN_LOAD_TTL_SECONDS", "tokenLoadTTLSeconds", "tokenLoadTTLSeconds", time.Second, positive,
+		"`token_load` and `hybrid_cache_load`. Charges older than this are force-released and logged; must exceed the longest legitimate request.",
+		func(g *Gateway) *time.Duration { return &g.PD.TokenLoadTTL }),
+	durationVar("AIBRIX_TOKEN_LOAD_SESSION_TTL_SECONDS", "tokenLoadSessionTTLSeconds", "tokenLoadSessionTTLSeconds", time.Second, offOrPos,
+		"`token_load` and `hybrid_cache_load`. How long the last prompt size of an `x-aibrix-session-key` session is remembered for the session-delta charge. `0` turns the session-delta rule off.",
+		func(g *Gateway) *time.Duration { return &g.PD.TokenLoadSessionTTL }),
+	intVar("AIBRIX_TOKEN_LOAD_MAX_SESSIONS", "tokenLoadMaxSessions", "", positive,
+		"`token_load` and `hybrid_cache_load`. Maximum number of sessions remembered at once for the session-delta charge (gateway-wide only).",
+		func(g *Gateway) *int { return &g.PD.TokenLoadMaxSessions }),
+	floatVar("AIBRIX_HYBRID_CACHE_LOAD_FACTOR", "hybridCacheLoadFactor", "hybridCacheLoadFactor", unitRange,
+		"`hybrid_cache_load` only. Discount a full prefix match applies to a pod's token load. `1` makes a fully matched pod always win; `0` turns the discount off.",
+		func(g *Gateway) *float64 { return &g.PD.HybridCacheLoadFactor }),
+	floatVar("AIBRIX_MIN_MATCH_PCT", "minMatchPct", "minMatchPct", pctRange,
+		"`prefix_cache` and `hybrid_cache_load`. Prefix matches below this percentage are ignored. `0` disables the threshold.",
+		func(g *Gateway) *float64 { return &g.PD.MinMatchPct }),
+	boolVar("AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH", "decodeTokenLoadOutputGrowth",
+		"`token_load` decode policy only. Adds an estimate of the output generated so far to the decode score. `false` scores prompt tokens only.",
+		func(g *Gateway) *bool { return &g.PD.DecodeTokenLoadOutputGrowth }),
+	boolVar("AIBRIX_TOKEN_LOAD_SHARED_LEDGER", "tokenLoadSharedLedger",
+		"`token_load` decode policy only, with Redis configured. Shares the decode ledger across gateway replicas. `false` keeps it local to each replica.",
+		func(g *Gateway) *bool { return &g.PD.TokenLoadSharedLedger }),
+	enumVar("AIBRIX_DECODE_SCORE_POLICY", "decodeScorePolicy", docNames(decodePolicyDocs), false,
+		"Default scoring policy for selecting decode pods.",
+		func(g *Gateway) *string { return &g.PD.DecodeScorePolicy }),
+	enumVar("AIBRIX_KV_CONNECTOR_TYPE", "kvConnectorType", []string{"shfs", "nixl"}, false,
+		"vLLM KV transfer adapter: `shfs` for GPU, `nixl` for Neuron. The pod label `model.aibrix.ai/kv-connector-type` overrides it per pod.",
+		func(g *Gateway) *string { return &g.PD.KVConnectorType }),
+	floatVar("AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD", "prefillLoadImbalanceMinSpread", "prefillLoadImbalanceMinSpread", nonNegative,
+		"Request-count spread between prefill pods above which (strictly) the least-loaded prefill pod is chosen.",
+		func(g *Gateway) *float64 { return &g.PD.PrefillLoadImbalanceMinSpread }),
+	floatVar("AIBRIX_DECODE_LOAD_IMBALANCE_MIN_SPREAD", "decodeLoadImbalanceMinSpread", "decodeLoadImbalanceMinSpread", nonNegative,
+		"`(max − min)` running-request spread between decode pods at or above which the least-loaded decode pod is chosen.",
+		func(g *Gateway) *float64 { return &g.PD.DecodeLoadImbalanceMinSpread }),
+	floatVar("AIBRIX_DECODE_THROUGHPUT_IMBALANCE_MIN_SPREAD", "decodeThroughputImbalanceMinSpread", "decodeThroughputImbalanceMinSpread", nonNegative,
+		"`(max − min)` token-throughput spread (tok/s) between decode pods above which (strictly) the lowest-throughput pod is chosen.",
+		func(g *Gateway) *float64 { return &g.PD.DecodeThroughputImbalanceMinSpread }),
+	floatVar("AIBRIX_DECODE_SCORE_RATIO_THRESHOLD", "decodeScoreRatioThreshold", "decodeScoreRatioThreshold", positive,
+		"`max_drain_score / min_drain_score` ratio above which the drain-rate fast path fires; each pod scores `effective_running_reqs / drain_rate`.",
+		func(g *Gateway) *float64 { return &g.PD.DecodeScoreRatioThreshold }),
+	floatVar("AIBRIX_DECODE_LB_WEIGHT_RUNNING", "decodeLBWeightRunning", "decodeLBWeightRunning", nonNegative,
+		"Weight of the normalized running-request term in the `load_balancing` decode score.",
+		func(g *Gateway) *float64 { return &g.PD.DecodeLBWeightRunning }),
+	floatVar("AIBRIX_DECODE_LB_WEIGHT_THROUGHPUT", "decodeLBWeightThroughput", "decodeLBWeightThroughput", nonNegative,
+		"Weight of the normalized inverse-throughput term in the `load_balancing` decode score.",
+		func(g *Gateway) *float64 { return &g.PD.DecodeLBWeightThroughput }),
+	intVar("AIBRIX_TRT_MACHINE_ID", "trtMachineID", "", machineID,
+		"10-bit machine ID in the Snowflake-style TensorRT-LLM `disagg_request_id`. Must differ between gateway processes sharing TRT workers.",
+		func(g *Gateway) *int { return &g.PD.TRTMachineID }),
+	enumVar("AIBRIX_TRT_SCHEDULE_STYLE", "trtScheduleStyle", []string{"context_first", "generation_first"}, true,
+		"TensorRT-LLM dispatch mode. `generation_first` needs the Python KV-cache transceiver on both roles. An unrecognized value is logged and falls back to `context_first`.",
+		func(g *Gateway) *string { return &g.PD.TRTScheduleStyle }),
+	durationVar("AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT", "decodeFirstResponseTimeout", "decodeFirstResponseTimeout", time.Second, offOrPos,
+		"SGLang decode watchdog: seconds a streaming request waits for the decode pod's first token after the prefill succeeded. `0` disables.",
+		func(g *Gateway) *time.Duration { return &g.PD.DecodeFirstResponseTimeout }),
+	durationVar("AIBRIX_DECODE_RESPONSE_TIMEOUT", "decodeResponseTimeout", "decodeResponseTimeout", time.Second, offOrPos,
+		"SGLang decode watchdog: the same bound for a non-streaming request (the whole generation). `0` disables.",
+		func(g *Gateway) *time.Duration { return &g.PD.DecodeResponseTimeout }),
+	durationVar("AIBRIX_DECODE_STREAM_IDLE_TIMEOUT", "decodeStreamIdleTimeout", "decodeStreamIdleTimeout", time.Second, offOrPos,
+		"SGLang decode watchdog, streaming only: longest gap between two chunks after the first token. `0` disables.",
+		func(g *Gateway) *time.Duration { return &g.PD.DecodeStreamIdleTimeout }),
+	durationVar("AIBRIX_DECODE_ABORT_TIMEOUT", "decodeAbortTimeout", "decodeAbortTimeout", time.Second, offOrPos,
+		"SGLang: per-attempt timeout of the `/abort_request` sent to the decode pod when a PD request fails. `0` sends no abort.",
+		func(g *Gateway) *time.Duration { return &g.PD.DecodeAbortTimeout }),
+	durationVar("AIBRIX_DECODE_ABORT_RETRY_DELAY", "decodeAbortRetryDelay", "decodeAbortRetryDelay", time.Second, nonNegative,
+		"SGLang: delay before the second `/abort_request` attempt (skipped once the decode leg responds).",
+		func(g *Gateway) *time.Duration { return &g.PD.DecodeAbortRetryDelay }),
+	enumVar("AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE", "prefixCacheTokenizerType", []string{"character", "tiktoken"}, false,
+		"Tokenizer of the prefix index used by `prefix_cache`, `hybrid_cache_load` and `conductor`.",
+		func(g *Gateway) *string { return &g.PD.PrefixCache.TokenizerType }),
+	intVar("AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "prefixCacheBlockSize", "", positive,
+		"Tokens per block of the prefix index. (AIBrix uses 4; Tandem defaults to 128 to bound hashing cost on long prompts.)",
+		func(g *Gateway) *int { return &g.PD.PrefixCache.BlockSize }),
+	durationVar("AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS", "prefixCacheEvictionDurationMins", "", time.Minute, positive,
+		"Minutes after which an unused prefix block is evicted from the index.",
+		func(g *Gateway) *time.Duration { return &g.PD.PrefixCache.EvictionDuration }),
+	intVar("AIBRIX_PREFIX_CACHE_BLOCK_NUMBER", "prefixCacheBlockNumber", "", positive,
+		"Maximum number of blocks the prefix index holds (bounds its memory).",
+		func(g *Gateway) *int { return &g.PD.PrefixCache.MaxBlocks }),
+	floatVar("AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR", "prefixCacheStandardDeviationFactor", "", nonNegative,
+		"Prefill pods with a request count more than this many standard deviations above the mean are skipped in scoring.",
+		func(g *Gateway) *float64 { return &g.PD.PrefixCache.StandardDeviationFactor }),
+	durationVar("AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS", "podMetricRefreshIntervalMs", "", time.Millisecond, positive,
+		"Milliseconds between two scrapes of an engine pod's metrics.",
+		func(g *Gateway) *time.Duration { return &g.MetricRefreshInterval }),
+	strategyVar("ROUTING_ALGORITHM", "routingAlgorithm",
+		"Gateway default routing strategy, used when neither the model config nor the `routing-strategy` header names one. Unset: `pd` when the model's endpoints carry prefill/decode roles, else `least-request`.",
+		func(g *Gateway) *string { return &g.DefaultStrategy }),
+	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffSidecar, HandoffEPP}, false,
+		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy) or `epp` (Tandem runs the prefill leg itself).",
+		func(g *Gateway) *string { return &g.PD.Handoff }),
+}
+
+// VarByName finds a setting by its environment variable name.
+func VarByName(name string) (*Var, bool) {
+	for i := range Vars {
+		if Vars[i].Name == name {
+			return &Vars[i], true
+		}
+	}
+	return nil, false
+}
+
+func varByKey(key string) (*Var, bool) {
+	for i := range Vars {
+		if Vars[i].Key == key {
+			return &Vars[i], true
+		}
+	}
+	return nil, false
+}
+
+func varByProfileKey(key string) (*Var, bool) {
+	for i := range Vars {
+		if Vars[i].ProfileKey != "" && Vars[i].ProfileKey == key {
+			return &Vars[i], true
+		}
+	}
+	return nil, false
+}

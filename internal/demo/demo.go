@@ -1,0 +1,119 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// Options configure Run.
+type Options struct {
+	DataDir   string
+	Mix       Mix
+	TimeScale float64
+	Listen    string
+	// Stay keeps the stack up after the summary until ctx ends (for curl by hand).
+	Stay     bool
+	RunEPP   EPPRunner
+	Out      io.Writer // summary
+	Progress io.Writer // live progress line (a terminal: it is redrawn with \r)
+	Logger   logr.Logger
+}
+
+// Run starts the stack, replays the workload with a live progress line, prints the summary
+// and stops everything (at the end, or when ctx ends).
+func Run(ctx context.Context, o Options) error {
+	reqs, err := LoadWorkload(o.DataDir, o.Mix)
+	if err != nil {
+		return err
+	}
+	if len(reqs) == 0 {
+		return errors.New("demo: the workload is empty: set --conv, --code or --mooncake above 0")
+	}
+	fmt.Fprintf(o.Progress, "Starting 5 simulated pods, Tandem and the gateway on 127.0.0.1 …\n")
+	st, err := StartStack(ctx, StackOptions{RunEPP: o.RunEPP, TimeScale: o.TimeScale, Listen: o.Listen, Logger: o.Logger})
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer st.Stop()
+	fmt.Fprintf(o.Progress, "Gateway %s → Tandem (ext_proc, pool from %s) → pods. Replaying %d requests over %s (time scale %g).\n",
+		st.GatewayURL, filepath.Join(st.Dir, "endpoints.yaml"), len(reqs), o.Mix.Window, o.TimeScale)
+
+	podRole := map[string]string{}
+	for _, p := range st.Pods {
+		podRole[p.Name] = p.Role
+	}
+	prog := &Progress{Total: len(reqs)}
+	start := time.Now()
+	stopTicker := make(chan struct{})
+	tickerDone := make(chan struct{})
+	go func() {
+		defer close(tickerDone)
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopTicker:
+				fmt.Fprintf(o.Progress, "\r%s\n", prog.Line(time.Since(start)))
+				return
+			case <-t.C:
+				fmt.Fprintf(o.Progress, "\r%s", prog.Line(time.Since(start)))
+			}
+		}
+	}()
+	results := Drive(ctx, st.GatewayURL, reqs, podRole, prog)
+	close(stopTicker)
+	<-tickerDone
+	elapsed := time.Since(start)
+	if ctx.Err() != nil {
+		fmt.Fprintln(o.Progress, "Interrupted: stopping everything.")
+		return nil
+	}
+	decisions, derr := ScrapeDecisions(st.MetricsURL)
+	Report(o.Out, st, results, elapsed, decisions, derr)
+	CurlHint(o.Out, st.GatewayURL)
+	if o.Stay {
+		fmt.Fprintln(o.Out, "The stack stays up until Ctrl-C.")
+		<-ctx.Done()
+	} else {
+		fmt.Fprintln(o.Out, "(Run with --stay to keep the stack up for that; everything is stopped now.)")
+	}
+	return nil
+}
+
+// FindDataDir returns ../shared/data relative to the repository root, found by walking up
+// from the working directory to Tandem's go.mod.
+func FindDataDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if isTandemRoot(dir) {
+			return filepath.Join(dir, "..", "shared", "data"), nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("demo: not inside the Tandem repository (no go.mod with module github.com/tandem-epp/tandem above the working directory); pass --data DIR")
+		}
+		dir = parent
+	}
+}
+
+func isTandemRoot(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	return sc.Scan() && strings.TrimSpace(sc.Text()) == "module github.com/tandem-epp/tandem"
+}

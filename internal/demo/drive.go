@@ -1,0 +1,162 @@
+package demo
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Result is what the client saw for one request.
+type Result struct {
+	Req      *Request
+	Status   int
+	Pod      string   // X-Sim-Pod: the pod that produced the tokens
+	Strategy string   // routing-strategy response header
+	Steps    []string // decision trace steps (x-tandem-trace)
+	TTFT     time.Duration
+	ITLs     []time.Duration
+	Tokens   int
+	Err      string
+}
+
+// Progress counts requests as they go; safe for concurrent use.
+type Progress struct {
+	Total                        int
+	Sent, Done, Failed, InFlight atomic.Int64
+	byRole                       sync.Map // role -> *atomic.Int64
+}
+
+func (p *Progress) addRole(role string) {
+	v, _ := p.byRole.LoadOrStore(role, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+func (p *Progress) role(role string) int64 {
+	if v, ok := p.byRole.Load(role); ok {
+		return v.(*atomic.Int64).Load()
+	}
+	return 0
+}
+
+// Line is the live progress line.
+func (p *Progress) Line(elapsed time.Duration) string {
+	return fmt.Sprintf("%5.1fs  sent %d/%d  done %d  failed %d  in flight %d  │ PD (decode pods) %d  combined (standard pod) %d",
+		elapsed.Seconds(), p.Sent.Load(), p.Total, p.Done.Load(), p.Failed.Load(), p.InFlight.Load(), p.role("decode"), p.role("standard"))
+}
+
+// Drive replays reqs against the gateway at their arrival offsets, streaming every request,
+// and returns one Result per request (in schedule order).
+func Drive(ctx context.Context, gatewayURL string, reqs []Request, podRole map[string]string, prog *Progress) []Result {
+	client := &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}}
+	defer client.CloseIdleConnections()
+	results := make([]Result, len(reqs))
+	var wg sync.WaitGroup
+	start := time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i := range reqs {
+		if wait := time.Until(start.Add(reqs[i].At)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return results[:i]
+			case <-timer.C:
+			}
+		}
+		prog.Sent.Add(1)
+		prog.InFlight.Add(1)
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer prog.InFlight.Add(-1)
+			results[i] = send(ctx, client, gatewayURL, &reqs[i])
+			if results[i].Err != "" {
+				prog.Failed.Add(1)
+			} else {
+				prog.Done.Add(1)
+				prog.addRole(podRole[results[i].Pod])
+			}
+		}(i)
+	}
+	wg.Wait()
+	return results
+}
+
+type completionChunk struct {
+	Choices []struct {
+		Text string `json:"text"`
+	} `json:"choices"`
+}
+
+func send(ctx context.Context, client *http.Client, gatewayURL string, r *Request) Result {
+	res := Result{Req: r}
+	body, _ := json.Marshal(map[string]any{
+		"model": Model, "prompt": r.Prompt, "max_tokens": r.OutputTokens, "stream": true,
+		"stream_options": map[string]any{"include_usage": true},
+	})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, gatewayURL+"/v1/completions", bytes.NewReader(body))
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	req.Header.Set("Content-Type", "application/json")
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		res.Err = err.Error()
+		return res
+	}
+	defer resp.Body.Close()
+	res.Status = resp.StatusCode
+	res.Pod = resp.Header.Get("X-Sim-Pod")
+	res.Strategy = resp.Header.Get("routing-strategy")
+	var trace struct {
+		Steps []string `json:"steps"`
+	}
+	if json.Unmarshal([]byte(resp.Header.Get("x-tandem-trace")), &trace) == nil {
+		res.Steps = trace.Steps
+	}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		res.Err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		return res
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	last := t0
+	for {
+		line, err := br.ReadString('\n')
+		if data, ok := strings.CutPrefix(strings.TrimSpace(line), "data: "); ok && data != "[DONE]" {
+			var c completionChunk
+			if json.Unmarshal([]byte(data), &c) == nil && len(c.Choices) > 0 && c.Choices[0].Text != "" {
+				now := time.Now()
+				if res.Tokens == 0 {
+					res.TTFT = now.Sub(t0)
+				} else {
+					res.ITLs = append(res.ITLs, now.Sub(last))
+				}
+				last = now
+				res.Tokens++
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			res.Err = "stream cut: " + err.Error()
+			break
+		}
+	}
+	if res.Err == "" && res.Tokens == 0 {
+		res.Err = "no tokens in the stream"
+	}
+	return res
+}

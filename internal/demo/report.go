@@ -1,0 +1,255 @@
+package demo
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Decision is one series of tandem_picker_decisions_total.
+type Decision struct {
+	Strategy, Outcome, Step string
+	Count                   float64
+}
+
+// ScrapeDecisions reads Tandem's decision counter from its metrics endpoint.
+func ScrapeDecisions(url string) ([]Decision, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseDecisions(resp.Body)
+}
+
+// parseDecisions reads the tandem_picker_decisions_total series from Prometheus text format.
+func parseDecisions(r io.Reader) ([]Decision, error) {
+	var out []Decision
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, "tandem_picker_decisions_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		d := Decision{Count: v}
+		for _, kv := range strings.Split(labels, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			val = strings.Trim(val, `"`)
+			switch k {
+			case "strategy":
+				d.Strategy = val
+			case "outcome":
+				d.Outcome = val
+			case "step":
+				d.Step = val
+			}
+		}
+		out = append(out, d)
+	}
+	return out, sc.Err()
+}
+
+// percentile returns the q-quantile (nearest rank) of d, which it sorts.
+func percentile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	i := int(math.Ceil(q*float64(len(d)))) - 1
+	return d[max(0, min(i, len(d)-1))]
+}
+
+func ms(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "—"
+	case d < 10*time.Millisecond:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+// Report prints the summary of a run.
+func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, decisions []Decision, decisionsErr error) {
+	podRole := map[string]string{}
+	for _, p := range st.Pods {
+		podRole[p.Name] = p.Role
+	}
+	type group struct {
+		n          int
+		ttft, itls []time.Duration
+	}
+	roles := map[string]*group{}
+	bySource := map[string]map[string]int{}
+	strategies := map[string]int{}
+	whyTrace := map[string]int{}
+	failures := map[string]int{}
+	failed := 0
+	for _, r := range results {
+		src := r.Req.Source
+		if bySource[src] == nil {
+			bySource[src] = map[string]int{}
+		}
+		if r.Err != "" {
+			failed++
+			failures[r.Err]++
+			bySource[src]["failed"]++
+			continue
+		}
+		role := podRole[r.Pod]
+		if role == "" {
+			role = "unknown pod"
+		}
+		g := roles[role]
+		if g == nil {
+			g = &group{}
+			roles[role] = g
+		}
+		g.n++
+		g.ttft = append(g.ttft, r.TTFT)
+		g.itls = append(g.itls, r.ITLs...)
+		bySource[src][role]++
+		strategies[r.Strategy]++
+		if len(r.Steps) > 0 {
+			whyTrace[role+": "+strings.Join(r.Steps, " → ")]++
+		}
+	}
+
+	fmt.Fprintf(w, "\nTandem demo: %d requests replayed in %.1fs, %d failed.\n", len(results), elapsed.Seconds(), failed)
+	fmt.Fprintf(w, "Pods: 2 rolesets (rs-a, rs-b) of 1 prefill + 1 decode each, and 1 standard pod; prompts under %d tokens\n"+
+		"belong to the standard pod's bucket, longer ones to the prefill/decode rolesets.\n\n", BucketTokens)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "pod role\trequests\tTTFT p50\tTTFT p99\tITL p50\tITL p99\t")
+	prefillLegs := 0
+	for _, p := range st.Pods {
+		if p.Role == "prefill" {
+			prefillLegs += received(p)
+		}
+	}
+	for _, role := range []string{"decode", "standard", "unknown pod"} {
+		g := roles[role]
+		if g == nil {
+			continue
+		}
+		label := map[string]string{"decode": "decode (PD)", "standard": "standard (combined)"}[role]
+		if label == "" {
+			label = role
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", label, g.n, ms(percentile(g.ttft, .5)), ms(percentile(g.ttft, .99)),
+			ms(percentile(g.itls, .5)), ms(percentile(g.itls, .99)))
+	}
+	fmt.Fprintf(tw, "prefill (legs)\t%d\t—\t—\t—\t—\t\n", prefillLegs)
+	tw.Flush()
+	fmt.Fprintln(w, "TTFT and ITL are measured by the client through the gateway; a PD request's TTFT includes its prefill leg.")
+
+	pd, comb := 0, 0
+	if g := roles["decode"]; g != nil {
+		pd = g.n
+	}
+	if g := roles["standard"]; g != nil {
+		comb = g.n
+	}
+	fmt.Fprintf(w, "\nRouting: %d went PD (a prefill/decode pair of one roleset), %d combined (the standard pod).\n", pd, comb)
+	for _, src := range sortedKeys(bySource) {
+		m := bySource[src]
+		fmt.Fprintf(w, "  %-24s PD %3d   combined %3d   failed %3d\n", src, m["decode"], m["standard"], m["failed"])
+	}
+	var strat []string
+	for _, s := range sortedKeys(strategies) {
+		name := s
+		if name == "" {
+			name = "(no routing-strategy header)"
+		}
+		strat = append(strat, fmt.Sprintf("%s ×%d", name, strategies[s]))
+	}
+	fmt.Fprintf(w, "  strategy used (routing-strategy response header): %s\n", strings.Join(strat, ", "))
+
+	fmt.Fprintln(w, "\nWhy (Tandem's tandem_picker_decisions_total, by outcome and deciding step):")
+	switch {
+	case decisionsErr != nil:
+		fmt.Fprintf(w, "  metrics not readable (%v)\n", decisionsErr)
+	case len(decisions) == 0:
+		fmt.Fprintln(w, "  no tandem_picker_decisions_total series")
+	}
+	sort.Slice(decisions, func(i, j int) bool { return decisions[i].Count > decisions[j].Count })
+	for _, d := range decisions {
+		fmt.Fprintf(w, "  %-9s %-22s %-30s %5.0f\n", d.Outcome, d.Strategy, d.Step, d.Count)
+	}
+	if len(whyTrace) > 0 {
+		fmt.Fprintln(w, "Decision traces (x-tandem-trace), most frequent:")
+		keys := sortedKeys(whyTrace)
+		sort.SliceStable(keys, func(i, j int) bool { return whyTrace[keys[i]] > whyTrace[keys[j]] })
+		for _, k := range keys[:min(len(keys), 6)] {
+			fmt.Fprintf(w, "  %4d × %s\n", whyTrace[k], k)
+		}
+	}
+
+	fmt.Fprintln(w, "\nPods (requests received, including prefill legs):")
+	for _, p := range st.Pods {
+		rs := p.Roleset
+		if rs == "" {
+			rs = "-"
+		}
+		fmt.Fprintf(w, "  %-11s %-9s roleset %-5s %s  %d\n", p.Name, p.Role, rs, p.Server.HostPort(), received(p))
+	}
+	if failed > 0 {
+		fmt.Fprintln(w, "\nFailures:")
+		keys := sortedKeys(failures)
+		sort.SliceStable(keys, func(i, j int) bool { return failures[keys[i]] > failures[keys[j]] })
+		for _, k := range keys[:min(len(keys), 5)] {
+			fmt.Fprintf(w, "  %4d × %s\n", failures[k], k)
+		}
+	}
+}
+
+// received counts the inference requests a pod got (the recorder's sequence number).
+func received(p *Pod) int {
+	reqs := p.Server.Requests()
+	if len(reqs) == 0 {
+		return 0
+	}
+	return int(reqs[len(reqs)-1].Seq)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// CurlHint tells the user how to reach the stack by hand.
+func CurlHint(w io.Writer, gatewayURL string) {
+	fmt.Fprintf(w, `
+Try it by hand (gateway → Tandem → pods):
+  curl -sN %s/v1/completions -H 'content-type: application/json' \
+    -d '{"model":"%s","prompt":"Hello, Tandem","max_tokens":8,"stream":true}' -D -
+  (a prompt of %d+ tokens ≈ %d+ bytes goes PD; look at the X-Sim-Pod, routing-strategy and x-tandem-trace headers)
+`, gatewayURL, Model, BucketTokens, BucketTokens*bytesPerToken)
+}

@@ -1,0 +1,312 @@
+package gateway
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func subsetHint(f func(*http.Request) []string, r *http.Request) *corev3.Metadata {
+	if f == nil {
+		return nil
+	}
+	list := f(r)
+	if list == nil {
+		return nil
+	}
+	return subsetMetadata(list)
+}
+
+func (x *exchange) send(m *extprocv3.ProcessingRequest) error {
+	x.sendMu.Lock()
+	defer x.sendMu.Unlock()
+	return x.stream.Send(m)
+}
+
+func (x *exchange) receive() {
+	defer close(x.msgs)
+	for {
+		m, err := x.stream.Recv()
+		if err != nil {
+			x.recvErr = err
+			return
+		}
+		select {
+		case x.msgs <- m:
+		case <-x.streamCtx.Done():
+			x.recvErr = x.streamCtx.Err()
+			return
+		}
+	}
+}
+
+// readBody streams the client body to the EPP chunk by chunk, as read. end_of_stream rides on
+// the chunk that completes a declared Content-Length, otherwise on an empty final chunk; a
+// client that sent trailers ends with a trailers message instead. The body is kept whole for
+// fail-open, and reading continues after the EPP stream breaks for the same reason.
+func (x *exchange) readBody(toEPP bool) {
+	b := x.body
+	defer close(b.done)
+	declared := len(x.r.Trailer) > 0
+	length := x.r.ContentLength
+	eosSent := false
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := x.r.Body.Read(buf)
+		if n > 0 {
+			chunk := bytes.Clone(buf[:n])
+			b.data = append(b.data, chunk...)
+			last := !declared && length > 0 && int64(len(b.data)) >= length
+			if toEPP && x.send(bodyMsg(true, chunk, last)) != nil {
+				toEPP = false
+			}
+			eosSent = eosSent || last
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			b.err = err
+			x.cancel()
+			return
+		}
+	}
+	t := withValues(x.r.Trailer)
+	x.mu.Lock()
+	x.reqTrailers = t
+	x.mu.Unlock()
+	if !toEPP || eosSent {
+		return
+	}
+	if len(t) > 0 {
+		b.trailersSent.Store(true)
+		_ = x.send(trailersMsg(true, t))
+		return
+	}
+	_ = x.send(bodyMsg(true, nil, true))
+}
+
+// pumpResponse streams the upstream body to the EPP as it arrives (no read-ahead, so SSE
+// events are not held back), then trailers or an end_of_stream chunk.
+func (x *exchange) pumpResponse(resp *http.Response, done chan<- pumpResult) {
+	var res pumpResult
+	defer func() { done <- res }()
+	defer resp.Body.Close()
+	declared := len(resp.Trailer) > 0
+	length := resp.ContentLength
+	var total int64
+	toEPP, eosSent := true, false
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			total += int64(n)
+			last := !declared && length > 0 && total >= length
+			if toEPP && x.send(bodyMsg(false, bytes.Clone(buf[:n]), last)) != nil {
+				toEPP = false
+			}
+			eosSent = eosSent || last
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			res.err = err
+			return
+		}
+	}
+	t := withValues(resp.Trailer)
+	x.mu.Lock()
+	x.respTrailers = t
+	x.mu.Unlock()
+	if !toEPP || eosSent {
+		return
+	}
+	if len(t) > 0 {
+		res.trailersSent = true
+		_ = x.send(trailersMsg(false, t))
+		return
+	}
+	_ = x.send(bodyMsg(false, nil, true))
+}
+
+// writeHeader sends the (mutated) upstream status and headers to the client.
+func (x *exchange) writeHeader(h fields) bool {
+	code := 0
+	if s, ok := h.get(":status"); ok {
+		code, _ = strconv.Atoi(s)
+	}
+	if code < 100 || code > 599 {
+		x.fail(http.StatusBadGateway, "response :status is not an HTTP status after the EPP's mutation")
+		return false
+	}
+	for k, vs := range h.httpHeader() {
+		x.w.Header()[k] = vs
+	}
+	x.w.WriteHeader(code)
+	_ = http.NewResponseController(x.w).Flush()
+	x.wroteHeader, x.status = true, code
+	return true
+}
+
+// writeImmediate answers the client with the EPP's ImmediateResponse: its status (200 when
+// absent or invalid, as Envoy does), text/plain unless its headers say otherwise, its body.
+func (x *exchange) writeImmediate(ir *extprocv3.ImmediateResponse) {
+	code := int(ir.GetStatus().GetCode())
+	if code < 200 || code > 599 {
+		code = http.StatusOK
+	}
+	h := fields{{"content-type", "text/plain"}}
+	h.mutate(ir.GetHeaders())
+	h.set("content-length", strconv.Itoa(len(ir.GetBody())))
+	for k, vs := range h.httpHeader() {
+		x.w.Header()[k] = vs
+	}
+	x.w.WriteHeader(code)
+	_, _ = x.w.Write(ir.GetBody())
+	x.wroteHeader, x.status = true, code
+	x.log.V(1).Info("immediate response from the EPP", "status", code, "details", ir.GetDetails())
+}
+
+// fail answers a gateway-local error, or asks for the stream to be cut if the response has
+// started. The reason goes in the body and the x-gateway-error header.
+func (x *exchange) fail(code int, reason string) bool {
+	x.log.Info("request failed", "status", code, "reason", reason)
+	if x.wroteHeader {
+		return true
+	}
+	x.w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	x.w.Header().Set("X-Gateway-Error", reason)
+	x.w.WriteHeader(code)
+	_, _ = io.WriteString(x.w, reason+"\n")
+	x.wroteHeader, x.status = true, code
+	return false
+}
+
+// beforeDecision handles an EPP that is unreachable or failed before deciding: fail open to
+// the default endpoints, or fail closed with 503 (unreachable) / 500 (anything else).
+func (x *exchange) beforeDecision(err error) bool {
+	if x.r.Context().Err() != nil {
+		return false // the client left; nobody to answer
+	}
+	if x.g.opts.FailOpen {
+		x.log.Info("EPP failed before deciding; failing open", "err", err)
+		return x.failOpen()
+	}
+	code := http.StatusInternalServerError
+	if status.Code(err) == codes.Unavailable {
+		code = http.StatusServiceUnavailable
+	}
+	return x.fail(code, "EPP failed before deciding (fail-closed): "+err.Error())
+}
+
+// failOpen proxies the original request, untouched, to the default endpoints in order.
+func (x *exchange) failOpen() bool {
+	select {
+	case <-x.body.done:
+	case <-x.ctx.Done():
+		return false
+	}
+	if x.body.err != nil {
+		return false
+	}
+	ub := newReplayBody()
+	ub.append(x.body.data)
+	x.mu.Lock()
+	ub.finish(x.reqTrailers)
+	x.mu.Unlock()
+	defaults := x.g.opts.DefaultEndpoints
+	for i, ep := range defaults {
+		resp, connectFailed, err := x.roundTrip(ep, ub, x.reqHeaders)
+		if err != nil {
+			if connectFailed && i+1 < len(defaults) {
+				continue
+			}
+			if connectFailed {
+				return x.fail(http.StatusServiceUnavailable, fmt.Sprintf("fail-open: none of the default endpoints %v accepted a connection", defaults))
+			}
+			return x.fail(http.StatusBadGateway, fmt.Sprintf("fail-open: upstream %s: %v", ep, err))
+		}
+		x.served = ep
+		return x.copyResponse(resp)
+	}
+	return false
+}
+
+// copyResponse relays an upstream response as is, flushing every read.
+func (x *exchange) copyResponse(resp *http.Response) bool {
+	defer resp.Body.Close()
+	if !x.writeHeader(responseFields(resp)) {
+		return false
+	}
+	buf := make([]byte, chunkSize)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 {
+			if _, werr := x.w.Write(buf[:n]); werr != nil {
+				return false
+			}
+			_ = http.NewResponseController(x.w).Flush()
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return true
+		}
+	}
+	for k, vs := range withValues(resp.Trailer) {
+		for _, v := range vs {
+			x.w.Header().Add(http.TrailerPrefix+k, v)
+		}
+	}
+	return false
+}
+
+// complete half-closes the ext_proc stream once the client has the whole response. The EPP
+// gets up to two seconds to end its side (it releases per-request state then) while the
+// handler returns, so the client is not kept waiting.
+func (x *exchange) complete() bool {
+	x.sendMu.Lock()
+	_ = x.stream.CloseSend()
+	x.sendMu.Unlock()
+	if !x.unlink() {
+		return false // already cancelled
+	}
+	go func() {
+		defer x.streamCancel()
+		t := time.NewTimer(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case _, ok := <-x.msgs:
+				if !ok {
+					return
+				}
+			case <-t.C:
+				return
+			}
+		}
+	}()
+	return false
+}
+
+// cleanup stops everything the exchange started. A client still sending its body is cut off
+// by a read deadline so the body reader ends before the handler returns.
+func (x *exchange) cleanup() {
+	x.cancel()
+	select {
+	case <-x.body.done:
+	default:
+		_ = http.NewResponseController(x.w).SetReadDeadline(time.Now())
+		<-x.body.done
+	}
+}

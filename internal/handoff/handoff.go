@@ -1,0 +1,206 @@
+package handoff
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
+)
+
+// Handoff is one request's PD hand-off, driven by the ext_proc server:
+//
+//	h, err := adapters.New(ctx, in)      // 400/503 before anything is sent
+//	body, aerr := h.Start(streamCtx)     // sync: after the prefill leg; async: at once
+//	forward body to the decode pod; select on h.Failed() and h.PrefillSucceeded() (arm the
+//	watchdog) while the response flows; call h.DecodeResponded() at the decode leg's first
+//	response message, h.AbortDecode(reason) when the watchdog fires, and h.Done() on every path.
+type Handoff struct {
+	a      *Adapters
+	in     Input
+	engine Engine
+	plan   *Plan
+
+	mu      sync.Mutex
+	started bool
+	cancel  context.CancelFunc // of the prefill leg
+
+	stopAbort       context.Context // cancelled once the decode leg responds: no abort retry after
+	stopAbortCancel context.CancelFunc
+	failed          chan *apierror.Error
+	succeeded       chan struct{}
+	responded       atomic.Bool
+	finished        atomic.Bool
+	bg              sync.WaitGroup
+}
+
+// Engine names the adapter, e.g. "sglang".
+func (h *Handoff) Engine() string { return h.engine.Name() }
+
+// Async says whether the prefill leg runs concurrently with the decode leg.
+func (h *Handoff) Async() bool { return h.plan.Async }
+
+// RID is the SGLang rid on both legs ("" for other engines).
+func (h *Handoff) RID() string { return h.plan.RID }
+
+// PrefillBody is the body the prefill leg sends (for traces and contract tests).
+func (h *Handoff) PrefillBody() []byte { return h.plan.PrefillBody }
+
+// Start sends the prefill leg on a context derived from ctx, which must live as long as the
+// request (the ext_proc stream's context): the client going away cancels the prefill leg.
+// Sync engines return the decode body once the prefill leg succeeded, or its failure (status,
+// x-error-pd-prefill); async engines return the decode body at once and report a failure on
+// Failed. Start runs once.
+func (h *Handoff) Start(ctx context.Context) ([]byte, *apierror.Error) {
+	h.mu.Lock()
+	if h.started || h.finished.Load() {
+		h.mu.Unlock()
+		return nil, apierror.Internal("pd_handoff_reused", "a hand-off is started once, before Done")
+	}
+	h.started = true
+	ctx, h.cancel = context.WithCancel(ctx)
+	h.mu.Unlock()
+
+	if h.plan.Async {
+		h.bg.Add(1)
+		go func() {
+			defer h.bg.Done()
+			h.runAsync(ctx)
+		}()
+		return h.plan.DecodeBody, nil
+	}
+	began := time.Now()
+	body, f := h.runSync(ctx)
+	if f != nil {
+		h.a.opts.Observer.PrefillDone(h.engine.Name(), f.Class, StageBeforeResponse, time.Since(began))
+		h.log(f)
+		return nil, f.APIError()
+	}
+	h.a.opts.Observer.PrefillDone(h.engine.Name(), "", StageBeforeResponse, time.Since(began))
+	close(h.succeeded)
+	return body, nil
+}
+
+func (h *Handoff) call() Call {
+	return Call{Target: h.in.Prefill, Path: h.in.Path, Headers: h.in.Headers, RequestID: h.in.RequestID,
+		Body: h.plan.PrefillBody, Timeout: h.in.PD.PrefillRequestTimeout}
+}
+
+func (h *Handoff) runSync(ctx context.Context) ([]byte, *Failure) {
+	resp, f := h.a.opts.Executor.Do(ctx, h.call())
+	if f != nil {
+		return nil, f
+	}
+	body, err := h.engine.Merge(&h.in.Leg, h.plan, resp)
+	if err != nil {
+		return nil, &Failure{Class: ClassBadResponse, Err: err}
+	}
+	return body, nil
+}
+
+func (h *Handoff) runAsync(ctx context.Context) {
+	began := time.Now()
+	_, f := h.a.opts.Executor.Do(ctx, h.call())
+	if f != nil && f.Class == ClassBadResponse && !h.plan.BadResponseFails {
+		// SGLang: a 200 means the KV moved; the decode pod can answer whatever the body says.
+		h.a.opts.Log.V(1).Info("ignoring an unreadable prefill response", "requestID", h.in.RequestID, "error", f.Err)
+		f = nil
+	}
+	if f == nil {
+		h.a.opts.Observer.PrefillDone(h.engine.Name(), "", StageBeforeResponse, time.Since(began))
+		close(h.succeeded)
+		return
+	}
+	if h.finished.Load() {
+		// The request already ended (completed, cancelled or failed another way).
+		return
+	}
+	stage := StageBeforeResponse
+	if h.responded.Load() {
+		stage = StageAfterResponse
+	}
+	h.a.opts.Observer.PrefillDone(h.engine.Name(), f.Class, stage, time.Since(began))
+	h.log(f, "stage", stage)
+	if stage == StageAfterResponse && !h.plan.FailsAfterResponse {
+		return
+	}
+	h.failed <- f.APIError() // buffered; the only send
+	if stage == StageBeforeResponse {
+		h.abort(string(f.Class), true)
+	}
+}
+
+func (h *Handoff) log(f *Failure, kv ...any) {
+	h.a.opts.Log.Info("prefill leg failed", append([]any{"requestID", h.in.RequestID, "engine", h.engine.Name(),
+		"prefill", h.in.Prefill.PodKey(), "class", f.Class, "error", f.Err.Error()}, kv...)...)
+}
+
+// Failed delivers an async prefill leg's failure, at most once: before the decode leg responded,
+// answer the client with it; after, reset the stream (only TensorRT-LLM generation_first reports
+// failures after the decode response; SGLang's are only logged). Nil for sync hand-offs, so a
+// select on it never fires.
+func (h *Handoff) Failed() <-chan *apierror.Error {
+	if !h.plan.Async {
+		return nil
+	}
+	return h.failed
+}
+
+// PrefillSucceeded is closed once the prefill leg succeeded: arm the decode watchdog then.
+func (h *Handoff) PrefillSucceeded() <-chan struct{} { return h.succeeded }
+
+// DecodeResponded records that the decode leg started responding. From then on no abort retry is
+// sent and SGLang prefill failures no longer fail the request.
+func (h *Handoff) DecodeResponded() {
+	h.responded.Store(true)
+	h.stopAbortCancel()
+}
+
+// AbortDecode asks the decode pod to drop the request with a single /abort_request (SGLang only;
+// reason is e.g. the watchdog's Verdict.AbortReason). It returns at once.
+func (h *Handoff) AbortDecode(reason string) { h.abort(reason, false) }
+
+func (h *Handoff) abort(reason string, retry bool) {
+	if h.plan.RID == "" {
+		return // no engine but SGLang has an abort API; its request ends when the stream is reset
+	}
+	policy := AbortPolicy{Timeout: h.in.PD.DecodeAbortTimeout, RetryDelay: h.in.PD.DecodeAbortRetryDelay}
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		res := h.a.opts.Aborter.Abort(h.stopAbort, h.in.Decode, h.plan.RID, policy, retry)
+		h.a.opts.Observer.DecodeAbort(reason, res)
+		if res == AbortError {
+			h.a.opts.Log.Info("decode abort failed", "requestID", h.in.RequestID, "decode", h.in.Decode.PodKey(), "rid", h.plan.RID)
+		}
+	}()
+}
+
+// Done ends the hand-off on every path (completion, failure, client cancel, watchdog): it cancels
+// a prefill leg still running. An abort already under way finishes on its own timeouts; Wait
+// blocks for it. Done is idempotent.
+func (h *Handoff) Done() {
+	if !h.finished.CompareAndSwap(false, true) {
+		return
+	}
+	h.mu.Lock()
+	if h.cancel != nil {
+		h.cancel()
+	}
+	h.mu.Unlock()
+}
+
+// Wait blocks until the hand-off's background work (async prefill leg, aborts) has ended or ctx
+// is done. For tests and graceful shutdown.
+func (h *Handoff) Wait(ctx context.Context) error {
+	ch := make(chan struct{})
+	go func() { h.bg.Wait(); close(ch) }()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return errors.New("hand-off background work still running: " + ctx.Err().Error())
+	}
+}

@@ -1,0 +1,130 @@
+package pd
+
+import (
+	"sync"
+
+	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// lifecycle follows one PD (or combined) request after the pick and releases what the pick
+// registered. For a pair: the prefill request counts as in flight on the prefill pod and
+// the request as a pending decode on the decode pod until the decode pod starts answering
+// (response headers: in sidecar hand-off the prefill leg is over by then) or the hand-off
+// reports PrefillDone; from then on it counts as running on the decode pod until Done,
+// which also feeds the decode pod's drain rate. Every release is idempotent.
+type lifecycle struct {
+	deps *picker.Deps
+	key  string // the destination endpoint's key
+
+	mu             sync.Mutex
+	releasePrefill func()
+	releasePending func()
+	releaseRunning func()
+	finished       bool
+	onDone         []func(error)
+}
+
+func newPairLifecycle(c *Cascade, prefill, decode *pool.Endpoint) *lifecycle {
+	return &lifecycle{deps: c.deps, key: decode.Key(),
+		releasePrefill: c.prefill.Start(prefill.Key()),
+		releasePending: c.pending.Start(decode.Key())}
+}
+
+func newCombinedLifecycle(c *Cascade, e *pool.Endpoint) *lifecycle {
+	return &lifecycle{deps: c.deps, key: e.Key(), releaseRunning: c.deps.Running.Start(e.Key())}
+}
+
+// PrefillDone ends the prefill leg (EPP hand-off calls it when the prefill call returns).
+func (l *lifecycle) PrefillDone(error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.prefillDoneLocked()
+}
+
+func (l *lifecycle) prefillDoneLocked() {
+	if l.releasePrefill != nil {
+		l.releasePrefill()
+		l.releasePrefill = nil
+	}
+}
+
+// ResponseHeaders implements picker.Lifecycle: the decode pod is answering.
+func (l *lifecycle) ResponseHeaders(int, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.finished {
+		return
+	}
+	l.prefillDoneLocked()
+	if l.releasePending != nil {
+		l.releasePending()
+		l.releasePending = nil
+		l.releaseRunning = l.deps.Running.Start(l.key)
+	}
+}
+
+// ResponseBody implements picker.Lifecycle.
+func (l *lifecycle) ResponseBody(int, bool) {}
+
+// Done implements picker.Lifecycle.
+func (l *lifecycle) Done(err error) {
+	l.mu.Lock()
+	if l.finished {
+		l.mu.Unlock()
+		return
+	}
+	l.finished = true
+	l.prefillDoneLocked()
+	for _, rel := range []*func(){&l.releasePending, &l.releaseRunning} {
+		if *rel != nil {
+			(*rel)()
+			*rel = nil
+		}
+	}
+	hooks := l.onDone
+	l.mu.Unlock()
+	if l.deps.Drain != nil {
+		l.deps.Drain.Record(l.key)
+	}
+	for _, h := range hooks {
+		h(err)
+	}
+}
+
+// PrefillObserver is implemented by the Lifecycle of PD decisions: a hand-off that runs
+// the prefill leg itself calls PrefillDone when that call returns.
+type PrefillObserver interface {
+	PrefillDone(err error)
+}
+
+var (
+	_ picker.Lifecycle = (*lifecycle)(nil)
+	_ PrefillObserver  = (*lifecycle)(nil)
+)
+
+// forgetGone drops tracker entries of endpoints no longer in the snapshot.
+func forgetGone(snap *pool.Snapshot, trackers []*load.Tracker, rates []*load.Rate) {
+	if snap == nil {
+		return
+	}
+	live := make(map[string]struct{}, len(snap.Endpoints))
+	for _, e := range snap.Endpoints {
+		live[e.Key()] = struct{}{}
+	}
+	for _, t := range trackers {
+		for _, k := range t.Keys() {
+			if _, ok := live[k]; !ok {
+				t.Forget(k)
+			}
+		}
+	}
+	for _, r := range rates {
+		for _, k := range r.Keys() {
+			if _, ok := live[k]; !ok {
+				r.Forget(k)
+			}
+		}
+	}
+}

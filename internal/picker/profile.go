@@ -1,0 +1,72 @@
+package picker
+
+import (
+	"context"
+	"math"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// Profile is one scheduling profile: filters, weighted scorers and a picker.
+type Profile struct {
+	Name    string
+	Filters []Filter
+	Scorers []WeightedScorer
+	Picker  Picker
+}
+
+// WeightedScorer is a scorer with its weight in the profile's total.
+type WeightedScorer struct {
+	Scorer Scorer
+	Weight float64
+}
+
+// ProfileResult is what one profile chose: Ranked[0] is its pick.
+type ProfileResult struct {
+	Ranked []*pool.Endpoint
+	Scored []ScoredEndpoint
+}
+
+// Run filters, scores and picks. It fails with a 503 naming the filter that removed the
+// last candidate.
+func (p *Profile) Run(ctx context.Context, c *Cycle, eps []*pool.Endpoint) (*ProfileResult, error) {
+	for _, f := range p.Filters {
+		eps = f.Filter(ctx, c, eps)
+		if len(eps) == 0 {
+			return nil, apierror.Unavailable("no_endpoint", "profile %q: filter %q left no endpoint for the request", p.Name, f.Name())
+		}
+	}
+	if len(eps) == 0 {
+		return nil, apierror.Unavailable("no_endpoint", "profile %q: no candidate endpoint", p.Name)
+	}
+	scored := make([]ScoredEndpoint, len(eps))
+	for i, e := range eps {
+		scored[i].Endpoint = e
+	}
+	if len(p.Scorers) > 0 {
+		buf := make([]float64, len(eps))
+		for _, ws := range p.Scorers {
+			clear(buf)
+			ws.Scorer.Score(ctx, c, eps, buf)
+			for i, s := range buf {
+				scored[i].Score += ws.Weight * clamp01(s)
+			}
+		}
+	}
+	ranked := p.Picker.Pick(ctx, c, scored)
+	if len(ranked) == 0 {
+		return nil, apierror.Unavailable("no_endpoint", "profile %q: picker %q chose no endpoint", p.Name, p.Picker.Name())
+	}
+	return &ProfileResult{Ranked: ranked, Scored: scored}, nil
+}
+
+func clamp01(v float64) float64 {
+	switch {
+	case math.IsNaN(v) || v < 0:
+		return 0
+	case v > 1:
+		return 1
+	}
+	return v
+}

@@ -1,0 +1,325 @@
+// Package file feeds the pool Store from a YAML file of endpoints shaped like pods (name,
+// namespace, address, ports, labels, annotations, ready), so Tandem runs the same without a
+// cluster. Parsing is strict and every problem is reported with its path; Watch reloads on
+// change and keeps the last good snapshot when the file turns bad. It must not score or pick.
+//
+// The format:
+//
+//	pool: {name: demo, namespace: default}   # optional
+//	endpoints:
+//	- name: prefill-0
+//	  namespace: default        # default "default"
+//	  address: 127.0.0.1
+//	  ports: [8100]             # or port: 8100; several ports = data-parallel ranks
+//	  labels: {role-name: prefill, roleset-name: group-0}
+//	  annotations: {model.aibrix.ai/config: '{"profiles":{}}'}
+//	  ready: true               # default true; false keeps the entry out of the pool
+//
+// An entry's ports play the InferencePool's target ports for that pod, and the same rules as in
+// Kubernetes apply (internal/pool/podports): rank = index in ports, the active-ports annotation
+// restricts them, model.aibrix.ai/port overrides a single port. A label or annotation the
+// Kubernetes source would only warn about is an error here.
+package file
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/pool/podports"
+)
+
+// maxPorts mirrors the InferencePool's limit of 8 target ports.
+const maxPorts = 8
+
+// Load reads and validates an endpoints file. It returns the endpoints of the ready entries.
+func Load(path string) (pool.Info, []*pool.Endpoint, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return pool.Info{}, nil, fmt.Errorf("endpoints file: %w", err)
+	}
+	info, eps, err := Parse(data)
+	if err != nil {
+		return pool.Info{}, nil, fmt.Errorf("endpoints file %s: %w", path, err)
+	}
+	return info, eps, nil
+}
+
+// Parse validates the file's content. The error lists every problem, one per line, each
+// starting with its path: `endpoints[2].address: "abc" is not an IP address`.
+func Parse(data []byte) (pool.Info, []*pool.Endpoint, error) {
+	p := &parser{}
+	info, entries := p.document(data)
+	if len(p.errs) > 0 {
+		return pool.Info{}, nil, errors.New(strings.Join(p.errs, "\n"))
+	}
+	var eps []*pool.Endpoint
+	for _, e := range entries {
+		if e.ready {
+			eps = append(eps, e.endpoints...)
+		}
+	}
+	return info, eps, nil
+}
+
+type entry struct {
+	ready     bool
+	endpoints []*pool.Endpoint
+}
+
+type parser struct {
+	errs []string
+}
+
+func (p *parser) errorf(path, format string, args ...any) {
+	p.errs = append(p.errs, path+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *parser) document(data []byte) (pool.Info, []entry) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		p.errs = append(p.errs, "the file is empty; it needs `endpoints:` with a list of endpoints")
+		return pool.Info{}, nil
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		p.errs = append(p.errs, "not valid YAML: "+strings.TrimPrefix(err.Error(), "yaml: "))
+		return pool.Info{}, nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		p.errs = append(p.errs, fmt.Sprintf("line %d: a second YAML document; put everything in one", extra.Line))
+		return pool.Info{}, nil
+	}
+	root := doc.Content[0]
+	fields := p.mapping("(top level)", root, "pool", "endpoints")
+	if fields == nil {
+		return pool.Info{}, nil
+	}
+	var info pool.Info
+	if n, ok := fields["pool"]; ok {
+		pf := p.mapping("pool", n, "name", "namespace")
+		info.Name = p.str("pool.name", pf["name"])
+		info.Namespace = p.str("pool.namespace", pf["namespace"])
+	}
+	list, ok := fields["endpoints"]
+	if !ok {
+		p.errorf("endpoints", "required: a list of endpoints (it may be empty: endpoints: [])")
+		return info, nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		p.errorf("endpoints", "must be a list (line %d)", list.Line)
+		return info, nil
+	}
+	var entries []entry
+	names := map[string]int{}     // ns/name -> index
+	hostPorts := map[string]int{} // ip:port -> index
+	for i, n := range list.Content {
+		path := fmt.Sprintf("endpoints[%d]", i)
+		e, ok := p.endpoint(path, n)
+		if !ok {
+			continue
+		}
+		if j, dup := names[e.podKey]; dup {
+			p.errorf(path, "duplicate endpoint %s (also endpoints[%d]); name and namespace must be unique", e.podKey, j)
+			continue
+		}
+		names[e.podKey] = i
+		for _, ep := range e.endpoints {
+			if j, dup := hostPorts[ep.HostPort()]; dup {
+				p.errorf(path, "%s is also served by endpoints[%d]; each address:port may appear once", ep.HostPort(), j)
+				continue
+			}
+			hostPorts[ep.HostPort()] = i
+		}
+		entries = append(entries, e.entry)
+	}
+	return info, entries
+}
+
+type parsedEntry struct {
+	entry
+	podKey string
+}
+
+func (p *parser) endpoint(path string, n *yaml.Node) (parsedEntry, bool) {
+	before := len(p.errs)
+	f := p.mapping(path, n, "name", "namespace", "address", "port", "ports", "labels", "annotations", "ready")
+	if f == nil {
+		return parsedEntry{}, false
+	}
+	name := p.str(path+".name", f["name"])
+	switch {
+	case f["name"] == nil || name == "":
+		p.errorf(path+".name", "required")
+	default:
+		for _, msg := range validation.IsDNS1123Subdomain(name) {
+			p.errorf(path+".name", "%q: %s", name, msg)
+		}
+	}
+	ns := "default"
+	if f["namespace"] != nil {
+		ns = p.str(path+".namespace", f["namespace"])
+		for _, msg := range validation.IsDNS1123Label(ns) {
+			p.errorf(path+".namespace", "%q: %s", ns, msg)
+		}
+	}
+	address := p.str(path+".address", f["address"])
+	if f["address"] == nil || address == "" {
+		p.errorf(path+".address", "required: the IP address the endpoint serves on")
+	} else if a, err := netip.ParseAddr(address); err != nil || a.Zone() != "" {
+		p.errorf(path+".address", "%q is not an IP address", address)
+	}
+	ports := p.ports(path, f["port"], f["ports"])
+	labels := p.stringMap(path+".labels", f["labels"], true)
+	annotations := p.stringMap(path+".annotations", f["annotations"], false)
+	ready := true
+	if n := f["ready"]; n != nil {
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&ready) != nil {
+			p.errorf(path+".ready", "must be true or false, got %q (line %d)", n.Value, n.Line)
+		}
+	}
+	if len(p.errs) > before {
+		return parsedEntry{}, false
+	}
+	eps, warnings := podports.Endpoints(ns, name, address, ports, labels, annotations)
+	for _, w := range warnings {
+		p.errorf(path+"."+w.Field, "%s", w.Problem)
+	}
+	if len(p.errs) > before {
+		return parsedEntry{}, false
+	}
+	return parsedEntry{entry: entry{ready: ready, endpoints: eps}, podKey: ns + "/" + name}, true
+}
+
+func (p *parser) ports(path string, one, many *yaml.Node) []int32 {
+	switch {
+	case one != nil && many != nil:
+		p.errorf(path, "set either port or ports, not both")
+		return nil
+	case one != nil:
+		if port, ok := p.port(path+".port", one); ok {
+			return []int32{port}
+		}
+		return nil
+	case many == nil:
+		p.errorf(path, "port or ports is required")
+		return nil
+	}
+	if many.Kind != yaml.SequenceNode {
+		p.errorf(path+".ports", "must be a list of port numbers (line %d)", many.Line)
+		return nil
+	}
+	if len(many.Content) == 0 || len(many.Content) > maxPorts {
+		p.errorf(path+".ports", "has %d ports; give 1 to %d, as an InferencePool's targetPorts", len(many.Content), maxPorts)
+		return nil
+	}
+	var out []int32
+	seen := map[int32]int{}
+	for i, n := range many.Content {
+		ipath := fmt.Sprintf("%s.ports[%d]", path, i)
+		port, ok := p.port(ipath, n)
+		if !ok {
+			continue
+		}
+		if j, dup := seen[port]; dup {
+			p.errorf(ipath, "duplicate port %d (also ports[%d])", port, j)
+			continue
+		}
+		seen[port] = i
+		out = append(out, port)
+	}
+	return out
+}
+
+func (p *parser) port(path string, n *yaml.Node) (int32, bool) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!int" && n.Tag != "!!str") {
+		p.errorf(path, "must be a port number (line %d)", n.Line)
+		return 0, false
+	}
+	port, err := podports.ParsePort(n.Value)
+	if err != nil {
+		p.errorf(path, "%v", err)
+		return 0, false
+	}
+	return port, true
+}
+
+// mapping checks that n is a mapping whose keys are all known and unique; it returns key -> value.
+func (p *parser) mapping(path string, n *yaml.Node, known ...string) map[string]*yaml.Node {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(path, "must be a mapping with fields %s (line %d)", strings.Join(known, ", "), n.Line)
+		return nil
+	}
+	out := map[string]*yaml.Node{}
+	prefix := path + "."
+	if path == "(top level)" {
+		prefix = ""
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case !slices.Contains(known, k.Value):
+			p.errorf(prefix+k.Value, "unknown field (line %d); known fields: %s", k.Line, strings.Join(known, ", "))
+		case out[k.Value] != nil:
+			p.errorf(prefix+k.Value, "given twice (line %d)", k.Line)
+		default:
+			out[k.Value] = v
+		}
+	}
+	return out
+}
+
+// str reads a scalar as a string; nil reads as "".
+func (p *parser) str(path string, n *yaml.Node) string {
+	if n == nil {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode {
+		p.errorf(path, "must be a string (line %d)", n.Line)
+		return ""
+	}
+	return n.Value
+}
+
+// stringMap reads labels or annotations, with Kubernetes' rules for their keys (and label values).
+func (p *parser) stringMap(path string, n *yaml.Node, isLabels bool) map[string]string {
+	out := map[string]string{}
+	if n == nil {
+		return out
+	}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(path, "must be a mapping of strings (line %d)", n.Line)
+		return out
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		kpath := fmt.Sprintf("%s[%q]", path, k.Value)
+		if v.Kind != yaml.ScalarNode {
+			p.errorf(kpath, "must be a string (line %d); quote JSON values", v.Line)
+			continue
+		}
+		if _, dup := out[k.Value]; dup {
+			p.errorf(kpath, "given twice (line %d)", k.Line)
+			continue
+		}
+		for _, msg := range validation.IsQualifiedName(k.Value) {
+			p.errorf(kpath, "bad key: %s", msg)
+		}
+		if isLabels {
+			for _, msg := range validation.IsValidLabelValue(v.Value) {
+				p.errorf(kpath, "%q: %s", v.Value, msg)
+			}
+		}
+		out[k.Value] = v.Value
+	}
+	return out
+}

@@ -1,0 +1,110 @@
+package prefix
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/load"
+)
+
+func TestHashChainsFullBlocks(t *testing.T) {
+	a := Hash(nil, "aaaabbbbccccdd", 4) // 3 full blocks, "dd" left out
+	b := Hash(nil, "aaaabbbbXXXX", 4)
+	c := Hash(nil, "XXXXbbbbcccc", 4)
+	if len(a) != 3 || len(b) != 3 {
+		t.Fatalf("lens %d %d", len(a), len(b))
+	}
+	if a[0] != b[0] || a[1] != b[1] || a[2] == b[2] {
+		t.Fatal("equal prefixes must hash equal, and only them")
+	}
+	if a[1] == c[1] {
+		t.Fatal("block 1 must depend on block 0 (chained)")
+	}
+	if len(Hash(nil, "abc", 4)) != 0 || BlockBytes(128) != 512 || BlockBytes(0) != 4 {
+		t.Fatal("block sizing")
+	}
+}
+
+func matches(ix *Index, model string, hs []uint64) map[string]float64 {
+	m := map[string]float64{}
+	ix.Match(model, hs, func(k string, pct float64) { m[k] = pct })
+	return m
+}
+
+func TestMatchPercentages(t *testing.T) {
+	clock := load.NewManualClock(time.Unix(1000, 0))
+	ix := NewIndex(Options{Clock: clock, Eviction: time.Minute})
+	hs := Hash(nil, strings.Repeat("0123456789abcdef", 8), 16) // 8 blocks
+	ix.Add("m", hs[:2], "a")                                   // 2 of 8 = 25%
+	ix.Add("m", hs, "b")                                       // 100%
+	ix.Add("other", hs, "c")                                   // another model
+	got := matches(ix, "m", hs)
+	if len(got) != 2 || got["a"] != 25 || got["b"] != 100 {
+		t.Fatalf("%v", got)
+	}
+	// A prompt diverging after block 4: b matches 5 of 6 blocks of the new prompt.
+	other := Hash(nil, strings.Repeat("0123456789abcdef", 5)+"zzzzzzzzzzzzzzzz", 16)
+	if got := matches(ix, "m", other); got["b"] != 500.0/6 || got["a"] != 200.0/6 {
+		t.Fatalf("%v", got)
+	}
+	// Age eviction: b warmed again later, a not.
+	clock.Advance(40 * time.Second)
+	ix.Add("m", hs, "b")
+	clock.Advance(30 * time.Second)
+	if got := matches(ix, "m", hs); len(got) != 1 || got["b"] != 100 {
+		t.Fatalf("after a's eviction age: %v", got)
+	}
+}
+
+func TestMaxBlocksEvictsLeastRecentFromTheTail(t *testing.T) {
+	ix := NewIndex(Options{MaxBlocks: 10})
+	p1 := Hash(nil, strings.Repeat("a", 16*8), 16) // 8 blocks
+	p2 := Hash(nil, strings.Repeat("b", 16*6), 16) // 6 blocks
+	ix.Add("m", p1, "x")
+	ix.Add("m", p2, "y")
+	if ix.Len() != 10 {
+		t.Fatalf("len %d", ix.Len())
+	}
+	// p1 lost its 4 last blocks (tail first), and keeps a usable 4-block prefix.
+	if got := matches(ix, "m", p1); got["x"] != 50 {
+		t.Fatalf("%v", got)
+	}
+	if got := matches(ix, "m", p2); got["y"] != 100 {
+		t.Fatalf("%v", got)
+	}
+	ix.Forget("y")
+	if ix.Len() != 4 || len(matches(ix, "m", p2)) != 0 {
+		t.Fatalf("forget: len %d", ix.Len())
+	}
+}
+
+func TestConcurrentMatchAndAdd(t *testing.T) {
+	ix := NewIndex(Options{MaxBlocks: 500})
+	w := NewWarmer(ix, 16)
+	ctx := t.Context()
+	go w.Run(ctx)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 300 {
+				hs := Hash(nil, fmt.Sprintf("%04d-%s", i%20, strings.Repeat("q", 200)), 16)
+				ix.Match("m", hs, func(string, float64) {})
+				if i%2 == 0 {
+					ix.Add("m", hs, fmt.Sprintf("e%d", g))
+				} else {
+					w.Warm("m", hs, fmt.Sprintf("e%d", g))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ix.Len() > 500 {
+		t.Fatalf("len %d above MaxBlocks", ix.Len())
+	}
+}

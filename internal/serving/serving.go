@@ -1,0 +1,219 @@
+package serving
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/go-logr/logr"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// HealthServices are the gRPC health service names Tandem answers for: lwepp's (what the
+// conformance manifests probe), ext_proc's own (what Envoy's cluster health check asks) and
+// the whole server (""). All are NOT_SERVING until the pool has synced.
+var HealthServices = []string{"inference-extension", extprocv3.ExternalProcessor_ServiceDesc.ServiceName, ""}
+
+// Defaults, lwepp-compatible where lwepp has the same knob.
+const (
+	DefaultGRPCPort       = 9002
+	DefaultHealthPort     = 9003
+	DefaultGracePeriod    = 30 * time.Second
+	DefaultMaxRecvMsgSize = 16 << 20
+)
+
+// Config says where and how to serve.
+type Config struct {
+	// Host is the address to listen on; "" means every interface.
+	Host string
+	// GRPCPort serves ext_proc, HealthPort the gRPC health service. 0 picks a free port
+	// (tests); read the chosen one back with ExtProcAddr and HealthAddr.
+	GRPCPort   int
+	HealthPort int
+	// SecureServing serves ext_proc over TLS (ALPN h2): the pair in CertPath when set
+	// (reloaded on change), otherwise a self-signed certificate made at start.
+	SecureServing bool
+	CertPath      string
+	// GracePeriod is how long open ext_proc streams may run after shutdown starts before
+	// they are cut (default DefaultGracePeriod).
+	GracePeriod time.Duration
+	// MaxRecvMsgSize bounds one ext_proc message (default 16 MiB: a gateway misconfigured to
+	// BUFFERED sends the whole body in one).
+	MaxRecvMsgSize int
+	Logger         logr.Logger
+}
+
+// Server is the pair of gRPC servers, listening from New until Run returns.
+type Server struct {
+	cfg      Config
+	log      logr.Logger
+	store    *pool.Store
+	ext      *grpc.Server
+	healthS  *grpc.Server
+	health   *health.Server
+	extLis   net.Listener
+	hlthLis  net.Listener
+	reloader *certReloader
+}
+
+// New listens on both ports and registers ext on the ext_proc server. Nothing is served
+// until Run. The health of HealthServices follows store's Synced flag.
+func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (*Server, error) {
+	if cfg.GracePeriod <= 0 {
+		cfg.GracePeriod = DefaultGracePeriod
+	}
+	if cfg.MaxRecvMsgSize <= 0 {
+		cfg.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.WithName("serving"), store: store, health: health.NewServer()}
+	for _, name := range HealthServices {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
+		// Gateways keep ext_proc connections open for long; let them ping.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.SecureServing {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
+		if cfg.CertPath != "" {
+			r, err := newCertReloader(cfg.CertPath, s.log)
+			if err != nil {
+				return nil, err
+			}
+			s.reloader = r
+			tc.GetCertificate = r.getCertificate
+		} else {
+			cert, err := SelfSignedCertificate()
+			if err != nil {
+				return nil, err
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	s.ext = grpc.NewServer(opts...)
+	extprocv3.RegisterExternalProcessorServer(s.ext, ext)
+	healthpb.RegisterHealthServer(s.ext, s.health) // Envoy health-checks the ext_proc port itself
+	// Kubelet gRPC probes speak plain text, so the health port never uses TLS.
+	s.healthS = grpc.NewServer()
+	healthpb.RegisterHealthServer(s.healthS, s.health)
+
+	var err error
+	if s.extLis, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.GRPCPort))); err != nil {
+		return nil, fmt.Errorf("listening for ext_proc on --grpc-port %d: %w", cfg.GRPCPort, err)
+	}
+	if s.hlthLis, err = net.Listen("tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(cfg.HealthPort))); err != nil {
+		_ = s.extLis.Close()
+		return nil, fmt.Errorf("listening for gRPC health on --grpc-health-port %d: %w", cfg.HealthPort, err)
+	}
+	return s, nil
+}
+
+// ExtProcAddr is the ext_proc listener's address ("host:port").
+func (s *Server) ExtProcAddr() string { return s.extLis.Addr().String() }
+
+// HealthAddr is the health listener's address ("host:port").
+func (s *Server) HealthAddr() string { return s.hlthLis.Addr().String() }
+
+// Run serves until ctx ends, then shuts down gracefully: health turns NOT_SERVING, the
+// listeners close, open ext_proc streams get GracePeriod to finish and are cut after it.
+// It returns nil after a shutdown and the error when a server fails.
+func (s *Server) Run(ctx context.Context) error {
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	defer stopWatch()
+	if s.reloader != nil {
+		if err := s.reloader.startWatch(watchCtx); err != nil {
+			_ = s.extLis.Close()
+			_ = s.hlthLis.Close()
+			return err
+		}
+	}
+	synced := make(chan struct{})
+	go s.followSync(watchCtx, synced)
+
+	errc := make(chan error, 2)
+	go func() { errc <- serveErr("ext_proc", s.ext.Serve(s.extLis)) }()
+	go func() { errc <- serveErr("health", s.healthS.Serve(s.hlthLis)) }()
+	s.log.Info("serving", "extProc", s.ExtProcAddr(), "health", s.HealthAddr(), "tls", s.cfg.SecureServing)
+
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-errc:
+	}
+	stopWatch()
+	<-synced // followSync has stopped, so Shutdown's NOT_SERVING is final
+	s.health.Shutdown()
+	s.log.Info("shutting down", "gracePeriod", s.cfg.GracePeriod.String())
+
+	drained := make(chan struct{})
+	go func() { s.ext.GracefulStop(); close(drained) }()
+	timer := time.NewTimer(s.cfg.GracePeriod)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+		s.log.Info("grace period over; cutting the remaining ext_proc streams")
+		s.ext.Stop()
+		<-drained
+	}
+	// Health watchers are long-lived streams: stop, do not wait for them.
+	s.healthS.Stop()
+	return failed
+}
+
+// followSync mirrors the pool's Synced flag into the health status until ctx ends.
+func (s *Server) followSync(ctx context.Context, stopped chan<- struct{}) {
+	defer close(stopped)
+	changes := s.store.Changes() // subscribe before the first Load so no publish is missed
+	last, first := false, true
+	for {
+		if synced := s.store.Load().Synced; synced != last || first {
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if synced {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			for _, name := range HealthServices {
+				s.health.SetServingStatus(name, st)
+			}
+			if synced != last {
+				s.log.Info("health", "status", st.String())
+			}
+			last, first = synced, false
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		}
+	}
+}
+
+func serveErr(what string, err error) error {
+	if err == nil || errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return fmt.Errorf("%s server: %w", what, err)
+}
+
+// Run is New followed by Server.Run.
+func Run(ctx context.Context, cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) error {
+	s, err := New(cfg, ext, store)
+	if err != nil {
+		return err
+	}
+	return s.Run(ctx)
+}

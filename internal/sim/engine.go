@@ -1,0 +1,243 @@
+package sim
+
+import (
+	"container/list"
+	"context"
+	"sync"
+)
+
+// engine is one pod's scheduler: a running batch of at most MaxRunning sequences, a FIFO
+// waiting queue, KV capacity in tokens and a prefix cache of blocks with LRU eviction.
+type engine struct {
+	p Params
+
+	mu       sync.Mutex
+	running  int
+	kvUsed   int // tokens reserved by admitted requests and KV held for decode legs
+	queue    list.List
+	cache    prefixCache
+	changed  chan struct{} // closed and replaced on every state change
+	prefillQ int           // SGLang prefill legs waiting for their decode leg
+	decodeQ  int           // decode legs waiting for their KV
+	gen      int64         // output tokens generated
+}
+
+type waiter struct {
+	need     int
+	ready    chan struct{}
+	admitted bool
+}
+
+func newEngine(p Params) *engine {
+	e := &engine{p: p, changed: make(chan struct{})}
+	e.cache.init()
+	return e
+}
+
+// Stats is a snapshot of a pod's scheduler.
+type Stats struct {
+	Running      int // sequences in the running batch
+	Waiting      int // requests in the FIFO queue
+	KVUsedTokens int // reserved KV tokens
+	KVTokens     int // KV capacity
+	CachedBlocks int // blocks in the prefix cache
+	// PrefillBootstrap counts SGLang prefill legs waiting for their decode leg to connect.
+	PrefillBootstrap int
+	// DecodePrealloc counts decode legs waiting for their KV from a prefill pod.
+	DecodePrealloc int
+	// Generated counts output tokens since the pod started.
+	Generated int64
+}
+
+func (e *engine) stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return Stats{Running: e.running, Waiting: e.queue.Len(), KVUsedTokens: e.kvUsed, KVTokens: e.p.KVTokens,
+		CachedBlocks: e.cache.len(), PrefillBootstrap: e.prefillQ, DecodePrealloc: e.decodeQ, Generated: e.gen}
+}
+
+// notifyLocked wakes whoever waits for a state change.
+func (e *engine) notifyLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+func (e *engine) watch() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.changed
+}
+
+// addQueue moves the bootstrap / prealloc gauges.
+func (e *engine) addQueue(prefill, decode int) {
+	e.mu.Lock()
+	e.prefillQ += prefill
+	e.decodeQ += decode
+	e.notifyLocked()
+	e.mu.Unlock()
+}
+
+// generated counts one output token.
+func (e *engine) generated() {
+	e.mu.Lock()
+	e.gen++
+	e.notifyLocked()
+	e.mu.Unlock()
+}
+
+// admission is one request's place in the running batch and its KV reservation.
+type admission struct {
+	e    *engine
+	slot bool
+	kv   int
+	once sync.Once
+}
+
+// admit waits, in FIFO order, for a running slot and need tokens of KV. Only the head of
+// the queue may be admitted, as in vLLM's scheduler, so a large request is not starved.
+func (e *engine) admit(ctx context.Context, need int) (*admission, error) {
+	e.mu.Lock()
+	w := &waiter{need: need, ready: make(chan struct{})}
+	el := e.queue.PushBack(w)
+	e.dispatchLocked()
+	e.notifyLocked()
+	e.mu.Unlock()
+	select {
+	case <-w.ready:
+		return &admission{e: e, slot: true, kv: need}, nil
+	case <-ctx.Done():
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if w.admitted {
+			e.running--
+			e.kvUsed -= need
+		} else {
+			e.queue.Remove(el)
+		}
+		e.dispatchLocked()
+		e.notifyLocked()
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (e *engine) dispatchLocked() {
+	for e.queue.Len() > 0 {
+		w := e.queue.Front().Value.(*waiter)
+		if e.running >= e.p.MaxRunning || e.kvUsed+w.need > e.p.KVTokens {
+			return
+		}
+		e.queue.Remove(e.queue.Front())
+		e.running++
+		e.kvUsed += w.need
+		w.admitted = true
+		close(w.ready)
+	}
+}
+
+// batch is the running batch size that sets the inter-token latency.
+func (e *engine) batch() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running
+}
+
+// leaveBatch frees the running slot but keeps the KV (a prefill leg's KV waiting to be pulled).
+func (a *admission) leaveBatch() {
+	a.e.mu.Lock()
+	if a.slot {
+		a.slot = false
+		a.e.running--
+		a.e.dispatchLocked()
+		a.e.notifyLocked()
+	}
+	a.e.mu.Unlock()
+}
+
+// keep frees the running slot and hands the KV to the caller, who frees it (once) with the
+// returned function; release then does nothing. A prefill leg's KV outlives its request.
+func (a *admission) keep() (free func()) {
+	a.leaveBatch()
+	a.once.Do(func() {})
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.e.mu.Lock()
+			a.e.kvUsed -= a.kv
+			a.e.dispatchLocked()
+			a.e.notifyLocked()
+			a.e.mu.Unlock()
+		})
+	}
+}
+
+// release frees the slot and the KV; safe to call more than once.
+func (a *admission) release() {
+	a.once.Do(func() {
+		a.e.mu.Lock()
+		if a.slot {
+			a.e.running--
+		}
+		a.slot = false
+		a.e.kvUsed -= a.kv
+		a.e.dispatchLocked()
+		a.e.notifyLocked()
+		a.e.mu.Unlock()
+	})
+}
+
+// lookup returns how many leading blocks of hashes the prefix cache holds, touching them.
+func (e *engine) lookup(hashes []uint64) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cache.match(hashes)
+}
+
+// remember puts computed blocks in the prefix cache, evicting the least recently used
+// blocks beyond the KV that reservations leave free.
+func (e *engine) remember(hashes []uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	limit := max(0, (e.p.KVTokens-e.kvUsed)/e.p.BlockSize)
+	e.cache.insert(hashes, limit)
+	e.notifyLocked()
+}
+
+// prefixCache is an LRU set of block hashes.
+type prefixCache struct {
+	order list.List // front = most recently used
+	index map[uint64]*list.Element
+}
+
+func (c *prefixCache) init()    { c.index = map[uint64]*list.Element{} }
+func (c *prefixCache) len() int { return len(c.index) }
+
+func (c *prefixCache) match(hashes []uint64) int {
+	n := 0
+	for _, h := range hashes {
+		el, ok := c.index[h]
+		if !ok {
+			break
+		}
+		c.order.MoveToFront(el)
+		n++
+	}
+	return n
+}
+
+// insert touches the blocks back to front, so a prompt's first blocks (the ones other
+// prompts share) are the last of them to be evicted.
+func (c *prefixCache) insert(hashes []uint64, limit int) {
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
+		if el, ok := c.index[h]; ok {
+			c.order.MoveToFront(el)
+			continue
+		}
+		c.index[h] = c.order.PushFront(h)
+	}
+	for len(c.index) > limit {
+		el := c.order.Back()
+		delete(c.index, el.Value.(uint64))
+		c.order.Remove(el)
+	}
+}

@@ -1,0 +1,161 @@
+package sim
+
+import (
+	"encoding/json"
+	"maps"
+	"strings"
+	"testing"
+)
+
+// aibrixVLLMPrefill is the prefill body AIBrix (and the llm-d sidecar) derive from a client body.
+func aibrixVLLMPrefill(client map[string]any) map[string]any {
+	m := maps.Clone(client)
+	m["kv_transfer_params"] = map[string]any{"do_remote_decode": true, "do_remote_prefill": false,
+		"remote_engine_id": nil, "remote_block_ids": nil, "remote_host": nil, "remote_port": nil}
+	m["max_tokens"], m["max_completion_tokens"], m["stream"] = 1, 1, false
+	delete(m, "stream_options")
+	delete(m, "min_tokens")
+	return m
+}
+
+func vllmPair(t *testing.T) (p, d *Server) {
+	return startPod(t, PodConfig{Engine: EngineVLLM, Role: RolePrefill}), startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode})
+}
+
+func TestVLLMPDFlow(t *testing.T) {
+	p, d := vllmPair(t)
+	std := startPod(t, PodConfig{Engine: EngineVLLM})
+	client := map[string]any{"model": testModel, "messages": []any{map[string]any{"role": "user", "content": strings.Repeat("tell me a story ", 20)}},
+		"max_tokens": 6, "stream": true, "stream_options": map[string]any{"include_usage": true}, "opaque": "kept"}
+	pr := post(t, p.URL(), "/v1/chat/completions", mustJSON(t, aibrixVLLMPrefill(client)))
+	mustStatus(t, pr, 200)
+	kv, _ := pr.json(t)["kv_transfer_params"].(map[string]any)
+	if kv["do_remote_prefill"] != true || kv["do_remote_decode"] != false || kv["remote_engine_id"] != p.EngineID() ||
+		kv["remote_host"] != "127.0.0.1" || kv["tp_size"] != json.Number("1") {
+		t.Fatalf("prefill kv_transfer_params %v", kv)
+	}
+	if port, _ := kv["remote_port"].(json.Number).Int64(); int(port) != p.BootstrapPort() {
+		t.Fatalf("remote_port %v, want the side channel port %d", kv["remote_port"], p.BootstrapPort())
+	}
+	// "user\n" + 320 bytes + "\n" = 326 bytes = 82 prompt tokens, + 1 output token, stay reserved on the prefill pod until the decode pulls them.
+	if st := p.Stats(); st.KVUsedTokens != 83 || st.Running != 0 {
+		t.Fatalf("prefill pod after its leg: %+v", st)
+	}
+	dec := maps.Clone(client)
+	dec["kv_transfer_params"] = kv
+	dr := post(t, d.URL(), "/v1/chat/completions", mustJSON(t, dec))
+	mustStatus(t, dr, 200)
+	if header(t, dr, "X-Sim-Transfer-Seconds") <= 0 || header(t, dr, "X-Sim-Prefill-Seconds") != 0 {
+		t.Fatalf("decode leg should pay transfer, not prefill: %v", dr.header)
+	}
+	if st := p.Stats(); st.KVUsedTokens != 0 {
+		t.Fatalf("prefill pod still holds KV after the pull: %+v", st)
+	}
+	plain := post(t, std.URL(), "/v1/chat/completions", mustJSON(t, client))
+	if a, b := streamText(t, dr.body), streamText(t, plain.body); a != b || a == "" {
+		t.Fatalf("PD answer %q differs from the combined pod's %q", a, b)
+	}
+	// The same blocks cannot be pulled twice.
+	again := post(t, d.URL(), "/v1/chat/completions", mustJSON(t, dec))
+	if again.status != 400 || !strings.Contains(string(again.body), "not held") {
+		t.Fatalf("second pull: %d %s", again.status, again.body)
+	}
+}
+
+func TestVLLMNIXLVariant(t *testing.T) {
+	p, d := vllmPair(t)
+	client := map[string]any{"model": testModel, "prompt": "a neuron prompt", "max_tokens": 3}
+	pre := maps.Clone(client)
+	pre["max_tokens"], pre["stream"] = 1, false
+	pr := post(t, p.URL(), "/v1/completions", mustJSON(t, pre))
+	mustStatus(t, pr, 200)
+	dec := maps.Clone(client)
+	dec["disagg_prefill_resp"] = pr.json(t)
+	mustStatus(t, post(t, d.URL(), "/v1/completions", mustJSON(t, dec)), 200)
+}
+
+func TestVLLMContractViolations(t *testing.T) {
+	p, d := vllmPair(t)
+	client := map[string]any{"model": testModel, "prompt": "the same prompt", "max_tokens": 4}
+	good := aibrixVLLMPrefill(client)
+	edit := func(f func(m, kv map[string]any)) string {
+		m := maps.Clone(good)
+		kv := maps.Clone(m["kv_transfer_params"].(map[string]any))
+		m["kv_transfer_params"] = kv
+		f(m, kv)
+		return mustJSON(t, m)
+	}
+	prefill := []struct {
+		name, body, want string
+	}{
+		{"stream true", edit(func(m, _ map[string]any) { m["stream"] = true }), "stream"},
+		{"stream_options kept", edit(func(m, _ map[string]any) { m["stream_options"] = map[string]any{"include_usage": true} }), "stream_options"},
+		{"max_tokens not 1", edit(func(m, _ map[string]any) { m["max_tokens"] = 4 }), "max_tokens"},
+		{"max_tokens missing", edit(func(m, _ map[string]any) { delete(m, "max_tokens") }), "max_tokens"},
+		{"max_completion_tokens 4", edit(func(m, _ map[string]any) { m["max_completion_tokens"] = 4 }), "max_completion_tokens"},
+		{"remote_host missing", edit(func(_, kv map[string]any) { delete(kv, "remote_host") }), "remote_host"},
+		{"remote_port set", edit(func(_, kv map[string]any) { kv["remote_port"] = 1 }), "remote_port"},
+		{"do_remote_prefill missing", edit(func(_, kv map[string]any) { delete(kv, "do_remote_prefill") }), "do_remote_prefill"},
+		{"do_remote_decode a string", edit(func(_, kv map[string]any) { kv["do_remote_decode"] = "true" }), "do_remote_decode"},
+		{"kv_transfer_params a string", edit(func(m, _ map[string]any) { m["kv_transfer_params"] = "x" }), "must be an object"},
+		{"full request to a prefill pod", mustJSON(t, client), "not a prefill leg"},
+	}
+	for _, c := range prefill {
+		r := post(t, p.URL(), "/v1/completions", c.body)
+		if r.status != 400 || !strings.Contains(string(r.body), c.want) {
+			t.Errorf("prefill %s: %d %s, want 400 naming %q", c.name, r.status, r.body, c.want)
+		}
+	}
+	if r := post(t, d.URL(), "/v1/completions", mustJSON(t, good)); r.status != 400 || !strings.Contains(string(r.body), "role is decode") {
+		t.Errorf("prefill leg to a decode pod: %d %s", r.status, r.body)
+	}
+
+	pr := post(t, p.URL(), "/v1/completions", mustJSON(t, good))
+	mustStatus(t, pr, 200)
+	kvGood := pr.json(t)["kv_transfer_params"].(map[string]any)
+	dedit := func(f func(m, kv map[string]any)) string {
+		m := maps.Clone(client)
+		kv := maps.Clone(kvGood)
+		m["kv_transfer_params"] = kv
+		f(m, kv)
+		return mustJSON(t, m)
+	}
+	decode := []struct {
+		name, body, want string
+	}{
+		{"unknown engine id", dedit(func(_, kv map[string]any) { kv["remote_engine_id"] = "someone-else" }), "remote_engine_id"},
+		{"unknown blocks", dedit(func(_, kv map[string]any) { kv["remote_block_ids"] = []int{999999} }), "remote_block_ids"},
+		{"empty blocks", dedit(func(_, kv map[string]any) { kv["remote_block_ids"] = []int{} }), "remote_block_ids"},
+		{"blocks as strings", dedit(func(_, kv map[string]any) { kv["remote_block_ids"] = []string{"1"} }), "remote_block_ids"},
+		{"port as string", dedit(func(_, kv map[string]any) { kv["remote_port"] = "5600" }), "remote_port"},
+		{"no remote_host", dedit(func(_, kv map[string]any) { kv["remote_host"] = nil }), "remote_host"},
+		{"wrong port", dedit(func(_, kv map[string]any) { kv["remote_port"] = d.BootstrapPort() }), "remote_engine_id"},
+		{"do_remote_decode true", dedit(func(_, kv map[string]any) { kv["do_remote_decode"] = true }), "do_remote_decode"},
+		{"other prompt", dedit(func(m, _ map[string]any) { m["prompt"] = "another prompt" }), "prompt differs"},
+		{"disagg_prefill_resp without kv", mustJSON(t, map[string]any{"model": testModel, "prompt": "x", "disagg_prefill_resp": map[string]any{"id": "x"}}), "disagg_prefill_resp"},
+		{"both forms", dedit(func(m, _ map[string]any) { m["disagg_prefill_resp"] = map[string]any{} }), "not both"},
+	}
+	for _, c := range decode {
+		r := post(t, d.URL(), "/v1/completions", c.body)
+		if r.status != 400 || !strings.Contains(string(r.body), c.want) {
+			t.Errorf("decode %s: %d %s, want 400 naming %q", c.name, r.status, r.body, c.want)
+		}
+	}
+	// "other prompt" consumed the held blocks (a real pull happened); the good leg now finds nothing.
+	if r := post(t, d.URL(), "/v1/completions", dedit(func(_, _ map[string]any) {})); r.status != 400 {
+		t.Errorf("a pull after the blocks were consumed: %d %s", r.status, r.body)
+	}
+	if r := post(t, p.URL(), "/v1/completions", dedit(func(_, _ map[string]any) {})); r.status != 400 || !strings.Contains(string(r.body), "role is prefill") {
+		t.Errorf("decode leg to a prefill pod: %d %s", r.status, r.body)
+	}
+}
+
+func TestVLLMHeldKVExpires(t *testing.T) {
+	params := DefaultParams()
+	params.KVHold = 20 // 20 ms at TimeScale 0.001
+	p := startPod(t, PodConfig{Engine: EngineVLLM, Role: RolePrefill, Params: params})
+	mustStatus(t, post(t, p.URL(), "/v1/completions", mustJSON(t, aibrixVLLMPrefill(map[string]any{"model": testModel, "prompt": "hold me"}))), 200)
+	if _, err := p.WaitStats(testCtx(t), func(st Stats) bool { return st.KVUsedTokens == 0 }); err != nil {
+		t.Fatal(err)
+	}
+}

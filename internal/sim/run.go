@@ -1,0 +1,295 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+type legKind int
+
+const (
+	legPlain   legKind = iota // a whole request computed here
+	legPrefill                // computes the KV, answers one token, hands the KV on
+	legDecode                 // pulls the KV from a prefill pod, then decodes
+)
+
+// contract is one engine's PD wire contract.
+type contract interface {
+	// classify validates what a request carries and says which leg it is.
+	classify(s *Server, q *inferReq) (*leg, *httpError)
+}
+
+// leg is how to serve one request under its engine's contract.
+type leg struct {
+	kind legKind
+	// pull (decode legs) fetches the KV from the prefill pod and returns its token count.
+	pull func(ctx context.Context) (int, *httpError)
+	// beforeAdmit (prefill legs) waits for what must happen first (SGLang: the decode leg connects).
+	beforeAdmit func(ctx context.Context) *httpError
+	// handOff (prefill legs) keeps the computed KV for the decode leg, taking over the
+	// admission's KV, and returns what to add to the answer.
+	handOff func(ctx context.Context, a *admission) (extra, *httpError)
+}
+
+// extra is what a prefill leg adds to its answer.
+type extra struct {
+	top    map[string]any // top-level keys
+	choice map[string]any // keys of choices[0]
+}
+
+// run serves a classified request: wait for KV (decode) or the peer (SGLang prefill), queue
+// for a running slot, prefill or transfer, then answer.
+func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg *leg, f Faults) {
+	out := q.maxTokens
+	if lg.kind == legPrefill {
+		out = 1
+	}
+	need := len(q.ids) + out
+	if need > s.p.KVTokens {
+		writeError(w, badRequest("max_tokens", "prompt (%d tokens) plus output (%d tokens) exceed pod %s's KV capacity of %d tokens", len(q.ids), out, s.cfg.Name, s.p.KVTokens))
+		return
+	}
+	arrived := time.Now()
+	transferred := 0
+	if lg.pull != nil {
+		s.eng.addQueue(0, 1)
+		n, herr := lg.pull(ctx)
+		s.eng.addQueue(0, -1)
+		if herr != nil {
+			s.fail(ctx, w, herr)
+			return
+		}
+		transferred = n
+	}
+	if lg.beforeAdmit != nil {
+		s.eng.addQueue(1, 0)
+		herr := lg.beforeAdmit(ctx)
+		s.eng.addQueue(-1, 0)
+		if herr != nil {
+			s.fail(ctx, w, herr)
+			return
+		}
+	}
+	adm, err := s.eng.admit(ctx, need)
+	if err != nil {
+		s.fail(ctx, w, nil)
+		return
+	}
+	defer adm.release()
+	a := &answer{s: s, w: w, q: q, id: s.nextID(map[bool]string{true: "chatcmpl-", false: "cmpl-"}[q.chat]), created: time.Now().Unix()}
+	a.queue = time.Since(arrived).Seconds() / s.scale
+	s.met.promptTokens.Add(int64(len(q.ids)))
+	hashes := BlockHashes(q.ids, s.p.BlockSize)
+	var compute float64
+	if lg.kind == legDecode {
+		compute = TransferSeconds(s.p, transferred)
+		a.transfer = compute
+	} else {
+		a.cached = CachedTokens(s.p, len(q.ids), s.eng.lookup(hashes))
+		compute = PrefillSeconds(s.p, len(q.ids)-a.cached)
+		a.prefill = compute
+		s.met.cacheQueries.Add(int64(len(q.ids)))
+		s.met.cacheHits.Add(int64(a.cached))
+	}
+	if !s.sleep(ctx, compute) {
+		s.fail(ctx, w, nil)
+		return
+	}
+	s.eng.remember(hashes)
+	if lg.kind != legDecode {
+		s.met.prefillTime.Observe(compute)
+	}
+	if f.HangBeforeFirstToken {
+		if q.stream && lg.kind != legPrefill {
+			a.start()
+		}
+		<-ctx.Done()
+		a.interrupted(ctx)
+		return
+	}
+	if lg.kind == legPrefill {
+		x, herr := lg.handOff(ctx, adm)
+		if herr != nil {
+			s.fail(ctx, w, herr)
+			return
+		}
+		s.met.ttft.Observe(time.Since(arrived).Seconds() / s.scale)
+		a.add(0)
+		s.eng.generated()
+		a.finish(x)
+		return
+	}
+	for i := 0; i < out; i++ {
+		if (i > 0 || lg.kind == legDecode) && !s.sleep(ctx, InterTokenSeconds(s.p, s.eng.batch())) {
+			a.interrupted(ctx)
+			return
+		}
+		if i == 0 {
+			s.met.ttft.Observe(time.Since(arrived).Seconds() / s.scale)
+		}
+		if f.HangAfterTokens > 0 && i == f.HangAfterTokens {
+			<-ctx.Done()
+			a.interrupted(ctx)
+			return
+		}
+		a.add(i)
+		s.eng.generated()
+	}
+	a.finish(extra{})
+}
+
+// fail answers a failed request: herr if given, else why ctx ended (nothing if the client left).
+func (s *Server) fail(ctx context.Context, w http.ResponseWriter, herr *httpError) {
+	if herr != nil {
+		writeError(w, herr)
+		return
+	}
+	if errors.Is(context.Cause(ctx), errAborted) {
+		writeError(w, &httpError{status: http.StatusInternalServerError, typ: "abort", msg: errAborted.Error()})
+	}
+}
+
+// answer writes one response, streamed as SSE chunks or as one JSON object.
+type answer struct {
+	s       *Server
+	w       http.ResponseWriter
+	q       *inferReq
+	id      string
+	created int64
+	started bool
+	text    strings.Builder
+	tokens  int
+	// model seconds and tokens reported in X-Sim-* headers
+	queue, prefill, transfer float64
+	cached                   int
+}
+
+func (a *answer) headers() {
+	h := a.w.Header()
+	h.Set("X-Sim-Pod", a.s.cfg.Name)
+	h.Set("X-Sim-Prompt-Tokens", strconv.Itoa(len(a.q.ids)))
+	h.Set("X-Sim-Cached-Tokens", strconv.Itoa(a.cached))
+	h.Set("X-Sim-Queue-Seconds", strconv.FormatFloat(a.queue, 'g', -1, 64))
+	h.Set("X-Sim-Prefill-Seconds", strconv.FormatFloat(a.prefill, 'g', -1, 64))
+	h.Set("X-Sim-Transfer-Seconds", strconv.FormatFloat(a.transfer, 'g', -1, 64))
+}
+
+// start sends the SSE headers (and chat's role chunk).
+func (a *answer) start() {
+	if a.started {
+		return
+	}
+	a.started = true
+	a.headers()
+	h := a.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	a.w.WriteHeader(http.StatusOK)
+	if a.q.chat {
+		a.chunk(map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil})
+	} else if f, ok := a.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (a *answer) object() string {
+	switch {
+	case a.q.chat && a.q.stream:
+		return "chat.completion.chunk"
+	case a.q.chat:
+		return "chat.completion"
+	}
+	return "text_completion"
+}
+
+func (a *answer) chunk(choice map[string]any) {
+	c := map[string]any{"id": a.id, "object": a.object(), "created": a.created, "model": a.q.model, "choices": []any{choice}}
+	if a.q.usage {
+		c["usage"] = nil
+	}
+	a.event(c)
+}
+
+func (a *answer) event(v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintf(a.w, "data: %s\n\n", b)
+	if f, ok := a.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// add emits output token i.
+func (a *answer) add(i int) {
+	_, tok := outputToken(a.q.hash, i)
+	a.tokens++
+	if !a.q.stream {
+		a.text.WriteString(tok)
+		return
+	}
+	a.start()
+	finish := any(nil)
+	if a.tokens == a.q.maxTokens {
+		finish = "length"
+	}
+	if a.q.chat {
+		a.chunk(map[string]any{"index": 0, "delta": map[string]any{"content": tok}, "logprobs": nil, "finish_reason": finish})
+	} else {
+		a.chunk(map[string]any{"index": 0, "text": tok, "logprobs": nil, "finish_reason": finish})
+	}
+}
+
+func (a *answer) usage() map[string]any {
+	return map[string]any{"prompt_tokens": len(a.q.ids), "completion_tokens": a.tokens, "total_tokens": len(a.q.ids) + a.tokens,
+		"prompt_tokens_details": map[string]any{"cached_tokens": a.cached}}
+}
+
+// finish ends the answer: the usage chunk and [DONE], or the JSON object with x added.
+func (a *answer) finish(x extra) {
+	if a.q.stream {
+		a.start()
+		if a.q.usage {
+			a.event(map[string]any{"id": a.id, "object": a.object(), "created": a.created, "model": a.q.model, "choices": []any{}, "usage": a.usage()})
+		}
+		fmt.Fprint(a.w, "data: [DONE]\n\n")
+		return
+	}
+	var choice map[string]any
+	if a.q.chat {
+		choice = map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": a.text.String()}, "logprobs": nil, "finish_reason": "length"}
+	} else {
+		choice = map[string]any{"index": 0, "text": a.text.String(), "logprobs": nil, "finish_reason": "length", "stop_reason": nil}
+	}
+	for k, v := range x.choice {
+		choice[k] = v
+	}
+	resp := map[string]any{"id": a.id, "object": a.object(), "created": a.created, "model": a.q.model, "choices": []any{choice}, "usage": a.usage()}
+	for k, v := range x.top {
+		resp[k] = v
+	}
+	a.headers()
+	writeJSON(a.w, http.StatusOK, resp)
+}
+
+// interrupted ends an answer whose context ended: an aborted request says so, a departed
+// client gets nothing.
+func (a *answer) interrupted(ctx context.Context) {
+	if !errors.Is(context.Cause(ctx), errAborted) {
+		return
+	}
+	if !a.started {
+		a.s.fail(ctx, a.w, nil)
+		return
+	}
+	if a.q.chat {
+		a.chunk(map[string]any{"index": 0, "delta": map[string]any{}, "logprobs": nil, "finish_reason": "abort"})
+	} else {
+		a.chunk(map[string]any{"index": 0, "text": "", "logprobs": nil, "finish_reason": "abort"})
+	}
+	fmt.Fprint(a.w, "data: [DONE]\n\n")
+}

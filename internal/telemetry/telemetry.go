@@ -1,0 +1,486 @@
+// Package telemetry owns Tandem's own Prometheus metrics: the seed's gateway_* and pd_* series,
+// and tandem_* series for decisions, latency, streams, scrapes and the pool. It registers on
+// the one registry it is given (never the global one), keeps label sets bounded, and drops a
+// pod's series when the pod leaves. It must not decide or route anything.
+package telemetry
+
+import (
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// Outcome is how a request was routed, a bounded label value of tandem_decisions_total.
+type Outcome string
+
+// Decision outcomes.
+const (
+	OutcomePD       Outcome = "pd"       // a prefill/decode pair
+	OutcomeCombined Outcome = "combined" // a combined (standard) pod inside the PD strategy
+	OutcomeSingle   Outcome = "single"   // one pod by a non-PD strategy
+	OutcomeError    Outcome = "error"    // no destination; the client got an error
+)
+
+// otherValue replaces label values past a label's cardinality cap.
+const otherValue = "other"
+
+// Caps on distinct values of labels whose values come from requests or configuration.
+const (
+	maxModels  = 64
+	maxSmall   = 32 // strategies, steps, statuses, classes, phases, results, sources
+	maxPlugins = 64
+)
+
+// Def describes one metric Tandem exports; docs/metrics.md is checked against the registry.
+type Def struct {
+	Name   string
+	Type   string // counter, gauge, histogram
+	Labels []string
+	Help   string
+}
+
+// Metrics is Tandem's set of Prometheus metrics. All methods are safe for concurrent use.
+type Metrics struct {
+	defs []Def
+
+	// The seed's.
+	requestModelFail    *prometheus.CounterVec
+	prefillSuccess      *prometheus.CounterVec
+	prefillFail         *prometheus.CounterVec
+	pdPrefillFailure    *prometheus.CounterVec
+	pdDecodeAbort       *prometheus.CounterVec
+	pdDecodeWatchdog    *prometheus.CounterVec
+	tokenLoadActive     *prometheus.GaugeVec
+	tokenLoadKV         *prometheus.GaugeVec
+	tokenLoadDecode     *prometheus.GaugeVec
+	bucketBand          *prometheus.CounterVec
+	bucketPromptTokens  *prometheus.CounterVec
+	bucketBandMax       *prometheus.GaugeVec
+	selectedPrefillPods *prometheus.CounterVec
+	selectedDecodePods  *prometheus.CounterVec
+
+	// Tandem's.
+	decisions        *prometheus.CounterVec
+	pickDuration     *prometheus.HistogramVec
+	pluginDuration   *prometheus.HistogramVec
+	streamsOpen      prometheus.Gauge
+	streamsTotal     prometheus.Counter
+	requestBodyBytes prometheus.Histogram
+	ttft             *prometheus.HistogramVec
+	interToken       *prometheus.HistogramVec
+	scrapeDuration   *prometheus.HistogramVec
+	scrapeErrors     *prometheus.CounterVec
+	scrapeStale      *prometheus.GaugeVec
+	configErrors     *prometheus.CounterVec
+	poolEndpoints    *prometheus.GaugeVec
+	pdRolesets       *prometheus.GaugeVec
+	endpointRunning  *prometheus.GaugeVec
+	endpointWaiting  *prometheus.GaugeVec
+	endpointKVUsage  *prometheus.GaugeVec
+	caps             map[string]*labelCap
+	podsMu           sync.Mutex
+	pods             map[string][2]string // pod key -> namespace, name, as of the last snapshot
+}
+
+// New builds Tandem's metrics and registers them on reg.
+func New(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("telemetry.New: a prometheus.Registerer is required (Tandem never uses the global registry)")
+	}
+	m := &Metrics{pods: map[string][2]string{}, caps: map[string]*labelCap{
+		"model": newLabelCap(maxModels), "plugin": newLabelCap(maxPlugins), "engine": newLabelCap(maxSmall),
+		"strategy": newLabelCap(maxSmall), "step": newLabelCap(maxSmall), "status": newLabelCap(maxSmall),
+		"class": newLabelCap(maxSmall), "stage": newLabelCap(maxSmall), "result": newLabelCap(maxSmall),
+		"phase": newLabelCap(maxSmall), "source": newLabelCap(maxSmall),
+	}}
+	podLabels := []string{"namespace", "pod_name"}
+	epLabels := []string{"namespace", "pod_name", "port"}
+
+	m.requestModelFail = m.counterVec("gateway_request_model_fail_total", "Requests that failed, by model, failure status and HTTP status code (the seed's name).", "model", "status", "status_code")
+	m.prefillSuccess = m.counterVec("gateway_prefill_request_success_total", "Prefill legs that succeeded (the seed's name).", "status", "status_code")
+	m.prefillFail = m.counterVec("gateway_prefill_request_fail_total", "Prefill legs or pair selections that failed, by failure status and HTTP status code (the seed's name).", "status", "status_code")
+	m.pdPrefillFailure = m.counterVec("gateway_pd_prefill_failure_total", "Terminal prefill-leg failures in PD fail-fast, by failure class and whether the decode leg had responded (stage).", "class", "stage")
+	m.pdDecodeAbort = m.counterVec("gateway_pd_decode_abort_total", "Decode aborts sent (or skipped) after a prefill failure or watchdog, by cause and result.", "prefill_failure_class", "result")
+	m.pdDecodeWatchdog = m.counterVec("gateway_pd_decode_watchdog_total", "Decode watchdog firings, by phase (first_response, stream_idle).", "phase")
+	m.tokenLoadActive = m.gaugeVec("pd_token_load_active_tokens", "Prefill token-load ledger: tokens charged to a prefill pod whose prefill call has not returned.", podLabels...)
+	m.tokenLoadKV = m.gaugeVec("pd_token_load_kv_tokens", "Prefill token-load ledger: tokens charged to a prefill pod whose request has not completed.", podLabels...)
+	m.tokenLoadDecode = m.gaugeVec("pd_token_load_decode_tokens", "Decode token-load ledger: prompt tokens held by a decode pod (decode policy token_load).", podLabels...)
+	m.bucketBand = m.counterVec("pd_bucket_serve_band_total", "Requests whose prompt length fell in a bucket-serve band, by the band's roleset.", "roleset")
+	m.bucketPromptTokens = m.counterVec("pd_bucket_serve_prompt_tokens_total", "Prompt tokens of requests routed by a bucket-serve band, by roleset.", "roleset")
+	m.bucketBandMax = m.gaugeVec("pd_bucket_serve_band_max", "Highest prompt-length upper bound among a roleset's bucket-serve bands (deleted when the roleset leaves the plan).", "roleset")
+	m.selectedPrefillPods = m.counterVec("pd_selected_prefill_pod_total", "Times a pod was selected as the prefill side of a PD pair.", podLabels...)
+	m.selectedDecodePods = m.counterVec("pd_selected_decode_pod_total", "Times a pod was selected as the decode side of a PD pair.", podLabels...)
+
+	m.decisions = m.counterVec("tandem_decisions_total", "Routing decisions, by strategy, outcome (pd, combined, single, error) and the step that decided.", "strategy", "outcome", "step")
+	m.pickDuration = m.histogramVec("tandem_pick_duration_seconds", "Time to pick a destination (the whole scheduler call), by strategy.", latencyBuckets, "strategy")
+	m.pluginDuration = m.histogramVec("tandem_plugin_duration_seconds", "Time spent in one scheduling plugin (filter, scorer, picker) per call.", latencyBuckets, "plugin")
+	m.streamsOpen = m.gauge("tandem_extproc_streams_open", "ext_proc streams currently open.")
+	m.streamsTotal = m.counter("tandem_extproc_streams_total", "ext_proc streams opened since start.")
+	m.requestBodyBytes = m.histogram("tandem_request_body_bytes", "Size of request bodies Tandem parsed, in bytes.", prometheus.ExponentialBuckets(256, 4, 9))
+	m.ttft = m.histogramVec("tandem_time_to_first_token_seconds", "Time from the request reaching Tandem to the first response body chunk, by model and the serving pod's role.", ttftBuckets, "model", "role")
+	m.interToken = m.histogramVec("tandem_inter_token_latency_seconds", "Time between response body chunks of a streamed response, by model and the serving pod's role.", itlBuckets, "model", "role")
+	m.scrapeDuration = m.histogramVec("tandem_scrape_duration_seconds", "Time to scrape and parse one model server's metrics, by engine.", scrapeBuckets, "engine")
+	m.scrapeErrors = m.counterVec("tandem_scrape_errors_total", "Failed metric scrapes, by endpoint and reason (timeout, connect, http_status, too_large, parse).", append(epLabels, "reason")...)
+	m.scrapeStale = m.gaugeVec("tandem_scrape_stale", "1 while an endpoint's engine metrics are stale (no good scrape within the staleness threshold), else 0.", epLabels...)
+	m.configErrors = m.counterVec("tandem_config_errors_total", "Bad per-pod configuration (annotations, labels) that Tandem ignored, by pod and source.", "namespace", "pod_name", "source")
+	m.poolEndpoints = m.gaugeVec("tandem_pool_endpoints", "Endpoints in the pool snapshot, by role (prefill, decode, standard).", "role")
+	m.pdRolesets = m.gaugeVec("tandem_pd_rolesets", "Rolesets in the pool by state: complete (has prefill and decode endpoints) or incomplete (only one side).", "state")
+	m.endpointRunning = m.gaugeVec("tandem_endpoint_running_requests", "Requests running in the engine, as last scraped.", append(epLabels, "role")...)
+	m.endpointWaiting = m.gaugeVec("tandem_endpoint_waiting_requests", "Requests queued in the engine, as last scraped.", append(epLabels, "role")...)
+	m.endpointKVUsage = m.gaugeVec("tandem_endpoint_kv_cache_usage_ratio", "KV-cache utilisation of the engine (0..1), as last scraped.", append(epLabels, "role")...)
+
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("telemetry.New: register: %w", err)
+		}
+	}
+	return m, nil
+}
+
+var (
+	latencyBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+	ttftBuckets    = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160}
+	itlBuckets     = []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5}
+	scrapeBuckets  = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+)
+
+// Defs lists every metric Tandem exports, in registration order.
+func (m *Metrics) Defs() []Def { return append([]Def(nil), m.defs...) }
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requestModelFail, m.prefillSuccess, m.prefillFail, m.pdPrefillFailure, m.pdDecodeAbort,
+		m.pdDecodeWatchdog, m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.bucketBand, m.bucketPromptTokens,
+		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.decisions, m.pickDuration, m.pluginDuration,
+		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.scrapeDuration, m.scrapeErrors,
+		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage}
+}
+
+func (m *Metrics) def(name, typ, help string, labels []string) {
+	m.defs = append(m.defs, Def{Name: name, Type: typ, Labels: append([]string(nil), labels...), Help: help})
+}
+
+func (m *Metrics) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	m.def(name, "counter", help, labels)
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+}
+
+func (m *Metrics) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	m.def(name, "gauge", help, labels)
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, labels)
+}
+
+func (m *Metrics) histogramVec(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+	m.def(name, "histogram", help, labels)
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+}
+
+func (m *Metrics) counter(name, help string) prometheus.Counter {
+	m.def(name, "counter", help, nil)
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func (m *Metrics) gauge(name, help string) prometheus.Gauge {
+	m.def(name, "gauge", help, nil)
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func (m *Metrics) histogram(name, help string, buckets []float64) prometheus.Histogram {
+	m.def(name, "histogram", help, nil)
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+}
+
+// labelCap bounds the distinct values of one label: past max, new values become "other".
+type labelCap struct {
+	mu   sync.RWMutex
+	seen map[string]struct{}
+	max  int
+}
+
+func newLabelCap(max int) *labelCap { return &labelCap{seen: map[string]struct{}{}, max: max} }
+
+func (c *labelCap) value(v string) string {
+	c.mu.RLock()
+	_, ok := c.seen[v]
+	c.mu.RUnlock()
+	if ok {
+		return v
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seen[v]; ok {
+		return v
+	}
+	if len(c.seen) >= c.max {
+		return otherValue
+	}
+	c.seen[v] = struct{}{}
+	return v
+}
+
+func (m *Metrics) bound(label, v string) string {
+	if v == "" {
+		v = "unknown"
+	}
+	return m.caps[label].value(v)
+}
+
+func role(r pool.Role) string {
+	switch r {
+	case pool.RolePrefill, pool.RoleDecode, pool.RoleStandard:
+		return string(r)
+	}
+	return string(pool.RoleStandard)
+}
+
+// ---- Request path (ext_proc server, picker) ----
+
+// StreamOpened counts an ext_proc stream; call the returned function when it ends (idempotent).
+func (m *Metrics) StreamOpened() (closed func()) {
+	m.streamsTotal.Inc()
+	m.streamsOpen.Inc()
+	var once sync.Once
+	return func() { once.Do(m.streamsOpen.Dec) }
+}
+
+// RequestBody records the size of a request body Tandem parsed.
+func (m *Metrics) RequestBody(bytes int) { m.requestBodyBytes.Observe(float64(bytes)) }
+
+// Decision records one routing decision: the strategy, its outcome, the step that decided
+// (e.g. the seed's cascade step), and how long the pick took.
+func (m *Metrics) Decision(strategy string, outcome Outcome, step string, took time.Duration) {
+	switch outcome {
+	case OutcomePD, OutcomeCombined, OutcomeSingle, OutcomeError:
+	default:
+		outcome = otherValue
+	}
+	strategy = m.bound("strategy", strategy)
+	m.decisions.WithLabelValues(strategy, string(outcome), m.bound("step", step)).Inc()
+	m.pickDuration.WithLabelValues(strategy).Observe(took.Seconds())
+}
+
+// PluginLatency records one call of a scheduling plugin.
+func (m *Metrics) PluginLatency(plugin string, took time.Duration) {
+	m.pluginDuration.WithLabelValues(m.bound("plugin", plugin)).Observe(took.Seconds())
+}
+
+// TimeToFirstToken records the time from the request to the first response body chunk.
+func (m *Metrics) TimeToFirstToken(model string, r pool.Role, d time.Duration) {
+	m.ttft.WithLabelValues(m.bound("model", model), role(r)).Observe(d.Seconds())
+}
+
+// InterTokenLatency records the gap between two response body chunks of a streamed response.
+func (m *Metrics) InterTokenLatency(model string, r pool.Role, d time.Duration) {
+	m.interToken.WithLabelValues(m.bound("model", model), role(r)).Observe(d.Seconds())
+}
+
+// RequestModelFail counts a failed request (gateway_request_model_fail_total), e.g.
+// ("m", "pd_decode_watchdog", 504).
+func (m *Metrics) RequestModelFail(model, status string, code int) {
+	m.requestModelFail.WithLabelValues(m.bound("model", model), m.bound("status", status), strconv.Itoa(code)).Inc()
+}
+
+// PrefillRequestSuccess counts a successful prefill leg, with the seed's labels
+// status="pd-prefill-request-success", status_code="200".
+func (m *Metrics) PrefillRequestSuccess() {
+	m.prefillSuccess.WithLabelValues("pd-prefill-request-success", "200").Inc()
+}
+
+// PrefillRequestFail counts a failed prefill leg or pair selection, e.g.
+// ("pd-do-prefill-request-error", 500) or ("deadline_exceeded", 504).
+func (m *Metrics) PrefillRequestFail(status string, code int) {
+	m.prefillFail.WithLabelValues(m.bound("status", status), strconv.Itoa(code)).Inc()
+}
+
+// PrefillFailure counts a terminal prefill failure in PD fail-fast; stage is before_response
+// or after_response.
+func (m *Metrics) PrefillFailure(class, stage string) {
+	m.pdPrefillFailure.WithLabelValues(m.bound("class", class), m.bound("stage", stage)).Inc()
+}
+
+// DecodeAbort counts a decode abort and its result (ok, error, skipped_*).
+func (m *Metrics) DecodeAbort(prefillFailureClass, result string) {
+	m.pdDecodeAbort.WithLabelValues(m.bound("class", prefillFailureClass), m.bound("result", result)).Inc()
+}
+
+// DecodeWatchdog counts a decode watchdog firing in a phase (first_response, stream_idle).
+func (m *Metrics) DecodeWatchdog(phase string) {
+	m.pdDecodeWatchdog.WithLabelValues(m.bound("phase", phase)).Inc()
+}
+
+// SelectedPair counts the pods of a chosen PD pair; either may be nil.
+func (m *Metrics) SelectedPair(prefill, decode *pool.Endpoint) {
+	if prefill != nil {
+		m.selectedPrefillPods.WithLabelValues(prefill.Namespace, prefill.Name).Inc()
+	}
+	if decode != nil {
+		m.selectedDecodePods.WithLabelValues(decode.Namespace, decode.Name).Inc()
+	}
+}
+
+// ---- Token-load ledgers and bucket serving ----
+
+// SetTokenLoad publishes a prefill pod's ledger (pd_token_load_active_tokens / _kv_tokens).
+func (m *Metrics) SetTokenLoad(namespace, pod string, active, kv float64) {
+	m.tokenLoadActive.WithLabelValues(namespace, pod).Set(active)
+	m.tokenLoadKV.WithLabelValues(namespace, pod).Set(kv)
+}
+
+// SetDecodeTokens publishes a decode pod's ledger (pd_token_load_decode_tokens).
+func (m *Metrics) SetDecodeTokens(namespace, pod string, tokens float64) {
+	m.tokenLoadDecode.WithLabelValues(namespace, pod).Set(tokens)
+}
+
+// DeleteTokenLoad drops a pod's ledger series (the janitor pruned it).
+func (m *Metrics) DeleteTokenLoad(namespace, pod string) {
+	l := prometheus.Labels{"namespace": namespace, "pod_name": pod}
+	m.tokenLoadActive.Delete(l)
+	m.tokenLoadKV.Delete(l)
+	m.tokenLoadDecode.Delete(l)
+}
+
+// BucketServeBand counts a request routed by a bucket-serve band of a roleset.
+func (m *Metrics) BucketServeBand(roleset string, promptTokens int) {
+	m.bucketBand.WithLabelValues(roleset).Inc()
+	m.bucketPromptTokens.WithLabelValues(roleset).Add(float64(promptTokens))
+}
+
+// SetBucketServeBandMax publishes the highest upper bound among a roleset's bands.
+func (m *Metrics) SetBucketServeBandMax(roleset string, max int) {
+	m.bucketBandMax.WithLabelValues(roleset).Set(float64(max))
+}
+
+// DropBucketServeRoleset deletes a roleset's band gauge (it was dropped from the plan).
+func (m *Metrics) DropBucketServeRoleset(roleset string) {
+	m.bucketBandMax.DeleteLabelValues(roleset)
+}
+
+// PodConfigError counts a bad per-pod setting (annotation or label) Tandem ignored.
+func (m *Metrics) PodConfigError(namespace, pod, source string) {
+	m.configErrors.WithLabelValues(namespace, pod, m.bound("source", source)).Inc()
+}
+
+// DropPod deletes every series of a pod (all its ports). PoolChanged calls it for pods that
+// left the pool; call it directly when the pool is not fed through the scraper.
+func (m *Metrics) DropPod(namespace, pod string) {
+	l := prometheus.Labels{"namespace": namespace, "pod_name": pod}
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.selectedPrefillPods, m.selectedDecodePods,
+		m.scrapeErrors, m.scrapeStale, m.configErrors, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// ---- metrics.Observer: what the scraper sees ----
+
+var _ metrics.Observer = (*Metrics)(nil)
+
+func epLabels(ep *pool.Endpoint) prometheus.Labels {
+	return prometheus.Labels{"namespace": ep.Namespace, "pod_name": ep.Name, "port": strconv.Itoa(int(ep.Port))}
+}
+
+// ScrapeDone implements metrics.Observer.
+func (m *Metrics) ScrapeDone(ep *pool.Endpoint, took time.Duration, errClass string) {
+	m.scrapeDuration.WithLabelValues(m.bound("engine", ep.Engine)).Observe(took.Seconds())
+	if errClass != "" {
+		m.scrapeErrors.WithLabelValues(ep.Namespace, ep.Name, strconv.Itoa(int(ep.Port)), errClass).Inc()
+	}
+}
+
+// EndpointSample implements metrics.Observer: the scraped load signals, per endpoint.
+func (m *Metrics) EndpointSample(ep *pool.Endpoint, s *metrics.Sample) {
+	port, r := strconv.Itoa(int(ep.Port)), role(ep.Role)
+	m.scrapeStale.WithLabelValues(ep.Namespace, ep.Name, port).Set(0)
+	setOrDelete(m.endpointRunning, s.HasRunning, s.Running, ep.Namespace, ep.Name, port, r)
+	setOrDelete(m.endpointWaiting, s.HasWaiting, s.Waiting, ep.Namespace, ep.Name, port, r)
+	setOrDelete(m.endpointKVUsage, s.HasKVUsage, s.KVUsage, ep.Namespace, ep.Name, port, r)
+}
+
+func setOrDelete(g *prometheus.GaugeVec, has bool, v float64, lv ...string) {
+	if has {
+		g.WithLabelValues(lv...).Set(v)
+	} else {
+		g.DeleteLabelValues(lv...)
+	}
+}
+
+// EndpointStale implements metrics.Observer. A stale endpoint's load series are deleted, so
+// dashboards and skew alerts never read a frozen value.
+func (m *Metrics) EndpointStale(ep *pool.Endpoint, stale bool) {
+	l := epLabels(ep)
+	if stale {
+		m.scrapeStale.With(l).Set(1)
+		m.endpointRunning.DeletePartialMatch(l)
+		m.endpointWaiting.DeletePartialMatch(l)
+		m.endpointKVUsage.DeletePartialMatch(l)
+		return
+	}
+	m.scrapeStale.With(l).Set(0)
+}
+
+// EndpointGone implements metrics.Observer: the endpoint's series are deleted.
+func (m *Metrics) EndpointGone(ep *pool.Endpoint) {
+	l := epLabels(ep)
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.scrapeErrors, m.scrapeStale, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// ConfigError implements metrics.Observer.
+func (m *Metrics) ConfigError(ep *pool.Endpoint, source string, _ error) {
+	m.PodConfigError(ep.Namespace, ep.Name, source)
+}
+
+// PoolChanged implements metrics.Observer: endpoints by role, complete and incomplete PD
+// rolesets, and the series of pods that left are dropped.
+func (m *Metrics) PoolChanged(snap *pool.Snapshot) {
+	byRole := map[pool.Role]int{pool.RolePrefill: 0, pool.RoleDecode: 0, pool.RoleStandard: 0}
+	type sides struct{ prefill, decode bool }
+	rolesets := map[string]*sides{}
+	pods := make(map[string][2]string, len(snap.Endpoints))
+	for _, ep := range snap.Endpoints {
+		byRole[ep.Role]++
+		pods[ep.PodKey()] = [2]string{ep.Namespace, ep.Name}
+		if ep.Roleset == "" || ep.Role == pool.RoleStandard {
+			continue
+		}
+		s := rolesets[ep.Roleset]
+		if s == nil {
+			s = &sides{}
+			rolesets[ep.Roleset] = s
+		}
+		s.prefill = s.prefill || ep.Role == pool.RolePrefill
+		s.decode = s.decode || ep.Role == pool.RoleDecode
+	}
+	for r, n := range byRole {
+		m.poolEndpoints.WithLabelValues(string(r)).Set(float64(n))
+	}
+	complete, incomplete := 0, 0
+	for _, s := range rolesets {
+		if s.prefill && s.decode {
+			complete++
+		} else {
+			incomplete++
+		}
+	}
+	m.pdRolesets.WithLabelValues("complete").Set(float64(complete))
+	m.pdRolesets.WithLabelValues("incomplete").Set(float64(incomplete))
+
+	m.podsMu.Lock()
+	prev := m.pods
+	m.pods = pods
+	m.podsMu.Unlock()
+	for key, nn := range prev {
+		if _, ok := pods[key]; !ok {
+			m.DropPod(nn[0], nn[1])
+		}
+	}
+}
