@@ -27,8 +27,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/telemetry"
 )
 
 func main() {
@@ -89,7 +92,11 @@ func main() {
 	// 2. Keep every endpoint fresh with the real Scraper at the default interval.
 	ps, samples := pool.NewStore(), metrics.NewStore()
 	ps.Publish(pool.Info{}, eps, true)
-	obs := &countingObserver{}
+	tm, err := telemetry.New(prometheus.NewRegistry())
+	if err != nil {
+		fail("%v", err)
+	}
+	obs := &countingObserver{Metrics: tm}
 	s, err := metrics.NewScraper(ps, samples, metrics.ScrapeOptions{Interval: interval, Observer: obs})
 	if err != nil {
 		fail("%v", err)
@@ -136,20 +143,21 @@ func main() {
 	}
 }
 
-type countingObserver struct{ ok, errs atomic.Int64 }
+// countingObserver is Tandem's telemetry (as cmd/epp wires it, so its cost is counted) that
+// also counts scrapes.
+type countingObserver struct {
+	*telemetry.Metrics
+	ok, errs atomic.Int64
+}
 
-func (c *countingObserver) ScrapeDone(_ *pool.Endpoint, _ time.Duration, class string) {
+func (c *countingObserver) ScrapeDone(ep *pool.Endpoint, took time.Duration, class string) {
+	c.Metrics.ScrapeDone(ep, took, class)
 	if class == "" {
 		c.ok.Add(1)
 	} else {
 		c.errs.Add(1)
 	}
 }
-func (c *countingObserver) EndpointSample(*pool.Endpoint, *metrics.Sample) {}
-func (c *countingObserver) EndpointStale(*pool.Endpoint, bool)             {}
-func (c *countingObserver) EndpointGone(*pool.Endpoint)                    {}
-func (c *countingObserver) ConfigError(*pool.Endpoint, string, error)      {}
-func (c *countingObserver) PoolChanged(*pool.Snapshot)                     {}
 
 // startChild runs this binary with -serve and reads the ports it listens on.
 func startChild(n int, page string) ([]int, func()) {

@@ -36,7 +36,7 @@ type setup struct {
 
 func build(ctx context.Context, n int, rng *rand.Rand) setup {
 	gw := config.DefaultPD()
-	deps := picker.NewDeps(nil, gw.PrefixCache.MaxBlocks)
+	deps := picker.NewDeps(nil, gw.PrefixCache)
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 4096)
 	go deps.Warmer.Run(ctx)
 	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw})

@@ -78,6 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&p.TransferBase, "transfer-base-seconds", p.TransferBase, "KV transfer: constant term")
 	fs.Float64Var(&p.TransferPerToken, "transfer-per-token-seconds", p.TransferPerToken, "KV transfer: per token")
 	fs.IntVar(&p.MaxRunning, "max-running", p.MaxRunning, "running batch size; more requests wait")
+	fs.IntVar(&p.PrefillLanes, "prefill-lanes", p.PrefillLanes, "prefills computed at once; more wait")
 	fs.IntVar(&p.KVTokens, "kv-tokens", p.KVTokens, "KV capacity in tokens")
 	fs.IntVar(&p.BlockSize, "block-size", p.BlockSize, "KV and prefix-cache block size in tokens")
 	fs.IntVar(&p.DefaultMaxTokens, "default-max-tokens", p.DefaultMaxTokens, "output tokens when a request sets no max_tokens")

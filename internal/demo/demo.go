@@ -89,23 +89,31 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// FindDataDir returns ../shared/data relative to the repository root, found by walking up
-// from the working directory to Tandem's go.mod.
-func FindDataDir() (string, error) {
+// FindRepoRoot walks up from the working directory to Tandem's go.mod.
+func FindRepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
 		if isTandemRoot(dir) {
-			return filepath.Join(dir, "..", "shared", "data"), nil
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("demo: not inside the Tandem repository (no go.mod with module github.com/tandem-epp/tandem above the working directory); pass --data DIR")
+			return "", errors.New("demo: not inside the Tandem repository (no go.mod with module github.com/tandem-epp/tandem above the working directory)")
 		}
 		dir = parent
 	}
+}
+
+// FindDataDir returns ../shared/data relative to the repository root.
+func FindDataDir() (string, error) {
+	root, err := FindRepoRoot()
+	if err != nil {
+		return "", fmt.Errorf("%w; pass --data DIR", err)
+	}
+	return filepath.Join(root, "..", "shared", "data"), nil
 }
 
 func isTandemRoot(dir string) bool {

@@ -153,8 +153,9 @@ other_metric{outcome="pd"} 99
 }
 
 // standInEPP runs an EPP from the parts in the tree (file pool source, ext_proc server,
-// gRPC serving with TLS and health) with the same flags the demo gives Tandem. It lets the
-// demo run end to end without internal/app; the scheduler is ext_proc's default.
+// gRPC serving with TLS and health) with the same flags the demo gives Tandem, so the demo's
+// own machinery is tested without internal/app. It has no PD strategy (ext_proc's default
+// least-request), so like any non-PD EPP it is given the pool without its prefill pods.
 func standInEPP(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("stand-in", flag.ContinueOnError)
 	endpoints := fs.String("endpoints-file", "", "")
@@ -171,8 +172,14 @@ func standInEPP(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	var routable []*pool.Endpoint
+	for _, e := range eps {
+		if e.Role != pool.RolePrefill {
+			routable = append(routable, e)
+		}
+	}
 	store := pool.NewStore()
-	store.Publish(info, eps, true)
+	store.Publish(info, routable, true)
 	srv, err := serving.New(serving.Config{Host: *host, GRPCPort: *grpcPort, HealthPort: *healthPort, SecureServing: true, GracePeriod: time.Second},
 		extproc.NewServer(store, nil, extproc.Options{}), store)
 	if err != nil {
@@ -203,7 +210,7 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Fatalf("summary does not report 20 requests without failures:\n%s\nprogress:\n%s", s, progress.String())
 	}
 	// Every replayed request reached a pod: the per-pod counts add up to 20 (no PD strategy
-	// in the stand-in, so no prefill legs).
+	// in the stand-in, so no prefill legs and no PD request).
 	total := 0
 	for _, m := range regexp.MustCompile(`(?m)^  \S+ +\S+ +roleset \S+ +127\.0\.0\.1:\d+  (\d+)$`).FindAllStringSubmatch(s, -1) {
 		n, _ := strconv.Atoi(m[1])
@@ -212,6 +219,10 @@ func TestRunEndToEnd(t *testing.T) {
 	if total != 20 {
 		t.Errorf("pods received %d requests in total, want 20:\n%s", total, s)
 	}
+	if !strings.Contains(s, "Routing: 0 went PD") || !strings.Contains(s, "prefill (legs)") {
+		t.Errorf("summary misreports PD routing:\n%s", s)
+	}
+	t.Log(s)
 	if !strings.Contains(progress.String(), "sent 20/20") {
 		t.Errorf("progress line never showed the end: %q", progress.String())
 	}

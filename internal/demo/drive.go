@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,9 +17,11 @@ import (
 
 // Result is what the client saw for one request.
 type Result struct {
-	Req      *Request
-	Status   int
-	Pod      string   // X-Sim-Pod: the pod that produced the tokens
+	Req    *Request
+	Status int
+	Pod    string // X-Sim-Pod: the pod that produced the tokens
+	// PD is true when that pod got its KV cache from a prefill pod (X-Sim-Transfer-Seconds > 0).
+	PD       bool
 	Strategy string   // routing-strategy response header
 	Steps    []string // decision trace steps (x-tandem-trace)
 	TTFT     time.Duration
@@ -48,8 +51,33 @@ func (p *Progress) role(role string) int64 {
 
 // Line is the live progress line.
 func (p *Progress) Line(elapsed time.Duration) string {
-	return fmt.Sprintf("%5.1fs  sent %d/%d  done %d  failed %d  in flight %d  │ PD (decode pods) %d  combined (standard pod) %d",
-		elapsed.Seconds(), p.Sent.Load(), p.Total, p.Done.Load(), p.Failed.Load(), p.InFlight.Load(), p.role("decode"), p.role("standard"))
+	return fmt.Sprintf("%5.1fs  sent %d/%d  done %d  failed %d  in flight %d  │ PD %d  combined %d",
+		elapsed.Seconds(), p.Sent.Load(), p.Total, p.Done.Load(), p.Failed.Load(), p.InFlight.Load(), p.role(KindPD), p.role(KindCombined))
+}
+
+// Kinds of served request, by the pod that produced the tokens and where its KV came from.
+const (
+	KindPD       = "decode (PD)"             // a decode pod, KV from a prefill pod
+	KindDecode   = "decode (no prefill leg)" // a decode pod that computed the prompt itself
+	KindCombined = "standard (combined)"     // the standard pod ran both phases
+	KindPrefill  = "prefill pod (whole request)"
+	KindUnknown  = "unknown pod"
+)
+
+// Kind classifies a served request.
+func Kind(role string, pd bool) string {
+	switch role {
+	case "decode":
+		if pd {
+			return KindPD
+		}
+		return KindDecode
+	case "standard":
+		return KindCombined
+	case "prefill":
+		return KindPrefill
+	}
+	return KindUnknown
 }
 
 // Drive replays reqs against the gateway at their arrival offsets, streaming every request,
@@ -83,7 +111,7 @@ func Drive(ctx context.Context, gatewayURL string, reqs []Request, podRole map[s
 				prog.Failed.Add(1)
 			} else {
 				prog.Done.Add(1)
-				prog.addRole(podRole[results[i].Pod])
+				prog.addRole(Kind(podRole[results[i].Pod], results[i].PD))
 			}
 		}(i)
 	}
@@ -118,6 +146,9 @@ func send(ctx context.Context, client *http.Client, gatewayURL string, r *Reques
 	defer resp.Body.Close()
 	res.Status = resp.StatusCode
 	res.Pod = resp.Header.Get("X-Sim-Pod")
+	if v, err := strconv.ParseFloat(resp.Header.Get("X-Sim-Transfer-Seconds"), 64); err == nil && v > 0 {
+		res.PD = true
+	}
 	res.Strategy = resp.Header.Get("routing-strategy")
 	var trace struct {
 		Steps []string `json:"steps"`

@@ -119,10 +119,7 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 			bySource[src]["failed"]++
 			continue
 		}
-		role := podRole[r.Pod]
-		if role == "" {
-			role = "unknown pod"
-		}
+		role := Kind(podRole[r.Pod], r.PD)
 		g := roles[role]
 		if g == nil {
 			g = &group{}
@@ -150,33 +147,29 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 			prefillLegs += received(p)
 		}
 	}
-	for _, role := range []string{"decode", "standard", "unknown pod"} {
+	for _, role := range []string{KindPD, KindDecode, KindCombined, KindPrefill, KindUnknown} {
 		g := roles[role]
 		if g == nil {
 			continue
 		}
-		label := map[string]string{"decode": "decode (PD)", "standard": "standard (combined)"}[role]
-		if label == "" {
-			label = role
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", label, g.n, ms(percentile(g.ttft, .5)), ms(percentile(g.ttft, .99)),
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", role, g.n, ms(percentile(g.ttft, .5)), ms(percentile(g.ttft, .99)),
 			ms(percentile(g.itls, .5)), ms(percentile(g.itls, .99)))
 	}
 	fmt.Fprintf(tw, "prefill (legs)\t%d\t—\t—\t—\t—\t\n", prefillLegs)
 	tw.Flush()
 	fmt.Fprintln(w, "TTFT and ITL are measured by the client through the gateway; a PD request's TTFT includes its prefill leg.")
 
-	pd, comb := 0, 0
-	if g := roles["decode"]; g != nil {
-		pd = g.n
+	count := func(k string) int {
+		if g := roles[k]; g != nil {
+			return g.n
+		}
+		return 0
 	}
-	if g := roles["standard"]; g != nil {
-		comb = g.n
-	}
-	fmt.Fprintf(w, "\nRouting: %d went PD (a prefill/decode pair of one roleset), %d combined (the standard pod).\n", pd, comb)
+	fmt.Fprintf(w, "\nRouting: %d went PD (decode pod fed by a prefill pod), %d combined (standard pod), %d to a decode pod without a prefill leg.\n",
+		count(KindPD), count(KindCombined), count(KindDecode))
 	for _, src := range sortedKeys(bySource) {
 		m := bySource[src]
-		fmt.Fprintf(w, "  %-24s PD %3d   combined %3d   failed %3d\n", src, m["decode"], m["standard"], m["failed"])
+		fmt.Fprintf(w, "  %-24s PD %3d   combined %3d   decode-only %3d   failed %3d\n", src, m[KindPD], m[KindCombined], m[KindDecode], m["failed"])
 	}
 	var strat []string
 	for _, s := range sortedKeys(strategies) {

@@ -133,7 +133,7 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 		}
 	})
 	if err := waitServing(ctx, fmt.Sprintf("127.0.0.1:%d", healthPort), eppDone); err != nil {
-		return nil, fmt.Errorf("Tandem (args %v): %w", args, err)
+		return nil, fmt.Errorf("starting Tandem (args %v): %w", args, err)
 	}
 
 	gw, err := gateway.New(gateway.Options{EPPAddr: fmt.Sprintf("127.0.0.1:%d", grpcPort), TLS: true, Logger: o.Logger})

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,7 +219,8 @@ func (x *exchange) route(decision *extprocv3.ProcessingResponse) bool {
 						try()
 						continue
 					}
-					return x.fail(http.StatusServiceUnavailable, fmt.Sprintf("upstream connect error: none of %d endpoint(s) %v accepted a connection", len(dests), dests))
+					return x.fail(http.StatusServiceUnavailable, fmt.Sprintf("upstream connect error: none of the %d endpoint(s) accepted a connection: %s",
+						len(dests), strings.Join(connectErrors, "; ")))
 				}
 				return x.fail(http.StatusBadGateway, fmt.Sprintf("upstream %s: %v", dests[res.i], res.err))
 			}

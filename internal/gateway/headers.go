@@ -150,6 +150,7 @@ func (h *fields) mutate(m *extprocv3.HeaderMutation) {
 // action reads the append semantics of one set: the legacy `append` wrapper wins when
 // present; otherwise a non-default append_action; otherwise overwrite.
 func action(o *corev3.HeaderValueOption) corev3.HeaderValueOption_HeaderAppendAction {
+	//lint:ignore SA1019 Envoy still honours the deprecated field, and EPPs still send it.
 	if a := o.GetAppend(); a != nil {
 		if a.GetValue() {
 			return corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD

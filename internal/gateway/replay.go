@@ -15,7 +15,6 @@ type replayBody struct {
 	mu       sync.Mutex
 	data     []byte
 	done     bool
-	err      error
 	trailers http.Header
 	changed  chan struct{} // closed and replaced on every update
 }
@@ -25,7 +24,7 @@ func newReplayBody() *replayBody { return &replayBody{changed: make(chan struct{
 func (b *replayBody) update(f func()) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.done || b.err != nil {
+	if b.done {
 		return
 	}
 	f()
@@ -38,14 +37,6 @@ func (b *replayBody) append(p []byte) { b.update(func() { b.data = append(b.data
 // finish marks the end of the body; trailers (may be nil) go upstream after it.
 func (b *replayBody) finish(trailers http.Header) {
 	b.update(func() { b.done, b.trailers = true, trailers })
-}
-
-func (b *replayBody) fail(err error) { b.update(func() { b.err = err }) }
-
-func (b *replayBody) finished() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.done
 }
 
 // reader starts a new read from byte 0. At EOF it copies the trailers into trailerDst (the
@@ -72,11 +63,6 @@ func (r *replayReader) Read(p []byte) (int, error) {
 			r.off += n
 			r.b.mu.Unlock()
 			return n, nil
-		}
-		if r.b.err != nil {
-			err := r.b.err
-			r.b.mu.Unlock()
-			return 0, err
 		}
 		if r.b.done {
 			for k, v := range r.b.trailers {

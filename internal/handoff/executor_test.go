@@ -67,6 +67,8 @@ func TestExecutorFailureClasses(t *testing.T) {
 			var target *pool.Endpoint
 			if c.handler != nil {
 				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					// Reading the body lets the server notice the client hanging up (r.Context()).
+					_, _ = io.Copy(io.Discard, r.Body)
 					arrived <- struct{}{}
 					c.handler(w, r)
 				}))

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -14,92 +14,6 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/pool"
 )
-
-// EnvRefreshInterval is the seed's setting for how often engine metrics are scraped.
-const EnvRefreshInterval = "AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS"
-
-// Defaults. DefaultInterval is measured, not guessed: bench/metrics scrapes 1024 endpoints
-// serving a realistic vLLM V1 page (DP=2, ~90 KiB); at 1 s the scraper uses well under the
-// 0.2-core budget (see the numbers in the report and docs/metrics.md). The seed's policies read
-// load that changes on the scale of requests (seconds), and the gateway-side trackers (requests
-// in flight, token ledgers) cover bursts shorter than the interval.
-const (
-	DefaultInterval     = time.Second
-	DefaultMaxBodyBytes = 4 << 20
-	DefaultWorkers      = 64
-	// A pod is stale after this many intervals without a good scrape (and at least 2 s, the
-	// GIE default), so one lost scrape does not flap the routing.
-	defaultStaleIntervals = 3
-	minStaleAfter         = 2 * time.Second
-)
-
-// ScrapeOptions tunes the Scraper. Zero values take the defaults.
-type ScrapeOptions struct {
-	// Interval between two scrapes of one endpoint (IntervalFromEnv reads the seed's setting).
-	Interval time.Duration
-	// Timeout bounds one scrape (connect + response); default min(Interval, 1s).
-	Timeout time.Duration
-	// StaleAfter is how long an endpoint may fail before its sample goes stale;
-	// default max(3 × Interval, 2s). Must exceed Interval.
-	StaleAfter time.Duration
-	// Workers bounds concurrent scrapes (default 64).
-	Workers int
-	// MaxBodyBytes bounds one metrics page (default 4 MiB).
-	MaxBodyBytes int64
-	// Scheme is "http" (default) or "https".
-	Scheme string
-	// Dialects overrides the built-in engine dialects for the whole pool, keyed by engine
-	// (model.aibrix.ai/engine); it may also add engines. Empty fields keep the built-in value.
-	Dialects map[string]Dialect
-	// Client performs the scrapes; default: keep-alive transport sized for the pool, no gzip.
-	Client *http.Client
-	// Observer receives scrape outcomes for Tandem's own metrics (telemetry.Metrics); may be nil.
-	Observer Observer
-	// Now is the clock (default time.Now).
-	Now func() time.Time
-}
-
-// Observer is told what the scraper sees. telemetry.Metrics implements it.
-type Observer interface {
-	// ScrapeDone reports one scrape; errClass is "" on success, else one of the ErrClass values.
-	ScrapeDone(ep *pool.Endpoint, took time.Duration, errClass string)
-	// EndpointSample reports the sample just published for an endpoint (never stale).
-	EndpointSample(ep *pool.Endpoint, s *Sample)
-	// EndpointStale reports an endpoint going stale (true) or recovering (false).
-	EndpointStale(ep *pool.Endpoint, stale bool)
-	// EndpointGone reports an endpoint that left the pool: drop its series.
-	EndpointGone(ep *pool.Endpoint)
-	// ConfigError reports a bad per-pod annotation (the scraper falls back to the dialect).
-	ConfigError(ep *pool.Endpoint, source string, err error)
-	// PoolChanged reports each new pool snapshot.
-	PoolChanged(snap *pool.Snapshot)
-}
-
-// Scrape error classes, bounded for metric labels.
-const (
-	ErrClassTimeout    = "timeout"
-	ErrClassConnect    = "connect"
-	ErrClassHTTPStatus = "http_status"
-	ErrClassTooLarge   = "too_large"
-	ErrClassParse      = "parse"
-	ErrClassCanceled   = "canceled"
-)
-
-// IntervalFromEnv reads AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS (unset: DefaultInterval).
-func IntervalFromEnv(getenv func(string) string) (time.Duration, error) {
-	if getenv == nil {
-		getenv = os.Getenv
-	}
-	v := getenv(EnvRefreshInterval)
-	if v == "" {
-		return DefaultInterval, nil
-	}
-	ms, err := strconv.Atoi(v)
-	if err != nil || ms <= 0 {
-		return 0, fmt.Errorf("%s=%q: must be a positive whole number of milliseconds, e.g. 1000", EnvRefreshInterval, v)
-	}
-	return time.Duration(ms) * time.Millisecond, nil
-}
 
 // Scraper keeps one Sample per endpoint of the pool fresh in a Store.
 type Scraper struct {
@@ -113,13 +27,16 @@ type Scraper struct {
 	mu      sync.Mutex // guards targets and synced
 	targets map[string]*target
 	synced  *pool.Snapshot // the snapshot targets were last aligned with
-	jobs    chan *target
+	jobs    chan *target   // endpoints whose last scrape succeeded (or that are new)
+	suspect chan *target   // endpoints whose last scrape failed
 }
 
-// target is the scraper's state for one endpoint. Only the worker holding inflight touches
-// the scrape fields; removed is set under mu by the dispatcher.
+// target is the scraper's state for one endpoint. inflight admits one worker at a time; the
+// fields below mu are guarded by it (the worker and sync both take it).
 type target struct {
 	inflight atomic.Bool
+	failing  atomic.Bool  // the last scrape failed
+	lastTry  atomic.Int64 // when the last scrape was handed to a worker (Unix ns), for fairness
 
 	mu         sync.Mutex
 	ep         *pool.Endpoint
@@ -220,41 +137,32 @@ func wantSet(m *mapping) map[string]bool {
 	return w
 }
 
-func defaultClient(timeout time.Duration) *http.Client {
-	return &http.Client{
-		Timeout: timeout,
-		Transport: &http.Transport{
-			DialContext:           (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext,
-			MaxIdleConns:          0, // no global cap: one kept-alive connection per endpoint
-			MaxIdleConnsPerHost:   2,
-			IdleConnTimeout:       90 * time.Second,
-			ResponseHeaderTimeout: timeout,
-			// Engines gzip when asked; on a cluster network that costs both sides CPU for nothing.
-			DisableCompression: true,
-		},
-	}
-}
-
 // Interval is the effective scrape interval.
 func (s *Scraper) Interval() time.Duration { return s.opts.Interval }
 
 // Run scrapes until ctx ends. Endpoints that leave the pool are forgotten as soon as the pool
 // changes; each endpoint is scraped once per interval, at most one scrape in flight per endpoint.
 func (s *Scraper) Run(ctx context.Context) error {
-	s.jobs = make(chan *target)
+	s.jobs, s.suspect = make(chan *target), make(chan *target)
 	var wg sync.WaitGroup
+	work := func(jobs <-chan *target) {
+		defer wg.Done()
+		for t := range jobs {
+			s.scrape(ctx, t)
+			t.inflight.Store(false)
+		}
+	}
 	for range s.opts.Workers {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for t := range s.jobs {
-				s.scrape(ctx, t)
-				t.inflight.Store(false)
-			}
-		}()
+		go work(s.jobs)
+	}
+	for range max(s.opts.Workers/4, 2) {
+		wg.Add(1)
+		go work(s.suspect)
 	}
 	defer func() {
 		close(s.jobs)
+		close(s.suspect)
 		wg.Wait()
 	}()
 
@@ -363,6 +271,8 @@ func (s *Scraper) ScrapeNow(ctx context.Context, ep *pool.Endpoint) (*Sample, er
 }
 
 // dispatch hands every idle target to the workers; a target still in flight is skipped.
+// Answering endpoints wait for a worker; failing ones go to the suspect workers, longest
+// waiting first, and are skipped this round once those are all busy.
 func (s *Scraper) dispatch(ctx context.Context) {
 	s.mu.Lock()
 	ts := make([]*target, 0, len(s.targets))
@@ -370,13 +280,32 @@ func (s *Scraper) dispatch(ctx context.Context) {
 		ts = append(ts, t)
 	}
 	s.mu.Unlock()
+	var suspects []*target
 	for _, t := range ts {
+		if t.failing.Load() {
+			suspects = append(suspects, t)
+			continue
+		}
+		if !t.inflight.CompareAndSwap(false, true) {
+			continue
+		}
+		t.lastTry.Store(time.Now().UnixNano())
+		select {
+		case s.jobs <- t:
+		case <-ctx.Done():
+			t.inflight.Store(false)
+			return
+		}
+	}
+	sort.Slice(suspects, func(i, j int) bool { return suspects[i].lastTry.Load() < suspects[j].lastTry.Load() })
+	for _, t := range suspects {
 		if !t.inflight.CompareAndSwap(false, true) {
 			continue
 		}
 		select {
-		case s.jobs <- t:
-		case <-ctx.Done():
+		case s.suspect <- t:
+			t.lastTry.Store(time.Now().UnixNano())
+		default:
 			t.inflight.Store(false)
 			return
 		}
@@ -406,6 +335,7 @@ func (s *Scraper) scrape(ctx context.Context, t *target) {
 	if s.obs != nil {
 		s.obs.ScrapeDone(ep, took, class)
 	}
+	t.failing.Store(err != nil)
 	now := s.opts.Now()
 	if t.firstTry.IsZero() {
 		t.firstTry = now
@@ -485,10 +415,4 @@ func classify(ctx context.Context, err error) string {
 		return ErrClassCanceled
 	}
 	return ErrClassConnect
-}
-
-func headerWithContentType(ct string) http.Header {
-	h := http.Header{}
-	h.Set("Content-Type", ct)
-	return h
 }

@@ -349,11 +349,71 @@ func TestScraperBounds(t *testing.T) {
 	if !strings.Contains(msg, AnnotationMetricsPort) || !strings.Contains(msg, "between 1 and 65535") {
 		t.Errorf("config error %q does not name the annotation and the rule", msg)
 	}
-	if m := maxInflight.Load(); m > 2 {
-		t.Errorf("%d scrapes in flight at once, want at most Workers=2", m)
+	// Workers=2 for answering endpoints plus max(2/4, 2) for failing ones.
+	if m := maxInflight.Load(); m > 4 {
+		t.Errorf("%d scrapes in flight at once, want at most 4 (Workers=2 + 2 suspect workers)", m)
 	}
 	if samples.Get(eps[0].Key()) != nil {
 		t.Error("an over-size page produced a sample")
+	}
+}
+
+// TestHangingPodsDoNotStarve checks that pods hanging until the timeout, more of them than
+// there are workers, do not hold up the scrapes of a pod that answers.
+func TestHangingPodsDoNotStarve(t *testing.T) {
+	healthy := newEngineServer(t, "/metrics", vllmPage(1, 1))
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hang.Close)
+	t.Cleanup(func() { close(release) })
+	_, hp, _ := net.SplitHostPort(hang.Listener.Addr().String())
+	hangPort, _ := strconv.Atoi(hp)
+
+	ok := endpoint("ns", "healthy", healthy.port(t), nil, nil)
+	eps := []*pool.Endpoint{ok}
+	for i := range 6 {
+		eps = append(eps, endpoint("ns", fmt.Sprintf("hang-%d", i), int32(hangPort), nil, nil))
+	}
+	ps, samples, rec := pool.NewStore(), NewStore(), newRecorder()
+	ps.Publish(pool.Info{}, eps, true)
+	const timeout = 200 * time.Millisecond
+	startScraper(t, ps, samples, ScrapeOptions{Interval: 20 * time.Millisecond, Timeout: timeout,
+		StaleAfter: 5 * time.Second, Workers: 2, Observer: rec})
+
+	timeouts := func(n int) func() bool {
+		return func() bool {
+			for _, e := range eps[1:] {
+				c := 0
+				for _, cl := range rec.classes[e.Key()] {
+					if cl == ErrClassTimeout {
+						c++
+					}
+				}
+				if c < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	// Once every hanging pod has failed once, they are scraped by the suspect workers only.
+	rec.waitFor(t, "a timeout from every hanging pod", timeouts(1))
+	rec.mu.Lock()
+	before := len(rec.samples[ok.Key()])
+	rec.mu.Unlock()
+	rec.waitFor(t, "a second timeout from every hanging pod", timeouts(2))
+	rec.mu.Lock()
+	gained := len(rec.samples[ok.Key()]) - before
+	rec.mu.Unlock()
+	// A round of hanging scrapes (6 pods, 2 suspect workers, 200 ms each) takes ≥ 600 ms: the
+	// healthy pod, scraped every 20 ms, gets ~30 samples meanwhile; with shared workers, ~2.
+	if gained < 5 {
+		t.Errorf("the answering pod got %d samples while the hanging pods timed out once more, want ≥ 5", gained)
 	}
 }
 

@@ -25,27 +25,36 @@ const StrategyName = "pd"
 // routing sidecar reads it).
 const HeaderPrefillerHostPort = "x-prefiller-host-port"
 
+// RolesetPreference is the extension point of step 2b, adaptive bucket serving: after the
+// fast paths, it may name the roleset a request's prompt length is banded to. The cascade
+// narrows both sides to it only when that roleset still has prefill and decode candidates;
+// otherwise routing proceeds as if it had not answered. It runs inside the selection
+// critical section and must be quick.
+type RolesetPreference interface {
+	Prefer(cy *picker.Cycle, rolesets []string) (roleset string, ok bool)
+}
+
 // Steps name what decided a request, a bounded set usable as a metric label.
 const (
-	StepPair               = "pair"                  // steps 3–5 scored the pair
-	StepPrefillImbalance   = "prefill_imbalance"     // step 1 chose the prefill pod
-	StepDecodeRequests     = "decode_request_spread" // step 2, first check
-	StepDecodeThroughput   = "decode_throughput_spread"
-	StepDecodeDrain        = "decode_drain_ratio"
-	StepCombinedNoBucket   = "combined_no_bucket_match" // step 0: no complete roleset covers the prompt
-	StepCombinedOverflow   = "combined_overflow"        // step 0: PD saturated, a combined pod idle
-	StepCombinedNoRoleset  = "combined_no_roleset"      // no complete roleset at all
-	StepNonInference       = "non_inference"            // not a completion: least-request, no prefill
-	stepSeparator          = "+"
-	combinedLowLoadScore   = 0.25 // a combined pod scoring below this is idle
-	pdHighLoadScore        = 1.0  // a PD pod scoring above this is saturated
-	combinedDrainFloor     = 0.01 // requests/s; see combinedScore
-	drainRatioFloor        = 0.1  // requests/s; the seed's epsilon in the drain-ratio check
-	decodeMaxScoreFloor    = 0.01
-	maxTracedRolesets      = 8
-	defaultFallbacks       = picker.DefaultFallbacks
-	coldStartBaseScore     = 1.0
-	unknownDecodePolicyMsg = "unknown_decode_policy"
+	StepPair              = "pair"                  // steps 3–5 scored the pair
+	StepPrefillImbalance  = "prefill_imbalance"     // step 1 chose the prefill pod
+	StepDecodeRequests    = "decode_request_spread" // step 2, first check
+	StepDecodeThroughput  = "decode_throughput_spread"
+	StepDecodeDrain       = "decode_drain_ratio"
+	StepCombinedNoBucket  = "combined_no_bucket_match" // step 0: no complete roleset covers the prompt
+	StepCombinedOverflow  = "combined_overflow"        // step 0: PD saturated, a combined pod idle
+	StepCombinedNoRoleset = "combined_no_roleset"      // no complete roleset at all
+	StepNonInference      = "non_inference"            // not a completion: least-request, no prefill
+	StepBucketServe       = "bucket_serve"             // step 2b narrowed the pair to a banded roleset
+	stepSeparator         = "+"
+	combinedLowLoadScore  = 0.25 // a combined pod scoring below this is idle
+	pdHighLoadScore       = 1.0  // a PD pod scoring above this is saturated
+	combinedDrainFloor    = 0.01 // requests/s; see combinedScore
+	drainRatioFloor       = 0.1  // requests/s; the seed's epsilon in the drain-ratio check
+	decodeMaxScoreFloor   = 0.01
+	maxTracedRolesets     = 8
+	defaultFallbacks      = picker.DefaultFallbacks
+	coldStartBaseScore    = 1.0
 )
 
 // Options configure a Cascade.
@@ -55,6 +64,9 @@ type Options struct {
 	// Gateway is the gateway configuration; its prefill policy is the fallback when a
 	// request names an unregistered one.
 	Gateway config.PD
+	// Preference, when set, is step 2b (adaptive bucket serving): consulted when bucket
+	// serving is on for the request.
+	Preference RolesetPreference
 	// Fallbacks is how many fallbacks follow the primary on each side (default 2).
 	Fallbacks int
 	Logger    logr.Logger
@@ -67,6 +79,7 @@ type Cascade struct {
 	deps      *picker.Deps
 	policies  *Policies
 	gwPrefill string
+	prefer    RolesetPreference
 	fallbacks int
 	log       logr.Logger
 	rand      func(n int) int
@@ -75,14 +88,18 @@ type Cascade struct {
 	prefill  *load.Tracker // prefill requests in flight per prefill endpoint
 	pending  *load.Tracker // picked requests whose decode has not started, per decode endpoint
 	version  atomic.Uint64 // snapshot version the trackers were last pruned for
+	noted    sync.Map      // policy fallback notes already logged
 
 	nonInference *picker.Chain
+	// afterScoring, when set (tests), runs between scoring and registration, inside the
+	// critical section: it widens the window a missing lock would leave open.
+	afterScoring func()
 }
 
 // New returns the cascade.
 func New(o Options) *Cascade {
 	if o.Deps == nil {
-		o.Deps = picker.NewDeps(nil, 0)
+		o.Deps = picker.NewDeps(nil, o.Gateway.PrefixCache)
 	}
 	if o.Policies == nil {
 		o.Policies = NewPolicies()
@@ -90,9 +107,12 @@ func New(o Options) *Cascade {
 	if o.Fallbacks <= 0 {
 		o.Fallbacks = defaultFallbacks
 	}
-	return &Cascade{deps: o.Deps, policies: o.Policies, gwPrefill: o.Gateway.PrefillScorePolicy, fallbacks: o.Fallbacks, log: o.Logger,
-		rand: rand.IntN, prefill: load.NewTracker(), pending: load.NewTracker(),
-		nonInference: picker.NewLeastRequestStrategy(o.Deps)}
+	return &Cascade{
+		deps: o.Deps, policies: o.Policies, gwPrefill: o.Gateway.PrefillScorePolicy, prefer: o.Preference,
+		fallbacks: o.Fallbacks, log: o.Logger, rand: rand.IntN,
+		prefill: load.NewTracker(), pending: load.NewTracker(),
+		nonInference: picker.NewLeastRequestStrategy(o.Deps),
+	}
 }
 
 // Name implements picker.Strategy.
@@ -134,11 +154,13 @@ func (c *Cascade) Pick(ctx context.Context, cy *picker.Cycle) (*picker.Decision,
 	var err error
 	s.prefPol, s.decPol, note, err = c.policies.resolve(c.gwPrefill, s.knobs, &cy.Resolved.Routing)
 	if note != "" {
-		c.logger(ctx).Info("score policy fallback", "request", cy.Req.ID, "detail", note)
+		if _, seen := c.noted.LoadOrStore(note, struct{}{}); !seen {
+			c.logger(ctx).Info("score policy not registered, falling back (logged once)", "request", cy.Req.ID, "detail", note)
+		}
 	}
 	if err != nil {
-		return nil, &apierror.Error{Status: 503, Type: "service_unavailable", Reason: unknownDecodePolicyMsg,
-			Message: err.Error() + "; fix decodeScorePolicy in the model config or AIBRIX_DECODE_SCORE_POLICY"}
+		return nil, apierror.Unavailable("unknown_decode_policy",
+			"%v; fix decodeScorePolicy in the model config or AIBRIX_DECODE_SCORE_POLICY", err)
 	}
 	s.trace.Note = fmt.Sprintf("%sprefill_policy=%s decode_policy=%s prompt_tokens=%d", note, s.prefPol.Name(), s.decPol.Name(), cy.Req.PromptTokens)
 
@@ -148,7 +170,7 @@ func (c *Cascade) Pick(ctx context.Context, cy *picker.Cycle) (*picker.Decision,
 		s.trace.Add("bucketing")
 	}
 	if len(s.pt.rolesets) == 0 {
-		return c.noPair(ctx, cy, s)
+		return c.noPair(cy, s)
 	}
 	if s.prefPol.UsesPrefix() {
 		c.matchPrefix(cy, s)
@@ -179,7 +201,9 @@ func (c *Cascade) pruneFor(snap *pool.Snapshot) {
 		return
 	}
 	old := c.version.Load()
-	if old == snap.Version || !c.version.CompareAndSwap(old, snap.Version) {
+	// Only a newer snapshot prunes: a request still holding an older one must not forget
+	// the counters of endpoints that joined since.
+	if snap.Version <= old || !c.version.CompareAndSwap(old, snap.Version) {
 		return
 	}
 	forgetGone(snap, []*load.Tracker{c.prefill, c.pending, c.deps.Running}, []*load.Rate{c.deps.Drain})
@@ -204,7 +228,7 @@ func (c *Cascade) matchPrefix(cy *picker.Cycle, s *selection) {
 // noPair handles "no complete roleset": a combined pod chosen at random, else a 503.
 // Without bucketing the seed has no combined fallback; Tandem still uses a configured
 // combined pod rather than failing (the seed's overview promises that fallback).
-func (c *Cascade) noPair(ctx context.Context, cy *picker.Cycle, s *selection) (*picker.Decision, error) {
+func (c *Cascade) noPair(cy *picker.Cycle, s *selection) (*picker.Decision, error) {
 	if len(s.pt.combined) > 0 {
 		step := StepCombinedNoRoleset
 		if s.pt.bucketed {
@@ -290,7 +314,9 @@ func (c *Cascade) shouldPickCombined(s *selection) bool {
 	return false
 }
 
-func (c *Cascade) rankCombined(eps []*pool.Endpoint) []*pool.Endpoint {
+// rankCombined orders combined pods by combinedScore, lowest first, ties at random, and
+// records the scores in the trace.
+func (c *Cascade) rankCombined(s *selection, eps []*pool.Endpoint) []*pool.Endpoint {
 	type sc struct {
 		e   *pool.Endpoint
 		s   float64
@@ -302,8 +328,12 @@ func (c *Cascade) rankCombined(eps []*pool.Endpoint) []*pool.Endpoint {
 	}
 	sortBy(xs, func(a, b sc) bool { return a.s < b.s || (a.s == b.s && a.tie < b.tie) })
 	out := make([]*pool.Endpoint, len(xs))
+	s.trace.Scores = make(map[string]string, min(len(xs), maxTracedRolesets))
 	for i := range xs {
 		out[i] = xs[i].e
+		if i < maxTracedRolesets {
+			s.trace.Scores["combined "+xs[i].e.Key()] = fmt.Sprintf("%.4f", xs[i].s)
+		}
 	}
 	return out
 }

@@ -355,8 +355,9 @@ func TestCombinedOverflow(t *testing.T) {
 			if d.Outcome != tc.outcome {
 				t.Fatalf("outcome %s step %s", d.Outcome, d.Step)
 			}
-			if d.Outcome == picker.OutcomeCombined && (d.Step != StepCombinedOverflow || first(d.Destination) != "c1") {
-				t.Fatalf("step %s dest %v", d.Step, names(d.Destination))
+			if d.Outcome == picker.OutcomeCombined && (d.Step != StepCombinedOverflow || first(d.Destination) != "c1" ||
+				d.Trace.Scores["combined "+h.key("c1")] != "0.0000") {
+				t.Fatalf("step %s dest %v scores %v", d.Step, names(d.Destination), d.Trace.Scores)
 			}
 		})
 	}
@@ -422,4 +423,66 @@ func contains(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// The load_balancing weights, through the cascade: dA runs 4 at 1000 tok/s, dB runs 0 at
+// 0 tok/s (maxima 4 and 1000). With weights (1, 1) both score 1; w_thru 2 makes dB 2 (A
+// wins), w_run 2 makes dA 2 (B wins).
+func TestLoadBalancingWeights(t *testing.T) {
+	for _, tc := range []struct {
+		wRun, wThru float64
+		dest        string
+	}{{1, 2, "dA"}, {2, 1, "dB"}} {
+		h := newHarness(t, gateway(func(g *config.PD) {
+			g.PrefillScorePolicy = PolicyLeastRequest
+			g.DecodeLBWeightRunning, g.DecodeLBWeightThroughput = tc.wRun, tc.wThru
+		}), twoRolesets()...)
+		h.running("dA", 4)
+		h.running("dB", 0)
+		h.sample("dA", metrics.Sample{GenThroughput: 1000, HasGenThroughput: true})
+		h.sample("dB", metrics.Sample{GenThroughput: 0, HasGenThroughput: true})
+		if d := h.mustPick(prompt("x", 8)); first(d.Destination) != tc.dest || d.Step != StepPair {
+			t.Fatalf("weights %v/%v: dest %s step %s", tc.wRun, tc.wThru, first(d.Destination), d.Step)
+		}
+	}
+}
+
+type preferB struct{ asked []string }
+
+func (p *preferB) Prefer(_ *picker.Cycle, rolesets []string) (string, bool) {
+	p.asked = rolesets
+	return "B", true
+}
+
+// Step 2b: with bucket serving on, the preferred roleset wins when it still has both sides
+// after the fast paths; otherwise the fast paths' choice stands.
+func TestBucketServePreference(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		bucketServe bool
+		imbalance   bool
+		dest, step  string
+	}{
+		{"prefers B", true, false, "dB", StepBucketServe},
+		{"off: plain scoring (A is idle, B busy)", false, false, "dA", StepPair},
+		{"the fast path narrowed to A: B is not a candidate", true, true, "dA", StepPrefillImbalance},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw := gateway(func(g *config.PD) {
+				g.PromptLengthBucketing, g.BucketServe = true, tc.bucketServe
+				g.PrefillScorePolicy = PolicyLeastRequest
+			})
+			h := newHarness(t, gw, twoRolesets()...)
+			pref := &preferB{}
+			h.c.prefer = pref
+			h.prefillInFlight("pB", 3)
+			if tc.imbalance {
+				h.prefillInFlight("pB", 17)
+			}
+			d := h.mustPick(prompt("x", 8))
+			if first(d.Destination) != tc.dest || d.Step != tc.step {
+				t.Fatalf("dest %s step %s (asked %v)", first(d.Destination), d.Step, pref.asked)
+			}
+		})
+	}
 }

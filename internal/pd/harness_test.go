@@ -55,11 +55,17 @@ type harness struct {
 
 func newHarness(t *testing.T, gw config.PD, pods ...pod) *harness {
 	t.Helper()
+	return newHarnessNames(t, gw, config.Names{}, pods...)
+}
+
+// newHarnessNames is newHarness with the policy names the configuration accepts.
+func newHarnessNames(t *testing.T, gw config.PD, names config.Names, pods ...pod) *harness {
+	t.Helper()
 	clock := load.NewManualClock(time.Unix(1_700_000_000, 0))
-	deps := picker.NewDeps(clock, 0)
+	deps := picker.NewDeps(clock, gw.PrefixCache)
 	h := &harness{t: t, clock: clock, deps: deps, gw: gw, store: pool.NewStore()}
 	h.c = New(Options{Deps: deps, Gateway: gw})
-	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: StrategyName}, config.Options{})
+	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: StrategyName}, config.Options{Names: names})
 	if err != nil {
 		t.Fatal(err)
 	}

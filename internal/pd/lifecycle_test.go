@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -88,6 +89,24 @@ func TestLifecycleTrackers(t *testing.T) {
 	d.Lifecycle.Done(context.Canceled)
 	if got := state(); got != [3]int64{0, 0, 0} {
 		t.Fatalf("after cancel %v", got)
+	}
+}
+
+// When the gateway reports that a fallback served the request, the fallback is counted.
+func TestServedFallbackIsCounted(t *testing.T) {
+	h := newHarness(t, gateway(nil), P("pA", "A"), D("dA1", "A"), D("dA2", "A"))
+	d := h.mustPick(prompt("x", 8))
+	if len(d.Destination) != 2 {
+		t.Fatalf("destination %v", names(d.Destination))
+	}
+	fb := d.Destination[1]
+	d.Lifecycle.ResponseHeaders(200, fb.HostPort())
+	if h.deps.Running.InFlight(fb.Key()) != 1 || h.deps.Running.InFlight(d.Destination[0].Key()) != 0 {
+		t.Fatal("running not counted on the serving fallback")
+	}
+	d.Lifecycle.Done(nil)
+	if h.deps.Running.InFlight(fb.Key()) != 0 || h.deps.Drain.PerSecond(fb.Key()) == 0 {
+		t.Fatal("fallback not released or its completion not recorded")
 	}
 }
 
@@ -267,6 +286,13 @@ func TestConcurrentBurstSeesPriorPicks(t *testing.T) {
 		g.PrefillScorePolicy = PolicyLeastRequest
 		g.DecodeScorePolicy = PolicyLeastRequest
 	}), P("p0", "0"), D("d0", "0"), P("p1", "1"), D("d1", "1"), P("p2", "2"), D("d2", "2"), P("p3", "3"), D("d3", "3"))
+	// Yield between reading the counters and registering the pick, so that, were the two
+	// not in one critical section, other picks would read the same stale counters.
+	h.c.afterScoring = func() {
+		for range 3 {
+			runtime.Gosched()
+		}
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	got := map[string]int{}

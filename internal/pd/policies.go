@@ -11,6 +11,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
 )
 
 // Policy names, as the seed names them.
@@ -92,6 +93,14 @@ type DecodePolicy interface {
 	// FastPath reports whether the decode load-imbalance fast path may decide.
 	FastPath() bool
 	Score(b *DecodeBatch, i int) float64
+}
+
+// Charger is implemented by policies that keep their own ledger (token-load policies):
+// Charge runs inside the selection critical section, right after the pair is chosen, so
+// concurrent picks see each other's charges. It returns what to release when the prefill
+// leg ends and when the request completes (either may be nil); each runs at most once.
+type Charger interface {
+	Charge(req *request.Request, prefill, decode *pool.Endpoint) (prefillDone, requestDone func())
 }
 
 // Policies are the registries of prefill and decode policies. Safe for concurrent use.

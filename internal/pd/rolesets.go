@@ -26,8 +26,6 @@ type partition struct {
 	incomplete, nPrefill, nDecode int
 	// bucketed is true when bucketing removed or kept rolesets by prompt length.
 	bucketed bool
-	// bucketMatch is false when bucketing left no complete roleset.
-	bucketMatch bool
 }
 
 // isCombined says whether a standard pod may serve a PD request whole: its routingConfig
@@ -118,6 +116,5 @@ func partitionCandidates(cands []*pool.Endpoint, routing func(*pool.Endpoint) co
 		}
 	}
 	pt.bucketed = bucketing
-	pt.bucketMatch = len(pt.rolesets) > 0
 	return pt
 }

@@ -18,7 +18,7 @@ func (c *Cascade) selectLocked(cy *picker.Cycle, s *selection) (*picker.Decision
 
 	// Step 0b: a bucket match exists, but PD is saturated and a combined pod is idle.
 	if pt.bucketed && len(pt.combined) > 0 && c.shouldPickCombined(s) {
-		return c.combinedDecision(s, StepCombinedOverflow, c.rankCombined(pt.combined)), nil
+		return c.combinedDecision(s, StepCombinedOverflow, c.rankCombined(s, pt.combined)), nil
 	}
 
 	// The prefill and decode candidates, each with its roleset index.
@@ -60,11 +60,21 @@ func (c *Cascade) selectLocked(cy *picker.Cycle, s *selection) (*picker.Decision
 		if i, step := c.decodeImbalance(b); i >= 0 {
 			ri := decRS[i]
 			b.Pods, decRS = b.Pods[i:i+1], decRS[i:i+1]
-			if p, r := keepRolesetPods(pre, preRS, ri); len(p) > 0 {
+			if p, r := keepRoleset(pre, preRS, ri); len(p) > 0 {
 				pre, preRS = p, r
 			}
 			s.fastSteps = append(s.fastSteps, step)
 			s.trace.Add(step)
+		}
+	}
+
+	// Step 2b: adaptive bucket serving may prefer one roleset still holding both sides.
+	if c.prefer != nil && k.BucketServe && k.PromptLengthBucketing {
+		if ri, ok := c.preferred(cy, s, preRS, decRS); ok {
+			pre, preRS = keepRoleset(pre, preRS, ri)
+			b.Pods, decRS = keepRoleset(b.Pods, decRS, ri)
+			s.fastSteps = append(s.fastSteps, StepBucketServe)
+			s.trace.Add(StepBucketServe)
 		}
 	}
 
@@ -85,16 +95,27 @@ func (c *Cascade) selectLocked(cy *picker.Cycle, s *selection) (*picker.Decision
 	}
 	pp, dp := &pre[bestP[ri]], &b.Pods[bestD[ri]]
 	s.trace.Add(StepPair)
+	if c.afterScoring != nil {
+		c.afterScoring()
+	}
 
 	d := &picker.Decision{Outcome: picker.OutcomePD, Step: StepPair, Trace: s.trace,
 		SetHeaders: map[string]string{HeaderPrefillerHostPort: pp.Endpoint.HostPort()}}
 	if len(s.fastSteps) > 0 {
 		d.Step = strings.Join(s.fastSteps, stepSeparator)
 	}
-	d.Lifecycle = newPairLifecycle(c, pp.Endpoint, dp.Endpoint)
+	lc := newPairLifecycle(c, pp.Endpoint, dp.Endpoint)
+	if ch, ok := s.prefPol.(Charger); ok {
+		lc.charge(ch.Charge(cy.Req, pp.Endpoint, dp.Endpoint))
+	}
+	if ch, ok := s.decPol.(Charger); ok {
+		lc.charge(ch.Charge(cy.Req, pp.Endpoint, dp.Endpoint))
+	}
+	d.Lifecycle = lc
 	d.Destination = c.withFallbacks(dp.Endpoint, pt.rolesets[ri].decode, func(e *pool.Endpoint) int64 {
 		return c.deps.Running.InFlight(e.Key()) + c.pending.InFlight(e.Key())
 	})
+	lc.dest = d.Destination
 	d.Prefill = c.withFallbacks(pp.Endpoint, pt.rolesets[ri].prefill, func(e *pool.Endpoint) int64 {
 		return c.prefill.InFlight(e.Key())
 	})
@@ -346,26 +367,44 @@ func (c *Cascade) pair(bestP []int, scoreP []float64, maxP float64, bestD []int,
 	return pick, finals
 }
 
-func keepRoleset(eps []*pool.Endpoint, rs []int, ri int) ([]*pool.Endpoint, []int) {
-	var oe []*pool.Endpoint
+// keepRoleset keeps the items (and their roleset indexes) of roleset ri.
+func keepRoleset[T any](xs []T, rs []int, ri int) ([]T, []int) {
+	var ox []T
 	var ors []int
 	for i, r := range rs {
 		if r == ri {
-			oe, ors = append(oe, eps[i]), append(ors, r)
+			ox, ors = append(ox, xs[i]), append(ors, r)
 		}
 	}
-	return oe, ors
+	return ox, ors
 }
 
-func keepRolesetPods(pods []PrefillPod, rs []int, ri int) ([]PrefillPod, []int) {
-	var op []PrefillPod
-	var ors []int
-	for i, r := range rs {
-		if r == ri {
-			op, ors = append(op, pods[i]), append(ors, r)
+// preferred asks the RolesetPreference among the rolesets with both sides left.
+func (c *Cascade) preferred(cy *picker.Cycle, s *selection, preRS, decRS []int) (int, bool) {
+	hasP := make([]bool, len(s.pt.rolesets))
+	hasD := make([]bool, len(s.pt.rolesets))
+	for _, ri := range preRS {
+		hasP[ri] = true
+	}
+	for _, ri := range decRS {
+		hasD[ri] = true
+	}
+	both := make([]string, 0, len(s.pt.rolesets))
+	for ri := range s.pt.rolesets {
+		if hasP[ri] && hasD[ri] {
+			both = append(both, s.pt.rolesets[ri].name)
 		}
 	}
-	return op, ors
+	name, ok := c.prefer.Prefer(cy, both)
+	if !ok || !slices.Contains(both, name) {
+		return -1, false
+	}
+	for ri := range s.pt.rolesets {
+		if s.pt.rolesets[ri].name == name {
+			return ri, true
+		}
+	}
+	return -1, false
 }
 
 // withFallbacks returns primary then up to c.fallbacks other members, least loaded first.

@@ -16,14 +16,27 @@ import (
 // which also feeds the decode pod's drain rate. Every release is idempotent.
 type lifecycle struct {
 	deps *picker.Deps
-	key  string // the destination endpoint's key
+	key  string // the destination endpoint's key; the served one once known
+	dest []*pool.Endpoint
 
 	mu             sync.Mutex
 	releasePrefill func()
 	releasePending func()
 	releaseRunning func()
 	finished       bool
-	onDone         []func(error)
+	// Policy ledgers (Charger): released with the prefill leg, and at Done.
+	chargePrefill []func()
+	chargeDone    []func()
+}
+
+// charge records a Charger's releases.
+func (l *lifecycle) charge(prefillDone, requestDone func()) {
+	if prefillDone != nil {
+		l.chargePrefill = append(l.chargePrefill, prefillDone)
+	}
+	if requestDone != nil {
+		l.chargeDone = append(l.chargeDone, requestDone)
+	}
 }
 
 func newPairLifecycle(c *Cascade, prefill, decode *pool.Endpoint) *lifecycle {
@@ -48,14 +61,24 @@ func (l *lifecycle) prefillDoneLocked() {
 		l.releasePrefill()
 		l.releasePrefill = nil
 	}
+	for _, f := range l.chargePrefill {
+		f()
+	}
+	l.chargePrefill = nil
 }
 
-// ResponseHeaders implements picker.Lifecycle: the decode pod is answering.
-func (l *lifecycle) ResponseHeaders(int, string) {
+// ResponseHeaders implements picker.Lifecycle: the decode pod is answering. When the
+// gateway reports that a fallback served the request, that endpoint is the one counted.
+func (l *lifecycle) ResponseHeaders(_ int, served string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.finished {
 		return
+	}
+	for _, e := range l.dest {
+		if served != "" && e.HostPort() == served {
+			l.key = e.Key()
+		}
 	}
 	l.prefillDoneLocked()
 	if l.releasePending != nil {
@@ -69,7 +92,7 @@ func (l *lifecycle) ResponseHeaders(int, string) {
 func (l *lifecycle) ResponseBody(int, bool) {}
 
 // Done implements picker.Lifecycle.
-func (l *lifecycle) Done(err error) {
+func (l *lifecycle) Done(error) {
 	l.mu.Lock()
 	if l.finished {
 		l.mu.Unlock()
@@ -83,13 +106,14 @@ func (l *lifecycle) Done(err error) {
 			*rel = nil
 		}
 	}
-	hooks := l.onDone
+	done := l.chargeDone
+	l.chargeDone = nil
 	l.mu.Unlock()
 	if l.deps.Drain != nil {
 		l.deps.Drain.Record(l.key)
 	}
-	for _, h := range hooks {
-		h(err)
+	for _, f := range done {
+		f()
 	}
 }
 

@@ -3,6 +3,7 @@ package picker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
@@ -62,12 +63,14 @@ func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
 	d := &Decision{Outcome: outcome, Step: s.StrategyName, Destination: dest, Prefill: prefill,
 		Trace: &Trace{Candidates: len(c.Candidates)}}
 	d.Trace.Add(s.StrategyName)
+	// The trace carries the scores of the ranked endpoints only: bounded, and what explains
+	// the choice.
 	for _, r := range done {
-		if len(r.Scored) <= 16 && len(r.Scored) > 0 && len(r.Scored) < len(c.Candidates)+1 {
-			if d.Trace.Scores == nil {
-				d.Trace.Scores = map[string]string{}
-			}
-			for _, se := range r.Scored {
+		for _, se := range r.Scored {
+			if slices.Contains(r.Ranked, se.Endpoint) {
+				if d.Trace.Scores == nil {
+					d.Trace.Scores = map[string]string{}
+				}
 				d.Trace.Scores[se.Endpoint.Key()] = fmt.Sprintf("%.4f", se.Score)
 			}
 		}

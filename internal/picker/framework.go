@@ -126,9 +126,10 @@ type Deps struct {
 	Clock  load.Clock
 }
 
-// NewDeps returns Deps with fresh counters, an empty metrics store and prefix index
-// bounded by maxBlocks (0 = default), all reading clock (the system clock when nil).
-func NewDeps(clock load.Clock, maxBlocks int) *Deps {
+// NewDeps returns Deps with fresh counters, an empty metrics store and a prefix index
+// bounded as pc says (zero fields take the index defaults), all reading clock (the system
+// clock when nil). Set Warmer and run it to take prefix warming off the request path.
+func NewDeps(clock load.Clock, pc config.PrefixCache) *Deps {
 	if clock == nil {
 		clock = load.SystemClock{}
 	}
@@ -136,7 +137,7 @@ func NewDeps(clock load.Clock, maxBlocks int) *Deps {
 		Running: load.NewTracker(),
 		Drain:   load.NewRate(clock),
 		Metrics: metrics.NewStore(),
-		Prefix:  prefix.NewIndex(prefix.Options{MaxBlocks: maxBlocks, Clock: clock}),
+		Prefix:  prefix.NewIndex(prefix.Options{MaxBlocks: pc.MaxBlocks, Eviction: pc.EvictionDuration, Clock: clock}),
 		Clock:   clock,
 	}
 }

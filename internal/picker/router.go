@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
@@ -16,21 +15,19 @@ import (
 )
 
 // Router is the Scheduler the ext_proc server calls: it resolves the request's strategy
-// and profile, runs the strategy, echoes the strategy used and counts the decision.
+// and profile, runs the strategy and echoes the strategy used. Decisions are counted by the
+// ext_proc server's observer (tandem_decisions_total), from Decision.Strategy/Outcome/Step.
 type Router struct {
 	resolver   Resolver
 	strategies map[string]Strategy
 	names      []string
 	log        logr.Logger
-	decisions  *prometheus.CounterVec
 }
 
 // RouterOptions configure a Router.
 type RouterOptions struct {
 	Resolver   Resolver
 	Strategies []Strategy
-	// Registerer receives tandem_picker_decisions_total; nil registers nothing.
-	Registerer prometheus.Registerer
 	// Logger is used when the request context carries none.
 	Logger logr.Logger
 }
@@ -52,15 +49,6 @@ func NewRouter(o RouterOptions) (*Router, error) {
 		r.names = append(r.names, s.Name())
 	}
 	slices.Sort(r.names)
-	r.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "tandem_picker_decisions_total",
-		Help: "Scheduling decisions by strategy, outcome (pd, combined, single, error) and deciding step.",
-	}, []string{"strategy", "outcome", "step"})
-	if o.Registerer != nil {
-		if err := o.Registerer.Register(r.decisions); err != nil {
-			return nil, errorf("router: registering metrics: %v", err)
-		}
-	}
 	return r, nil
 }
 
@@ -71,9 +59,7 @@ func (r *Router) Strategies() []string { return slices.Clone(r.names) }
 func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.Snapshot, cands []*pool.Endpoint) (*Decision, error) {
 	res, err := r.resolver.Resolve(req.Headers, req.Model, snap)
 	if err != nil {
-		ae := apierror.From(err)
-		r.decisions.WithLabelValues("", "error", ae.Reason).Inc()
-		return nil, ae
+		return nil, apierror.From(err)
 	}
 	name := res.Strategy
 	if name == "" {
@@ -84,7 +70,6 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 	}
 	s := r.strategies[name]
 	if s == nil {
-		r.decisions.WithLabelValues("", "error", "unknown_strategy").Inc()
 		return nil, apierror.BadRequest("unknown_strategy", config.HeaderRoutingStrategy,
 			"unknown routing strategy %q (from the %s); valid strategies: %s", name, sourceOf(res.StrategySource), strings.Join(r.names, ", "))
 	}
@@ -95,7 +80,6 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 	log := r.logger(ctx)
 	if err != nil {
 		ae := apierror.From(err)
-		r.decisions.WithLabelValues(name, "error", ae.Reason).Inc()
 		log.V(1).Info("no decision", "request", req.ID, "strategy", name, "error", ae.Error())
 		return nil, ae
 	}
@@ -104,7 +88,6 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 		d.ResponseHeaders = map[string]string{}
 	}
 	d.ResponseHeaders[ResponseHeaderStrategy] = name
-	r.decisions.WithLabelValues(name, string(d.Outcome), d.Step).Inc()
 	if log.V(1).Enabled() {
 		trace, _ := json.Marshal(d.Trace)
 		log.V(1).Info("decision", "request", req.ID, "strategy", name, "source", res.StrategySource,

@@ -70,7 +70,7 @@ func TestStrategyPrecedence(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newTestRouter(t, NewDeps(nil, 0), "least-request")
+			r := newTestRouter(t, NewDeps(nil, config.PrefixCache{}), "least-request")
 			snap := snapOf(ep("a", "", tc.annotation))
 			d, err := r.Schedule(context.Background(), parse(t, tc.headers, "hi"), snap, snap.Endpoints)
 			if err != nil || d.Strategy != tc.strategy || d.ResponseHeaders["routing-strategy"] != tc.strategy {
@@ -92,7 +92,7 @@ func newTestRouter(t *testing.T, deps *Deps, def string) *Router {
 }
 
 func TestUnknownStrategyIs400ListingValidOnes(t *testing.T) {
-	r := newTestRouter(t, NewDeps(nil, 0), "")
+	r := newTestRouter(t, NewDeps(nil, config.PrefixCache{}), "")
 	snap := snapOf(ep("a", "", ""))
 	_, err := r.Schedule(context.Background(), parse(t, map[string]string{"routing-strategy": "fastest"}, "hi"), snap, snap.Endpoints)
 	var ae *apierror.Error
@@ -111,7 +111,7 @@ func TestUnknownStrategyIs400ListingValidOnes(t *testing.T) {
 // Non-PD strategies never send a request to a prefill-only pod, echo their name, and
 // least-request picks the emptiest endpoint.
 func TestNonPDStrategies(t *testing.T) {
-	deps := NewDeps(nil, 0)
+	deps := NewDeps(nil, config.PrefixCache{})
 	r := newTestRouter(t, deps, "")
 	a, b, p := ep("a", "", ""), ep("b", "decode", ""), ep("p", "prefill", "")
 	snap := snapOf(a, b, p)
@@ -140,7 +140,7 @@ func TestNonPDStrategies(t *testing.T) {
 
 // prefix-cache: the pod that served a prompt gets the next one sharing its prefix.
 func TestPrefixCacheStrategyFollowsThePrefix(t *testing.T) {
-	deps := NewDeps(nil, 0)
+	deps := NewDeps(nil, config.PrefixCache{})
 	r := newTestRouter(t, deps, "prefix-cache")
 	eps := []*pool.Endpoint{ep("a", "", ""), ep("b", "", ""), ep("c", "", ""), ep("d", "", "")}
 	snap := snapOf(eps...)
@@ -160,7 +160,7 @@ func TestPrefixCacheStrategyFollowsThePrefix(t *testing.T) {
 }
 
 func TestRouterDefaultsToPDWhenRolesPresent(t *testing.T) {
-	deps := NewDeps(nil, 0)
+	deps := NewDeps(nil, config.PrefixCache{})
 	r := newTestRouter(t, deps, "")
 	snap := snapOf(ep("p", "prefill", ""), ep("d", "decode", ""))
 	_, err := r.Schedule(context.Background(), parse(t, nil, "x"), snap, snap.Endpoints)
@@ -172,7 +172,7 @@ func TestRouterDefaultsToPDWhenRolesPresent(t *testing.T) {
 
 func TestRegistry(t *testing.T) {
 	reg := NewRegistry()
-	deps := NewDeps(nil, 0)
+	deps := NewDeps(nil, config.PrefixCache{})
 	if _, err := reg.New("nope", "", nil, deps); err == nil || !strings.Contains(err.Error(), TypeMaxScorePicker) {
 		t.Fatalf("%v", err)
 	}

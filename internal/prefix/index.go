@@ -67,7 +67,8 @@ func (ix *Index) Len() int {
 
 // Match calls found(key, pct) for every endpoint holding a prefix of the prompt, with
 // pct = matched blocks · 100 / len(hashes), the longest run of leading blocks the endpoint
-// holds. Endpoints holding nothing are not reported (their match is 0).
+// holds. Endpoints holding nothing are not reported (their match is 0). The cost is linear
+// in the holders of the blocks walked, however many endpoints share a prefix.
 func (ix *Index) Match(model string, hashes []uint64, found func(key string, pct float64)) {
 	if len(hashes) == 0 {
 		return
@@ -79,57 +80,36 @@ func (ix *Index) Match(model string, hashes []uint64, found func(key string, pct
 	if m == nil {
 		return
 	}
-	// alive holds the endpoints that matched every block so far, with their run length.
-	var aliveBuf [16]holder
-	alive := aliveBuf[:0]
+	var run map[string]int // endpoint -> leading blocks held
 	for i, h := range hashes {
 		b := m[h]
 		if b == nil {
 			break
 		}
-		if i == 0 {
-			for _, hd := range b.holders {
-				if hd.seen >= cutoff {
-					alive = append(alive, holder{key: hd.key, seen: 1})
+		extended := 0
+		for _, hd := range b.holders {
+			if hd.seen < cutoff {
+				continue
+			}
+			if i == 0 {
+				if run == nil {
+					run = make(map[string]int, len(b.holders))
 				}
+				run[hd.key] = 1
+				extended++
+			} else if run[hd.key] == i {
+				run[hd.key] = i + 1
+				extended++
 			}
-		} else {
-			n := 0
-			for _, a := range alive {
-				if a.seen == int64(i) && b.holds(a.key, cutoff) {
-					a.seen++
-				}
-				alive[n] = a
-				n++
-			}
-			alive = alive[:n]
-			if !anyAt(alive, int64(i+1)) {
-				break
-			}
+		}
+		if extended == 0 {
+			break
 		}
 	}
 	total := float64(len(hashes))
-	for _, a := range alive {
-		found(a.key, float64(a.seen)*100/total)
+	for key, n := range run {
+		found(key, float64(n)*100/total)
 	}
-}
-
-func anyAt(hs []holder, n int64) bool {
-	for _, h := range hs {
-		if h.seen == n {
-			return true
-		}
-	}
-	return false
-}
-
-func (b *block) holds(key string, cutoff int64) bool {
-	for _, h := range b.holders {
-		if h.key == key {
-			return h.seen >= cutoff
-		}
-	}
-	return false
 }
 
 // Add records that endpoint key now holds every block of the prompt.

@@ -108,3 +108,20 @@ func TestConcurrentMatchAndAdd(t *testing.T) {
 		t.Fatalf("len %d above MaxBlocks", ix.Len())
 	}
 }
+
+// A system prompt every endpoint holds: matching stays linear in the holders walked, and
+// only the endpoint holding the whole prompt matches it fully.
+func TestSharedPrefixOnManyEndpoints(t *testing.T) {
+	ix := NewIndex(Options{})
+	system := strings.Repeat("You are a helpful assistant. ", 64) // 1856 bytes
+	full := Hash(nil, system+strings.Repeat("question ", 200), 64)
+	sys := Hash(nil, system, 64) // the system prompt's 29 full blocks
+	for i := range 1000 {
+		ix.Add("m", sys, fmt.Sprintf("e%d", i))
+	}
+	ix.Add("m", full, "e7")
+	got := matches(ix, "m", full)
+	if len(got) != 1000 || got["e7"] != 100 || got["e8"] != float64(len(sys))*100/float64(len(full)) {
+		t.Fatalf("%d matches, e7 %v, e8 %v", len(got), got["e7"], got["e8"])
+	}
+}

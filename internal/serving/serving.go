@@ -65,6 +65,7 @@ type Server struct {
 	extLis   net.Listener
 	hlthLis  net.Listener
 	reloader *certReloader
+	draining chan struct{} // closed when shutdown begins
 }
 
 // New listens on both ports and registers ext on the ext_proc server. Nothing is served
@@ -106,7 +107,10 @@ func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (
 	}
 	s.ext = grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(s.ext, ext)
-	healthpb.RegisterHealthServer(s.ext, s.health) // Envoy health-checks the ext_proc port itself
+	// Envoy health-checks the ext_proc port itself. Watch streams there end when shutdown
+	// begins, or they would hold GracefulStop for the whole grace period.
+	s.draining = make(chan struct{})
+	healthpb.RegisterHealthServer(s.ext, drainingHealth{s.health, s.draining})
 	// Kubelet gRPC probes speak plain text, so the health port never uses TLS.
 	s.healthS = grpc.NewServer()
 	healthpb.RegisterHealthServer(s.healthS, s.health)
@@ -157,6 +161,7 @@ func (s *Server) Run(ctx context.Context) error {
 	stopWatch()
 	<-synced // followSync has stopped, so Shutdown's NOT_SERVING is final
 	s.health.Shutdown()
+	close(s.draining)
 	s.log.Info("shutting down", "gracePeriod", s.cfg.GracePeriod.String())
 
 	drained := make(chan struct{})
@@ -217,3 +222,30 @@ func Run(ctx context.Context, cfg Config, ext extprocv3.ExternalProcessorServer,
 	}
 	return s.Run(ctx)
 }
+
+// drainingHealth is the health service on the ext_proc port: Check as usual, Watch ends
+// once draining is closed (after the watcher was sent NOT_SERVING, unless it raced the end).
+type drainingHealth struct {
+	*health.Server
+	draining <-chan struct{}
+}
+
+func (h drainingHealth) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.draining:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return h.Server.Watch(req, watchStream{stream, ctx})
+}
+
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,10 +37,14 @@ func onePod() []*pool.Endpoint {
 }
 
 // start runs a Server on 127.0.0.1 with free ports; stop() shuts it down and returns Run's result.
-func start(t *testing.T, cfg Config, store *pool.Store) (s *Server, stop func() error, done <-chan error) {
+func start(t *testing.T, cfg Config, store *pool.Store, obs ...extproc.Observer) (s *Server, stop func() error, done <-chan error) {
 	t.Helper()
 	cfg.Host, cfg.GRPCPort, cfg.HealthPort = "127.0.0.1", 0, 0
-	s, err := New(cfg, extproc.NewServer(store, nil, extproc.Options{}), store)
+	opts := extproc.Options{}
+	if len(obs) > 0 {
+		opts.Observer = obs[0]
+	}
+	s, err := New(cfg, extproc.NewServer(store, nil, opts), store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +60,7 @@ func start(t *testing.T, cfg Config, store *pool.Store) (s *Server, stop func() 
 			select {
 			case result = <-errc:
 			case <-time.After(15 * time.Second):
-				t.Fatal("Run did not return within 15s of shutdown")
+				result = errors.New("Run did not return within 15s of shutdown")
 			}
 		}
 		return result
@@ -254,14 +259,22 @@ func TestCertPathErrors(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	store := pool.NewStore()
 	store.Publish(pool.Info{}, onePod(), true)
-	s, stop, done := start(t, Config{SecureServing: false, GracePeriod: time.Minute}, store)
+	opened := openedObserver(make(chan struct{}, 1))
+	s, stop, done := start(t, Config{SecureServing: false, GracePeriod: time.Minute}, store, opened)
 	ctx := testCtx(t)
 	c, err := envoy.Dial(s.ExtProcAddr(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	next := watchHealth(t, ctx, c.Conn(), "inference-extension")
+	hc, err := grpc.NewClient(s.HealthAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	next := watchHealth(t, ctx, hc, "inference-extension")
+	// A watcher on the ext_proc port must not hold the shutdown up.
+	_ = watchHealth(t, ctx, c.Conn(), "inference-extension")()
 	if got := next(); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health %v before shutdown", got)
 	}
@@ -273,8 +286,11 @@ func TestGracefulShutdown(t *testing.T) {
 	if err := stream.SendRequestHeaders(envoy.Headers(":method", "POST", ":path", req.Path), false, nil); err != nil {
 		t.Fatal(err)
 	}
-	// The server has the stream once the headers are acknowledged by a later answer; the
-	// health watch on the same connection proves the connection is established.
+	select { // the server holds the stream before shutdown begins
+	case <-opened:
+	case <-ctx.Done():
+		t.Fatal("the server never opened the stream")
+	}
 	stopErr := make(chan error, 1)
 	go func() { stopErr <- stop() }()
 	if got := next(); got != healthpb.HealthCheckResponse_NOT_SERVING {
@@ -337,3 +353,12 @@ func TestGracePeriodCutsStreams(t *testing.T) {
 		t.Errorf("the abandoned stream ended with %v, want Unavailable or Canceled", err)
 	}
 }
+
+// openedObserver signals each stream the ext_proc server opens.
+type openedObserver chan struct{}
+
+func (o openedObserver) StreamOpened()                 { o <- struct{}{} }
+func (o openedObserver) StreamClosed()                 {}
+func (o openedObserver) RequestBody(int)               {}
+func (o openedObserver) Decided(extproc.DecisionEvent) {}
+func (o openedObserver) RequestFailed(int, string)     {}

@@ -10,6 +10,8 @@ import (
 // waiting queue, KV capacity in tokens and a prefix cache of blocks with LRU eviction.
 type engine struct {
 	p Params
+	// lanes admits PrefillLanes prefills at a time; channel senders are served in order.
+	lanes chan struct{}
 
 	mu       sync.Mutex
 	running  int
@@ -29,7 +31,7 @@ type waiter struct {
 }
 
 func newEngine(p Params) *engine {
-	e := &engine{p: p, changed: make(chan struct{})}
+	e := &engine{p: p, changed: make(chan struct{}), lanes: make(chan struct{}, max(1, p.PrefillLanes))}
 	e.cache.init()
 	return e
 }
@@ -131,6 +133,16 @@ func (e *engine) dispatchLocked() {
 		e.kvUsed += w.need
 		w.admitted = true
 		close(w.ready)
+	}
+}
+
+// prefillLane waits for a free prefill lane; release it with the returned function.
+func (e *engine) prefillLane(ctx context.Context) (release func(), err error) {
+	select {
+	case e.lanes <- struct{}{}:
+		return func() { <-e.lanes }, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
 	}
 }
 

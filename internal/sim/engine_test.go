@@ -126,3 +126,34 @@ func TestPrefixCacheLRU(t *testing.T) {
 		t.Fatalf("a prefix match stops at the first miss: got %d, want 0", got)
 	}
 }
+
+func TestPrefillLanesSerializePrefills(t *testing.T) {
+	p := DefaultParams() // one lane
+	e := newEngine(p)
+	release, err := e.prefillLane(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With the lane held, a second prefill cannot start: only its (ended) context is ready.
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := e.prefillLane(ended); !errors.Is(err, context.Canceled) {
+		t.Fatalf("second prefill while the lane is held: %v, want it to wait (and give up)", err)
+	}
+	release()
+	second, err := e.prefillLane(testCtx(t))
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	second()
+
+	p.PrefillLanes = 2
+	e = newEngine(p)
+	r1, _ := e.prefillLane(testCtx(t))
+	r2, err := e.prefillLane(testCtx(t))
+	if err != nil {
+		t.Fatalf("two lanes hold two prefills: %v", err)
+	}
+	r1()
+	r2()
+}

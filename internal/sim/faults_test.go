@@ -55,9 +55,12 @@ func TestFaultHeaderIsScopedByRole(t *testing.T) {
 
 // openStream starts a streaming request and returns once its headers arrived.
 func openStream(t *testing.T, ctx context.Context, s *Server, fault string) *http.Response {
+	return openStreamAt(t, ctx, s, "/v1/completions", `{"model":"sim-model","prompt":"stream me","max_tokens":5,"stream":true}`, fault)
+}
+
+func openStreamAt(t *testing.T, ctx context.Context, s *Server, path, body, fault string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/completions",
-		strings.NewReader(`{"model":"sim-model","prompt":"stream me","max_tokens":5,"stream":true}`))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+path, strings.NewReader(body))
 	req.Header.Set(HeaderFault, fault)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -79,21 +82,26 @@ func readUntilCancel(body io.Reader) <-chan string {
 
 func TestHangBeforeFirstToken(t *testing.T) {
 	s := startPod(t, PodConfig{Engine: EngineVLLM})
-	ctx, cancel := context.WithCancel(testCtx(t))
-	resp := openStream(t, ctx, s, "hang")
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("headers %d %v", resp.StatusCode, resp.Header)
-	}
-	got := readUntilCancel(resp.Body)
-	if _, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Running == 1 }); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	if body := <-got; body != "" {
-		t.Fatalf("a request hung before its first token sent %q", body)
-	}
-	if _, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Running == 0 && st.KVUsedTokens == 0 }); err != nil {
-		t.Fatal(err)
+	for _, c := range []struct{ path, body string }{
+		{"/v1/completions", `{"model":"sim-model","prompt":"stream me","max_tokens":5,"stream":true}`},
+		{"/v1/chat/completions", `{"model":"sim-model","messages":[{"role":"user","content":"x"}],"stream":true}`},
+	} {
+		ctx, cancel := context.WithCancel(testCtx(t))
+		resp := openStreamAt(t, ctx, s, c.path, c.body, "hang")
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("%s: headers %d %v", c.path, resp.StatusCode, resp.Header)
+		}
+		got := readUntilCancel(resp.Body)
+		if _, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Running == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if body := <-got; body != "" { // not even chat's role chunk
+			t.Fatalf("%s: a request hung before its first token sent %q", c.path, body)
+		}
+		if _, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Running == 0 && st.KVUsedTokens == 0 }); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// Non-streaming: nothing at all until the client gives up.
 	ctx2, cancel2 := context.WithTimeout(testCtx(t), 50*time.Millisecond)

@@ -14,11 +14,15 @@ import (
 
 const testModel = "sim-model"
 
-// startPod starts a pod at a fast time scale and closes it when the test ends.
+// startPod starts a pod at a fast time scale and closes it when the test ends. Without
+// Params it gets testParams: peers wait for each other as long as a test may take.
 func startPod(t *testing.T, cfg PodConfig) *Server {
 	t.Helper()
 	if cfg.Model == "" {
 		cfg.Model = testModel
+	}
+	if cfg.Params == (Params{}) {
+		cfg.Params = testParams()
 	}
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 0.001
@@ -168,9 +172,17 @@ func mustJSON(t *testing.T, v any) string {
 	return string(b)
 }
 
-// fastParams are DefaultParams with short timeouts for rendezvous tests.
-func fastParams() Params {
+// testParams are DefaultParams whose held KV and rendezvous outlast any test (10 s of wall
+// time at TimeScale 0.001), so a slow machine cannot expire them between two legs.
+func testParams() Params {
 	p := DefaultParams()
-	p.BootstrapTimeout = 100 // 0.1 s at TimeScale 0.001
+	p.KVHold, p.BootstrapTimeout = 10000, 10000
+	return p
+}
+
+// shortBootstrap has a rendezvous timeout of 0.1 s of wall time, for timeout tests.
+func shortBootstrap() Params {
+	p := testParams()
+	p.BootstrapTimeout = 100
 	return p
 }

@@ -13,12 +13,11 @@ import (
 // podMetrics serves the pod's metrics in its engine's dialect from a private registry.
 // Gauges are read from the scheduler at scrape time; latencies are model seconds.
 type podMetrics struct {
-	s                                     *Server
-	reg                                   *prometheus.Registry
-	promptTokens, genTokens               atomic.Int64
-	cacheQueries, cacheHits               atomic.Int64
-	prefillTime, ttft                     prometheus.Observer
-	running, waiting, kvUsage, throughput func() float64
+	s                       *Server
+	reg                     *prometheus.Registry
+	promptTokens            atomic.Int64
+	cacheQueries, cacheHits atomic.Int64 // in tokens
+	prefillTime, ttft       prometheus.Observer
 }
 
 // latencyBuckets follow vLLM's TTFT buckets.
@@ -27,10 +26,10 @@ var latencyBuckets = []float64{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 
 func newPodMetrics(s *Server) *podMetrics {
 	m := &podMetrics{s: s, reg: prometheus.NewRegistry()}
 	st := func() Stats { return s.eng.stats() }
-	m.running = func() float64 { return float64(st().Running) }
-	m.waiting = func() float64 { return float64(st().Waiting) }
-	m.kvUsage = func() float64 { x := st(); return float64(x.KVUsedTokens) / float64(x.KVTokens) }
-	m.throughput = func() float64 {
+	running := func() float64 { return float64(st().Running) }
+	waiting := func() float64 { return float64(st().Waiting) }
+	kvUsage := func() float64 { x := st(); return float64(x.KVUsedTokens) / float64(x.KVTokens) }
+	throughput := func() float64 {
 		b := st().Running
 		if b == 0 {
 			return 0
@@ -56,9 +55,9 @@ func newPodMetrics(s *Server) *podMetrics {
 	switch s.cfg.Engine {
 	case EngineVLLM:
 		l := prometheus.Labels{"engine": "0", "model_name": model}
-		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", l, m.running)
-		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", l, m.waiting)
-		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, m.kvUsage)
+		gauge("vllm:num_requests_running", "Number of requests in model execution batches.", l, running)
+		gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", l, waiting)
+		gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, kvUsage)
 		counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", l, m.promptTokens.Load)
 		counter("vllm:generation_tokens_total", "Number of generation tokens processed.", l, gen)
 		counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens.", l, m.cacheQueries.Load)
@@ -69,24 +68,26 @@ func newPodMetrics(s *Server) *podMetrics {
 			prometheus.Labels{"engine": "0", "block_size": bs, "num_gpu_blocks": blocks, "enable_prefix_caching": "True"}, one)
 	case EngineSGLang:
 		l := prometheus.Labels{"model_name": model}
-		gauge("sglang:num_running_reqs", "The number of running requests.", l, m.running)
-		gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", l, m.waiting)
-		gauge("sglang:token_usage", "The token usage.", l, m.kvUsage)
-		gauge("sglang:gen_throughput", "The generation throughput (token/s).", l, m.throughput)
+		gauge("sglang:num_running_reqs", "The number of running requests.", l, running)
+		gauge("sglang:num_queue_reqs", "The number of requests in the waiting queue.", l, waiting)
+		gauge("sglang:token_usage", "The token usage.", l, kvUsage)
+		gauge("sglang:gen_throughput", "The generation throughput (token/s).", l, throughput)
 		gauge("sglang:num_prefill_prealloc_queue_reqs", "Prefill requests waiting for their decode leg to connect.", l,
 			func() float64 { return float64(st().PrefillBootstrap) })
 		gauge("sglang:num_decode_prealloc_queue_reqs", "Decode requests waiting for their KV.", l,
 			func() float64 { return float64(st().DecodePrealloc) })
 		gauge("sglang:cache_config_info", "Cache configuration.", prometheus.Labels{"model_name": model, "page_size": bs, "num_pages": blocks}, one)
+		gauge("sglang:page_size", "Tokens per KV page.", l, func() float64 { return float64(s.p.BlockSize) })
+		gauge("sglang:num_pages", "KV pages.", l, func() float64 { return float64(s.p.KVTokens / s.p.BlockSize) })
 		counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", l, m.promptTokens.Load)
 		counter("sglang:generation_tokens_total", "Number of generation tokens processed.", l, gen)
 		m.prefillTime = prometheus.ObserverFunc(func(float64) {})
 		m.ttft = hist("sglang:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l)
 	case EngineTRTLLM:
 		l := prometheus.Labels{"model_name": model, "engine_type": "trtllm"}
-		gauge("trtllm_num_requests_running", "Number of requests running.", l, m.running)
-		gauge("trtllm_num_requests_waiting", "Number of requests waiting.", l, m.waiting)
-		gauge("trtllm_kv_cache_utilization", "KV cache utilization (0-1).", l, m.kvUsage)
+		gauge("trtllm_num_requests_running", "Number of requests running.", l, running)
+		gauge("trtllm_num_requests_waiting", "Number of requests waiting.", l, waiting)
+		gauge("trtllm_kv_cache_utilization", "KV cache utilization (0-1).", l, kvUsage)
 		gauge("trtllm_kv_cache_tokens_per_block", "Tokens per KV cache block.", l, func() float64 { return float64(s.p.BlockSize) })
 		gauge("trtllm_kv_cache_max_blocks", "Maximum KV cache blocks.", l, func() float64 { return float64(s.p.KVTokens / s.p.BlockSize) })
 		counter("trtllm_prompt_tokens_total", "Number of prompt tokens processed.", l, m.promptTokens.Load)

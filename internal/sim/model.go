@@ -25,6 +25,9 @@ type Params struct {
 	TransferPerToken float64 `json:"transfer_per_token_seconds"` // default 0.000002
 	// MaxRunning is the most sequences in the running batch; the rest wait in FIFO order.
 	MaxRunning int `json:"max_running"` // default 64
+	// PrefillLanes is how many prefills compute at once. Prefill is compute-bound, so a GPU
+	// runs about one at a time: concurrent prompts on one pod queue for the lane (FIFO).
+	PrefillLanes int `json:"prefill_lanes"` // default 1
 	// KVTokens is the KV capacity; a request reserves prompt + output tokens while it runs.
 	KVTokens int `json:"kv_tokens"` // default 131072
 	// BlockSize is the KV block (and prefix-cache block) size in tokens.
@@ -47,7 +50,7 @@ func DefaultParams() Params {
 		PrefillBase: 0.010, PrefillPerToken: 0.00005, PrefillQuadratic: 1e-8,
 		DecodeBase: 0.010, DecodePerSeq: 0.0002,
 		TransferBase: 0.002, TransferPerToken: 0.000002,
-		MaxRunning: 64, KVTokens: 131072, BlockSize: 16, DefaultMaxTokens: 16,
+		MaxRunning: 64, PrefillLanes: 1, KVTokens: 131072, BlockSize: 16, DefaultMaxTokens: 16,
 		KVHold: 480, BootstrapTimeout: 300,
 	}
 }

@@ -303,8 +303,8 @@ func intList(raw any) ([]int64, error) {
 	return ids, nil
 }
 
-// prefillShape checks the fields every engine's prefill leg must carry: one output token,
-// no streaming. maxCompletionDeleted is TensorRT-LLM's rule (AIBrix deletes the key there).
+// prefillShape checks what every engine's prefill leg must carry: one output token (max_tokens
+// 1; max_completion_tokens 1 or absent, as AIBrix deletes it for TensorRT-LLM), no streaming.
 func prefillShape(q *inferReq, engine string) *httpError {
 	v, present, err := intField(q.raw, "max_tokens")
 	if err != nil || !present || v != 1 {

@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-func sglangPair(t *testing.T) (p, d *Server) {
-	return startPod(t, PodConfig{Engine: EngineSGLang, Role: RolePrefill, Params: fastParams()}),
-		startPod(t, PodConfig{Engine: EngineSGLang, Role: RoleDecode, Params: fastParams()})
+func sglangPair(t *testing.T, params Params) (p, d *Server) {
+	return startPod(t, PodConfig{Engine: EngineSGLang, Role: RolePrefill, Params: params}),
+		startPod(t, PodConfig{Engine: EngineSGLang, Role: RoleDecode, Params: params})
 }
 
 // sglangLegs builds both legs as AIBrix does: the same bootstrap fields and rid on both,
@@ -34,7 +34,7 @@ func postAsync(t *testing.T, base, path, body string, hdr ...string) <-chan repl
 }
 
 func TestSGLangRendezvous(t *testing.T) {
-	p, d := sglangPair(t)
+	p, d := sglangPair(t, testParams())
 	std := startPod(t, PodConfig{Engine: EngineSGLang})
 	client := map[string]any{"model": testModel, "messages": []any{map[string]any{"role": "user", "content": "hi there"}}, "max_tokens": 4, "stream": true}
 	pre, dec := sglangLegs(p, client, 7, "req-1-0000000100000001")
@@ -69,7 +69,7 @@ func TestSGLangRendezvous(t *testing.T) {
 }
 
 func TestSGLangBootstrapTimeouts(t *testing.T) {
-	p, d := sglangPair(t)
+	p, d := sglangPair(t, shortBootstrap())
 	client := map[string]any{"model": testModel, "prompt": "lonely", "max_tokens": 2}
 	pre, dec := sglangLegs(p, client, 9, "r-9")
 	r := post(t, p.URL(), "/v1/completions", mustJSON(t, pre))
@@ -83,7 +83,7 @@ func TestSGLangBootstrapTimeouts(t *testing.T) {
 }
 
 func TestSGLangAbortRequest(t *testing.T) {
-	p, d := sglangPair(t)
+	p, d := sglangPair(t, testParams())
 	client := map[string]any{"model": testModel, "prompt": "abort me", "max_tokens": 2}
 	_, dec := sglangLegs(p, client, 10, "gw-1-00000001deadbeef")
 	dc := postAsync(t, d.URL(), "/v1/completions", mustJSON(t, dec))
@@ -136,7 +136,7 @@ func TestSGLangAbortRequest(t *testing.T) {
 }
 
 func TestSGLangContractViolations(t *testing.T) {
-	p, d := sglangPair(t)
+	p, d := sglangPair(t, testParams())
 	std := startPod(t, PodConfig{Engine: EngineSGLang})
 	client := map[string]any{"model": testModel, "prompt": "same prompt", "max_tokens": 3}
 	pre, dec := sglangLegs(p, client, 11, "r-11")

@@ -11,7 +11,7 @@ import (
 const bigID = int64(1)<<62 + 12345
 
 func trtPair(t *testing.T, cfg PodConfig) (ctxW, genW *Server) {
-	cfg.Engine, cfg.Params = EngineTRTLLM, fastParams()
+	cfg.Engine = EngineTRTLLM
 	c, g := cfg, cfg
 	c.Role, g.Role = RolePrefill, RoleDecode
 	return startPod(t, c), startPod(t, g)
@@ -117,9 +117,9 @@ func TestTRTGenerationFirst(t *testing.T) {
 	mustStatus(t, <-gc, 200)
 
 	// A generation leg whose context never comes times out.
-	gen["disaggregated_params"].(map[string]any)["disagg_request_id"] = bigID + 7
-	gen["disaggregated_params"].(map[string]any)["ctx_request_id"] = bigID + 7
-	if r := post(t, genW.URL(), "/v1/completions", mustJSON(t, gen)); r.status != 500 || !strings.Contains(string(r.body), "no context leg arrived") {
+	ctxShort, genShort := trtPair(t, PodConfig{Params: shortBootstrap()})
+	gen["disaggregated_params"].(map[string]any)["ctx_info_endpoint"] = "tcp://" + ctxShort.KVHostPort()
+	if r := post(t, genShort.URL(), "/v1/completions", mustJSON(t, gen)); r.status != 500 || !strings.Contains(string(r.body), "no context leg arrived") {
 		t.Fatalf("lonely generation leg: %d %s", r.status, r.body)
 	}
 

@@ -151,11 +151,31 @@ func TestVLLMContractViolations(t *testing.T) {
 }
 
 func TestVLLMHeldKVExpires(t *testing.T) {
-	params := DefaultParams()
+	params := testParams()
 	params.KVHold = 20 // 20 ms at TimeScale 0.001
 	p := startPod(t, PodConfig{Engine: EngineVLLM, Role: RolePrefill, Params: params})
 	mustStatus(t, post(t, p.URL(), "/v1/completions", mustJSON(t, aibrixVLLMPrefill(map[string]any{"model": testModel, "prompt": "hold me"}))), 200)
 	if _, err := p.WaitStats(testCtx(t), func(st Stats) bool { return st.KVUsedTokens == 0 }); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// AnyRole pods behave like engines in kv_both mode: any pod takes either leg.
+func TestAnyRole(t *testing.T) {
+	a := startPod(t, PodConfig{Engine: EngineVLLM, AnyRole: true})
+	b := startPod(t, PodConfig{Engine: EngineVLLM, AnyRole: true})
+	client := map[string]any{"model": testModel, "prompt": "both ways", "max_tokens": 2}
+	pr := post(t, a.URL(), "/v1/completions", mustJSON(t, aibrixVLLMPrefill(client)))
+	mustStatus(t, pr, 200)
+	dec := maps.Clone(client)
+	dec["kv_transfer_params"] = pr.json(t)["kv_transfer_params"]
+	mustStatus(t, post(t, b.URL(), "/v1/completions", mustJSON(t, dec)), 200)
+
+	// SGLang: the pod whose bootstrap server the legs name is the prefill.
+	p := startPod(t, PodConfig{Engine: EngineSGLang, AnyRole: true})
+	d := startPod(t, PodConfig{Engine: EngineSGLang, AnyRole: true})
+	pre, sdec := sglangLegs(p, client, 1, "any-1")
+	dc := postAsync(t, d.URL(), "/v1/completions", mustJSON(t, sdec))
+	mustStatus(t, post(t, p.URL(), "/v1/completions", mustJSON(t, pre)), 200)
+	mustStatus(t, <-dc, 200)
 }

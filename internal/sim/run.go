@@ -44,7 +44,7 @@ type extra struct {
 }
 
 // run serves a classified request: wait for KV (decode) or the peer (SGLang prefill), queue
-// for a running slot, prefill or transfer, then answer.
+// for a running slot, then for a prefill lane (or pay the KV transfer), then answer.
 func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg *leg, f Faults) {
 	out := q.maxTokens
 	if lg.kind == legPrefill {
@@ -56,25 +56,10 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 		return
 	}
 	arrived := time.Now()
-	transferred := 0
-	if lg.pull != nil {
-		s.eng.addQueue(0, 1)
-		n, herr := lg.pull(ctx)
-		s.eng.addQueue(0, -1)
-		if herr != nil {
-			s.fail(ctx, w, herr)
-			return
-		}
-		transferred = n
-	}
-	if lg.beforeAdmit != nil {
-		s.eng.addQueue(1, 0)
-		herr := lg.beforeAdmit(ctx)
-		s.eng.addQueue(-1, 0)
-		if herr != nil {
-			s.fail(ctx, w, herr)
-			return
-		}
+	transferred, herr := s.meetPeer(ctx, lg)
+	if herr != nil || ctx.Err() != nil { // refused, or aborted / abandoned while waiting
+		s.fail(ctx, w, herr)
+		return
 	}
 	adm, err := s.eng.admit(ctx, need)
 	if err != nil {
@@ -83,23 +68,35 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 	}
 	defer adm.release()
 	a := &answer{s: s, w: w, q: q, id: s.nextID(map[bool]string{true: "chatcmpl-", false: "cmpl-"}[q.chat]), created: time.Now().Unix()}
-	a.queue = time.Since(arrived).Seconds() / s.scale
 	s.met.promptTokens.Add(int64(len(q.ids)))
 	hashes := BlockHashes(q.ids, s.p.BlockSize)
 	var compute float64
 	if lg.kind == legDecode {
+		a.queue = time.Since(arrived).Seconds() / s.scale
 		compute = TransferSeconds(s.p, transferred)
 		a.transfer = compute
+		if !s.sleep(ctx, compute) {
+			s.fail(ctx, w, nil)
+			return
+		}
 	} else {
+		lane, err := s.eng.prefillLane(ctx)
+		if err != nil {
+			s.fail(ctx, w, nil)
+			return
+		}
+		a.queue = time.Since(arrived).Seconds() / s.scale
 		a.cached = CachedTokens(s.p, len(q.ids), s.eng.lookup(hashes))
 		compute = PrefillSeconds(s.p, len(q.ids)-a.cached)
 		a.prefill = compute
 		s.met.cacheQueries.Add(int64(len(q.ids)))
 		s.met.cacheHits.Add(int64(a.cached))
-	}
-	if !s.sleep(ctx, compute) {
-		s.fail(ctx, w, nil)
-		return
+		done := s.sleep(ctx, compute)
+		lane()
+		if !done {
+			s.fail(ctx, w, nil)
+			return
+		}
 	}
 	s.eng.remember(hashes)
 	if lg.kind != legDecode {
@@ -125,8 +122,30 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 		a.finish(x)
 		return
 	}
+	s.generate(ctx, a, out, lg.kind == legDecode, f, arrived)
+}
+
+// meetPeer waits for the other leg: a decode leg pulls its KV (returning its size), an SGLang
+// prefill leg waits for its decode leg to join. Both wait outside the running batch.
+func (s *Server) meetPeer(ctx context.Context, lg *leg) (int, *httpError) {
+	switch {
+	case lg.pull != nil:
+		s.eng.addQueue(0, 1)
+		defer s.eng.addQueue(0, -1)
+		return lg.pull(ctx)
+	case lg.beforeAdmit != nil:
+		s.eng.addQueue(1, 0)
+		defer s.eng.addQueue(-1, 0)
+		return 0, lg.beforeAdmit(ctx)
+	}
+	return 0, nil
+}
+
+// generate streams or collects out tokens at the batch's inter-token latency. A decode leg
+// pays one step for its first token; elsewhere the prefill produced it.
+func (s *Server) generate(ctx context.Context, a *answer, out int, decodeLeg bool, f Faults, arrived time.Time) {
 	for i := 0; i < out; i++ {
-		if (i > 0 || lg.kind == legDecode) && !s.sleep(ctx, InterTokenSeconds(s.p, s.eng.batch())) {
+		if (i > 0 || decodeLeg) && !s.sleep(ctx, InterTokenSeconds(s.p, s.eng.batch())) {
 			a.interrupted(ctx)
 			return
 		}
@@ -180,7 +199,8 @@ func (a *answer) headers() {
 	h.Set("X-Sim-Transfer-Seconds", strconv.FormatFloat(a.transfer, 'g', -1, 64))
 }
 
-// start sends the SSE headers (and chat's role chunk).
+// start sends the SSE headers, and nothing else: like vLLM, the first body chunk (chat's
+// role chunk) waits for the first token.
 func (a *answer) start() {
 	if a.started {
 		return
@@ -191,9 +211,7 @@ func (a *answer) start() {
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	a.w.WriteHeader(http.StatusOK)
-	if a.q.chat {
-		a.chunk(map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil})
-	} else if f, ok := a.w.(http.Flusher); ok {
+	if f, ok := a.w.(http.Flusher); ok {
 		f.Flush()
 	}
 }
@@ -238,6 +256,9 @@ func (a *answer) add(i int) {
 		finish = "length"
 	}
 	if a.q.chat {
+		if a.tokens == 1 {
+			a.chunk(map[string]any{"index": 0, "delta": map[string]any{"role": "assistant", "content": ""}, "logprobs": nil, "finish_reason": nil})
+		}
 		a.chunk(map[string]any{"index": 0, "delta": map[string]any{"content": tok}, "logprobs": nil, "finish_reason": finish})
 	} else {
 		a.chunk(map[string]any{"index": 0, "text": tok, "logprobs": nil, "finish_reason": finish})

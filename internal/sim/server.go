@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -234,6 +235,8 @@ func (p Params) validate() error {
 	switch {
 	case p.MaxRunning < 1:
 		return fmt.Errorf("params.max_running %d: must be ≥ 1", p.MaxRunning)
+	case p.PrefillLanes < 1:
+		return fmt.Errorf("params.prefill_lanes %d: must be ≥ 1", p.PrefillLanes)
 	case p.BlockSize < 1:
 		return fmt.Errorf("params.block_size %d: must be ≥ 1", p.BlockSize)
 	case p.KVTokens < p.BlockSize:
@@ -313,6 +316,7 @@ func (s *Server) Close() {
 		_ = s.srv.Close()
 		_ = s.kvSrv.Close()
 		s.table.close()
+		s.client.CloseIdleConnections()
 	})
 }
 
@@ -394,7 +398,7 @@ func (s *Server) record(next http.Handler) http.Handler {
 			return
 		}
 		s.rec.add(r, body)
-		r.Body = io.NopCloser(strings.NewReader(string(body)))
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
 }

@@ -189,6 +189,9 @@ func TestMetricsDialects(t *testing.T) {
 			`sglang:num_prefill_prealloc_queue_reqs{model_name="sim-model"} 0`,
 			`sglang:num_decode_prealloc_queue_reqs{model_name="sim-model"} 0`,
 			`sglang:generation_tokens_total{model_name="sim-model"} 2`,
+			`sglang:cache_config_info{model_name="sim-model",num_pages="8192",page_size="16"} 1`,
+			`sglang:page_size{model_name="sim-model"} 16`,
+			`sglang:num_pages{model_name="sim-model"} 8192`,
 		}},
 		{EngineTRTLLM, "/prometheus/metrics", []string{
 			`trtllm_num_requests_running{engine_type="trtllm",model_name="sim-model"} 0`,
@@ -263,7 +266,7 @@ func TestPrefixCacheLowersPrefill(t *testing.T) {
 }
 
 func TestQueueingAtMaxRunning(t *testing.T) {
-	p := DefaultParams()
+	p := testParams()
 	p.MaxRunning = 1
 	s := startPod(t, PodConfig{Engine: EngineVLLM, Params: p})
 	ctx, cancel := context.WithCancel(testCtx(t))

@@ -75,6 +75,7 @@ type Metrics struct {
 	ttft             *prometheus.HistogramVec
 	interToken       *prometheus.HistogramVec
 	scrapeDuration   *prometheus.HistogramVec
+	scrapeLast       *prometheus.GaugeVec
 	scrapeErrors     *prometheus.CounterVec
 	scrapeStale      *prometheus.GaugeVec
 	configErrors     *prometheus.CounterVec
@@ -126,6 +127,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.ttft = m.histogramVec("tandem_time_to_first_token_seconds", "Time from the request reaching Tandem to the first response body chunk, by model and the serving pod's role.", ttftBuckets, "model", "role")
 	m.interToken = m.histogramVec("tandem_inter_token_latency_seconds", "Time between response body chunks of a streamed response, by model and the serving pod's role.", itlBuckets, "model", "role")
 	m.scrapeDuration = m.histogramVec("tandem_scrape_duration_seconds", "Time to scrape and parse one model server's metrics, by engine.", scrapeBuckets, "engine")
+	m.scrapeLast = m.gaugeVec("tandem_scrape_last_duration_seconds", "Duration of the last scrape of an endpoint, successful or not.", epLabels...)
 	m.scrapeErrors = m.counterVec("tandem_scrape_errors_total", "Failed metric scrapes, by endpoint and reason (timeout, connect, http_status, too_large, parse).", append(epLabels, "reason")...)
 	m.scrapeStale = m.gaugeVec("tandem_scrape_stale", "1 while an endpoint's engine metrics are stale (no good scrape within the staleness threshold), else 0.", epLabels...)
 	m.configErrors = m.counterVec("tandem_config_errors_total", "Bad per-pod configuration (annotations, labels) that Tandem ignored, by pod and source.", "namespace", "pod_name", "source")
@@ -157,7 +159,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requestModelFail, m.prefillSuccess, m.prefillFail, m.pdPrefillFailure, m.pdDecodeAbort,
 		m.pdDecodeWatchdog, m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.bucketBand, m.bucketPromptTokens,
 		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.decisions, m.pickDuration, m.pluginDuration,
-		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.scrapeDuration, m.scrapeErrors,
+		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
 		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage}
 }
 
@@ -279,6 +281,35 @@ func (m *Metrics) InterTokenLatency(model string, r pool.Role, d time.Duration) 
 	m.interToken.WithLabelValues(m.bound("model", model), role(r)).Observe(d.Seconds())
 }
 
+// ResponseTimer turns the body chunks of one response into TTFT and inter-token latency
+// observations. One per response stream; not for concurrent use.
+type ResponseTimer struct {
+	ttft, itl   prometheus.Observer
+	start, last time.Time
+}
+
+// NewResponseTimer starts timing a response to a request that reached Tandem at start and is
+// served by a pod of the given role (the decode pod for PD pairs).
+func (m *Metrics) NewResponseTimer(model string, r pool.Role, start time.Time) *ResponseTimer {
+	model = m.bound("model", model)
+	return &ResponseTimer{ttft: m.ttft.WithLabelValues(model, role(r)), itl: m.interToken.WithLabelValues(model, role(r)), start: start}
+}
+
+// BodyChunk records a response body chunk of size bytes arriving at now. The first non-empty
+// chunk is the first token; the gaps between later ones are inter-token latencies (a chunk is
+// what the engine flushed, one or a few tokens). Empty chunks (a bare end of stream) are ignored.
+func (t *ResponseTimer) BodyChunk(now time.Time, size int) {
+	if size == 0 {
+		return
+	}
+	if t.last.IsZero() {
+		t.ttft.Observe(now.Sub(t.start).Seconds())
+	} else {
+		t.itl.Observe(now.Sub(t.last).Seconds())
+	}
+	t.last = now
+}
+
 // RequestModelFail counts a failed request (gateway_request_model_fail_total), e.g.
 // ("m", "pd_decode_watchdog", 504).
 func (m *Metrics) RequestModelFail(model, status string, code int) {
@@ -372,7 +403,7 @@ func (m *Metrics) DropPod(namespace, pod string) {
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.selectedPrefillPods, m.selectedDecodePods,
-		m.scrapeErrors, m.scrapeStale, m.configErrors, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage} {
+		m.scrapeLast, m.scrapeErrors, m.scrapeStale, m.configErrors, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage} {
 		v.DeletePartialMatch(l)
 	}
 }
@@ -387,9 +418,11 @@ func epLabels(ep *pool.Endpoint) prometheus.Labels {
 
 // ScrapeDone implements metrics.Observer.
 func (m *Metrics) ScrapeDone(ep *pool.Endpoint, took time.Duration, errClass string) {
+	port := strconv.Itoa(int(ep.Port))
 	m.scrapeDuration.WithLabelValues(m.bound("engine", ep.Engine)).Observe(took.Seconds())
+	m.scrapeLast.WithLabelValues(ep.Namespace, ep.Name, port).Set(took.Seconds())
 	if errClass != "" {
-		m.scrapeErrors.WithLabelValues(ep.Namespace, ep.Name, strconv.Itoa(int(ep.Port)), errClass).Inc()
+		m.scrapeErrors.WithLabelValues(ep.Namespace, ep.Name, port, errClass).Inc()
 	}
 }
 
@@ -429,7 +462,7 @@ func (m *Metrics) EndpointGone(ep *pool.Endpoint) {
 	l := epLabels(ep)
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.scrapeErrors, m.scrapeStale, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage} {
+	}{m.scrapeLast, m.scrapeErrors, m.scrapeStale, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage} {
 		v.DeletePartialMatch(l)
 	}
 }

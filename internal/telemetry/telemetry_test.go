@@ -318,6 +318,33 @@ func TestRolesetsAndRoles(t *testing.T) {
 	}
 }
 
+func TestResponseTimer(t *testing.T) {
+	m, reg := newMetrics(t)
+	t0 := time.Unix(100, 0)
+	rt := m.NewResponseTimer("m", pool.RoleDecode, t0)
+	// First token after 250 ms, then chunks 20 ms and 30 ms apart; an empty end-of-stream chunk.
+	rt.BodyChunk(t0.Add(250*time.Millisecond), 40)
+	rt.BodyChunk(t0.Add(270*time.Millisecond), 40)
+	rt.BodyChunk(t0.Add(300*time.Millisecond), 40)
+	rt.BodyChunk(t0.Add(900*time.Millisecond), 0)
+	mfs, _ := reg.Gather()
+	got := map[string][2]float64{}
+	for _, mf := range mfs {
+		for _, s := range mf.GetMetric() {
+			if h := s.GetHistogram(); h != nil && labelValue(s, "role") == "decode" {
+				got[mf.GetName()] = [2]float64{float64(h.GetSampleCount()), h.GetSampleSum()}
+			}
+		}
+	}
+	near := func(a, b float64) bool { return a-b < 1e-9 && b-a < 1e-9 }
+	if g := got["tandem_time_to_first_token_seconds"]; g[0] != 1 || !near(g[1], 0.25) {
+		t.Errorf("TTFT count,sum = %v, want 1, 0.25", g)
+	}
+	if g := got["tandem_inter_token_latency_seconds"]; g[0] != 2 || !near(g[1], 0.05) {
+		t.Errorf("ITL count,sum = %v, want 2, 0.05 (20 ms + 30 ms)", g)
+	}
+}
+
 func TestDecisionOutcomeBounded(t *testing.T) {
 	m, reg := newMetrics(t)
 	m.Decision("pd", Outcome("made-up"), "step", time.Millisecond)

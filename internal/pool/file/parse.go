@@ -25,6 +25,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"os"
 	"slices"
@@ -95,8 +96,8 @@ func (p *parser) document(data []byte) (pool.Info, []entry) {
 		return pool.Info{}, nil
 	}
 	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		p.errs = append(p.errs, fmt.Sprintf("line %d: a second YAML document; put everything in one", extra.Line))
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		p.errs = append(p.errs, "a second YAML document (after ---); put everything in one")
 		return pool.Info{}, nil
 	}
 	root := doc.Content[0]

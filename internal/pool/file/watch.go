@@ -111,6 +111,8 @@ func (w *Watcher) run(ctx context.Context) error {
 			}
 		}
 	}
+	// The file may have changed between the caller's Load and the watch being set up.
+	_ = w.Load()
 	interval := w.PollInterval
 	if interval <= 0 {
 		interval = DefaultPollInterval

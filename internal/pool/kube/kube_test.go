@@ -132,7 +132,7 @@ func TestKubeSource(t *testing.T) {
 			t.Errorf("endpoint = role %q roleset %q engine %q model %q", e.Role, e.Roleset, e.Engine, e.Model)
 		}
 		h.update(p, func(p *corev1.Pod) { p.Labels["role-name"] = "decode"; p.Labels["roleset-name"] = "group-1" })
-		s = h.wait("reclassified as decode", func(s *pool.Snapshot) bool {
+		h.wait("reclassified as decode", func(s *pool.Snapshot) bool {
 			return len(s.Endpoints) == 1 && s.Endpoints[0].Role == pool.RoleDecode && s.Endpoints[0].Roleset == "group-1"
 		})
 		h.update(p, func(p *corev1.Pod) { p.Labels[pool.LabelModelPort] = "8100" })
