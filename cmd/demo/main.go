@@ -75,6 +75,11 @@ func run(args []string) error {
 		Mix: demo.Mix{Conv: *conv, Code: *code, Mooncake: *mooncake, Window: *window,
 			MaxPromptTokens: *maxPrompt, MaxOutputTokens: *maxOutput},
 		TimeScale: *scale, Listen: *listen, Stay: *stay,
-		RunEPP: demo.ProcessEPP(bin, logPath), Out: os.Stdout, Progress: os.Stderr,
+		RunEPP: demo.ProcessEPP(bin, logPath), Out: os.Stdout, Progress: os.Stderr, ProgressTTY: isTerminal(os.Stderr),
 	})
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

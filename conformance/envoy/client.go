@@ -227,8 +227,9 @@ func mutation(hm *extprocv3.HeaderMutation) Mutation {
 	for _, o := range hm.GetSetHeaders() {
 		k := strings.ToLower(o.GetHeader().GetKey())
 		m.Set[k] = headerValue(o.GetHeader())
-		appendOld := o.GetAppend() != nil && o.GetAppend().GetValue()
-		if appendOld || (o.GetAppend() == nil && o.GetAppendAction() == corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD) {
+		//lint:ignore SA1019 Envoy still honours the deprecated append flag over append_action, so a client must read it.
+		legacy := o.GetAppend()
+		if (legacy != nil && legacy.GetValue()) || (legacy == nil && o.GetAppendAction() == corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD) {
 			m.Appends = append(m.Appends, k)
 		}
 	}

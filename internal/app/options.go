@@ -43,6 +43,9 @@ type Options struct {
 	RedisTLSSkipVerify bool
 
 	Zap zap.Options
+
+	// metricsAnyPort serves /metrics on a free port when MetricsPort is 0 (tests).
+	metricsAnyPort bool
 }
 
 type intList []int

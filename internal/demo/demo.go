@@ -24,7 +24,10 @@ type Options struct {
 	Stay     bool
 	RunEPP   EPPRunner
 	Out      io.Writer // summary
-	Progress io.Writer // live progress line (a terminal: it is redrawn with \r)
+	Progress io.Writer // live progress line
+	// ProgressTTY redraws the progress line in place (\r) four times a second; otherwise a
+	// line is printed every five seconds.
+	ProgressTTY bool
 	Logger   logr.Logger
 }
 
@@ -57,15 +60,19 @@ func Run(ctx context.Context, o Options) error {
 	tickerDone := make(chan struct{})
 	go func() {
 		defer close(tickerDone)
-		t := time.NewTicker(250 * time.Millisecond)
+		every, format := 5*time.Second, "%s\n"
+		if o.ProgressTTY {
+			every, format = 250*time.Millisecond, "\r%s\033[K"
+		}
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
 			case <-stopTicker:
-				fmt.Fprintf(o.Progress, "\r%s\n", prog.Line(time.Since(start)))
+				fmt.Fprintf(o.Progress, format+"\n", prog.Line(time.Since(start)))
 				return
 			case <-t.C:
-				fmt.Fprintf(o.Progress, "\r%s", prog.Line(time.Since(start)))
+				fmt.Fprintf(o.Progress, format, prog.Line(time.Since(start)))
 			}
 		}
 	}()

@@ -139,7 +139,7 @@ func TestParseDecisions(t *testing.T) {
 	text := `# HELP tandem_picker_decisions_total Scheduling decisions
 # TYPE tandem_picker_decisions_total counter
 tandem_picker_decisions_total{outcome="pd",step="prefix_cache",strategy="pd"} 12
-tandem_picker_decisions_total{outcome="combined",step="bucket",strategy="pd"} 3
+tandem_decisions_total{outcome="combined",step="bucket",strategy="pd"} 3
 other_metric{outcome="pd"} 99
 `
 	got, err := parseDecisions(strings.NewReader(text))

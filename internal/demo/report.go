@@ -13,7 +13,11 @@ import (
 	"time"
 )
 
-// Decision is one series of tandem_picker_decisions_total.
+// decisionMetrics are the names Tandem has counted its decisions under (the app's telemetry,
+// and the picker's own counter).
+var decisionMetrics = []string{"tandem_decisions_total{", "tandem_picker_decisions_total{"}
+
+// Decision is one series of Tandem's decision counter.
 type Decision struct {
 	Strategy, Outcome, Step string
 	Count                   float64
@@ -33,14 +37,20 @@ func ScrapeDecisions(url string) ([]Decision, error) {
 	return parseDecisions(resp.Body)
 }
 
-// parseDecisions reads the tandem_picker_decisions_total series from Prometheus text format.
+// parseDecisions reads the decision counter's series from Prometheus text format.
 func parseDecisions(r io.Reader) ([]Decision, error) {
 	var out []Decision
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, "tandem_picker_decisions_total{")
+		var rest string
+		var ok bool
+		for _, name := range decisionMetrics {
+			if rest, ok = strings.CutPrefix(line, name); ok {
+				break
+			}
+		}
 		if !ok {
 			continue
 		}
@@ -107,6 +117,7 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 	strategies := map[string]int{}
 	whyTrace := map[string]int{}
 	failures := map[string]int{}
+	served := map[string]int{}
 	failed := 0
 	for _, r := range results {
 		src := r.Req.Source
@@ -119,6 +130,7 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 			bySource[src]["failed"]++
 			continue
 		}
+		served[r.Pod]++
 		role := Kind(podRole[r.Pod], r.PD)
 		g := roles[role]
 		if g == nil {
@@ -181,12 +193,12 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 	}
 	fmt.Fprintf(w, "  strategy used (routing-strategy response header): %s\n", strings.Join(strat, ", "))
 
-	fmt.Fprintln(w, "\nWhy (Tandem's tandem_picker_decisions_total, by outcome and deciding step):")
+	fmt.Fprintln(w, "\nWhy (Tandem's decision counter tandem_decisions_total: outcome, strategy, deciding step, count):")
 	switch {
 	case decisionsErr != nil:
 		fmt.Fprintf(w, "  metrics not readable (%v)\n", decisionsErr)
 	case len(decisions) == 0:
-		fmt.Fprintln(w, "  no tandem_picker_decisions_total series")
+		fmt.Fprintln(w, "  no decision series on Tandem's /metrics")
 	}
 	sort.Slice(decisions, func(i, j int) bool { return decisions[i].Count > decisions[j].Count })
 	for _, d := range decisions {
@@ -201,13 +213,17 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 		}
 	}
 
-	fmt.Fprintln(w, "\nPods (requests received, including prefill legs):")
+	fmt.Fprintln(w, "\nPods (client requests served; prefill pods: prefill legs received):")
 	for _, p := range st.Pods {
 		rs := p.Roleset
 		if rs == "" {
 			rs = "-"
 		}
-		fmt.Fprintf(w, "  %-11s %-9s roleset %-5s %s  %d\n", p.Name, p.Role, rs, p.Server.HostPort(), received(p))
+		n := served[p.Name]
+		if p.Role == "prefill" {
+			n = received(p)
+		}
+		fmt.Fprintf(w, "  %-11s %-9s roleset %-5s %s  %d\n", p.Name, p.Role, rs, p.Server.HostPort(), n)
 	}
 	if failed > 0 {
 		fmt.Fprintln(w, "\nFailures:")
@@ -219,7 +235,7 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 	}
 }
 
-// received counts the inference requests a pod got (the recorder's sequence number).
+// received counts the HTTP inference requests a pod got (the recorder's sequence number).
 func received(p *Pod) int {
 	reqs := p.Server.Requests()
 	if len(reqs) == 0 {

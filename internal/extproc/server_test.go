@@ -110,7 +110,11 @@ func (o *recObserver) RequestBody(n int) {
 	o.bodies = append(o.bodies, n)
 	o.mu.Unlock()
 }
-func (o *recObserver) Decided(e DecisionEvent) { o.mu.Lock(); o.decided = append(o.decided, e); o.mu.Unlock() }
+func (o *recObserver) Decided(e DecisionEvent) {
+	o.mu.Lock()
+	o.decided = append(o.decided, e)
+	o.mu.Unlock()
+}
 func (o *recObserver) RequestFailed(status int, reason string) {
 	o.mu.Lock()
 	o.failed = append(o.failed, fmt.Sprintf("%d %s", status, reason))
@@ -468,7 +472,7 @@ func TestBufferedModeWarning(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = s.Send(&extprocv3.ProcessingRequest{
-			Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}},
+			Request:        &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{}},
 			ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: procmodev3.ProcessingMode_BUFFERED},
 		})
 		if err != nil {

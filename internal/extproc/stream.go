@@ -46,9 +46,10 @@ type stream struct {
 	answered   bool // the route or an ImmediateResponse has been sent
 	rejected   bool // an ImmediateResponse was sent; the rest of the request is drained unanswered
 
-	decision  *picker.Decision
-	lifecycle picker.Lifecycle
-	finished  bool
+	decision    *picker.Decision
+	lifecycle   picker.Lifecycle
+	respHeaders bool // response headers seen (Lifecycle.ResponseHeaders is called at most once)
+	finished    bool
 }
 
 // violation is a gRPC error for a gateway that breaks the ext_proc protocol: not a
@@ -309,9 +310,10 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 	served, missing := servedEndpoint(msg.GetMetadataContext())
 	var set []*corev3.HeaderValueOption
 	if d := st.decision; d != nil {
-		if st.lifecycle != nil {
+		if st.lifecycle != nil && !st.respHeaders && !st.finished {
 			st.lifecycle.ResponseHeaders(code, served)
 		}
+		st.respHeaders = true
 		set = headerOptions(set, d.ResponseHeaders)
 		if st.srv.opts.DebugTraceHeader && d.Trace != nil {
 			if b, err := json.Marshal(d.Trace); err == nil {

@@ -15,21 +15,21 @@ func TestVLLMPrepare(t *testing.T) {
 		name, connector, body, wantPrefill string
 	}{
 		{
-			name: "shfs: kv_transfer_params asks for a remote decode; one token, no stream",
+			name:      "shfs: kv_transfer_params asks for a remote decode; one token, no stream",
 			connector: ConnectorSHFS, body: chatBody,
 			wantPrefill: `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1,"stream":false,"temperature":0.7,` +
 				`"kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null},` +
 				`"max_completion_tokens":1}`,
 		},
 		{
-			name: "shfs: the client's own kv_transfer_params and max_completion_tokens are overridden in place",
+			name:      "shfs: the client's own kv_transfer_params and max_completion_tokens are overridden in place",
 			connector: ConnectorSHFS,
 			body:      `{"model":"m","prompt":"p","kv_transfer_params":{"x":1},"max_completion_tokens":9}`,
 			wantPrefill: `{"model":"m","prompt":"p","kv_transfer_params":{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null},` +
 				`"max_completion_tokens":1,"max_tokens":1,"stream":false}`,
 		},
 		{
-			name: "nixl: no kv_transfer_params",
+			name:      "nixl: no kv_transfer_params",
 			connector: ConnectorNIXL, body: chatBody,
 			wantPrefill: `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":1,"stream":false,"temperature":0.7,"max_completion_tokens":1}`,
 		},
@@ -64,26 +64,26 @@ func TestVLLMMerge(t *testing.T) {
 		name, connector, resp, want string
 	}{
 		{
-			name: "shfs: the response's params with remote_host = prefill pod IP, client's max_tokens and stream kept, big ints exact",
+			name:      "shfs: the response's params with remote_host = prefill pod IP, client's max_tokens and stream kept, big ints exact",
 			connector: ConnectorSHFS, resp: kvResp,
 			want: `{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":50,"stream":true,"stream_options":{"include_usage":true},"min_tokens":2,"temperature":0.7,` +
 				`"kv_transfer_params":{"do_remote_decode":false,"do_remote_prefill":true,"remote_engine_id":"e-1","remote_block_ids":[1,2,9007199254740993],"remote_host":"10.1.2.3","remote_port":5600,"opaque":{"k":[1.50,"v"]}}}`,
 		},
 		{
-			name: "shfs: no kv_transfer_params in the response leaves the client's body (decode recomputes)",
+			name:      "shfs: no kv_transfer_params in the response leaves the client's body (decode recomputes)",
 			connector: ConnectorSHFS, resp: `{"id":"cmpl-1","choices":[]}`, want: chatBody,
 		},
 		{
-			name: "shfs: kv_transfer_params null is the same as missing",
+			name:      "shfs: kv_transfer_params null is the same as missing",
 			connector: ConnectorSHFS, resp: `{"kv_transfer_params":null}`, want: chatBody,
 		},
 		{
-			name: "shfs: params without remote_host get one",
+			name:      "shfs: params without remote_host get one",
 			connector: ConnectorSHFS, resp: `{"kv_transfer_params":{"remote_port":1}}`,
 			want: chatBody[:len(chatBody)-1] + `,"kv_transfer_params":{"remote_port":1,"remote_host":"10.1.2.3"}}`,
 		},
 		{
-			name: "nixl: the whole response as disagg_prefill_resp",
+			name:      "nixl: the whole response as disagg_prefill_resp",
 			connector: ConnectorNIXL, resp: "{\"id\":\"cmpl-1\",\"n\":12345678901234567890}\n",
 			want: chatBody[:len(chatBody)-1] + `,"disagg_prefill_resp":{"id":"cmpl-1","n":12345678901234567890}}`,
 		},

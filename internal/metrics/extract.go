@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"math"
 	"strconv"
 	"time"
 
@@ -111,28 +112,31 @@ func value(m *dto.Metric) float64 {
 }
 
 // sumOf adds the selected series: engines of one server (vLLM V1 "engine" label, SGLang ranks)
-// each report their own share of the pod's requests.
+// each report their own share of the pod's requests. NaN and infinite values are not readings.
 func sumOf(fams map[string]*dto.MetricFamily, sels []Selector) (float64, bool) {
-	ss := series(fams, sels)
-	if len(ss) == 0 {
-		return 0, false
-	}
-	var sum float64
-	for _, m := range ss {
-		sum += value(m)
-	}
-	return sum, true
+	sum, n := total(fams, sels)
+	return sum, n > 0
 }
 
 // meanOf averages the selected series: each engine reports the utilisation of its own KV
 // cache, so the pod's utilisation is their mean (engines of one pod have equal caches).
 func meanOf(fams map[string]*dto.MetricFamily, sels []Selector) (float64, bool) {
-	ss := series(fams, sels)
-	if len(ss) == 0 {
+	sum, n := total(fams, sels)
+	if n == 0 {
 		return 0, false
 	}
-	s, _ := sumOf(fams, sels)
-	return s / float64(len(ss)), true
+	return sum / float64(n), true
+}
+
+// total adds the finite values of the selected series and counts them.
+func total(fams map[string]*dto.MetricFamily, sels []Selector) (sum float64, n int) {
+	for _, m := range series(fams, sels) {
+		if v := value(m); !math.IsNaN(v) && !math.IsInf(v, 0) {
+			sum += v
+			n++
+		}
+	}
+	return sum, n
 }
 
 func histogramTotals(fams map[string]*dto.MetricFamily, sels []Selector) (sum, count float64, ok bool) {

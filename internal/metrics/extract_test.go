@@ -227,6 +227,27 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="ensemble
 	}
 }
 
+// TestNonFiniteValues checks that NaN and infinite values are missing readings, not numbers.
+func TestNonFiniteValues(t *testing.T) {
+	page := `# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0"} NaN
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0"} +Inf
+vllm:kv_cache_usage_perc{engine="1"} 0.25
+`
+	s, err := NewScraper(pool.NewStore(), NewStore(), ScrapeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams, err := decodeFamilies(stringsReader(page), textCT, s.want[pool.EngineVLLM])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := toSample(extract(fams, s.dialect[pool.EngineVLLM], time.Unix(1, 0)), nil, nil)
+	// Running has no finite series; KV usage is the mean of the one finite engine.
+	assertSample(t, got, &Sample{KVUsage: 0.25, HasKVUsage: true})
+}
+
 func TestDecodeErrors(t *testing.T) {
 	cases := []struct{ name, body, ct string }{
 		{"json from trtllm-serve /metrics", `[{"iter": 1}]`, "application/json"},

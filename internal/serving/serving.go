@@ -77,7 +77,7 @@ func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (
 	if cfg.MaxRecvMsgSize <= 0 {
 		cfg.MaxRecvMsgSize = DefaultMaxRecvMsgSize
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.WithName("serving"), store: store, health: health.NewServer()}
+	s := &Server{cfg: cfg, log: cfg.Logger, store: store, health: health.NewServer()}
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 	}

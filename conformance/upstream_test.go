@@ -1,0 +1,367 @@
+package conformance_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+
+	"github.com/tandem-epp/tandem/conformance/envoy"
+	"github.com/tandem-epp/tandem/internal/app"
+	"github.com/tandem-epp/tandem/internal/testenv"
+)
+
+// The upstream conformance suite whose EPP arguments Tandem must accept.
+const (
+	upstreamModule  = "sigs.k8s.io/gateway-api-inference-extension/conformance"
+	upstreamVersion = "v1.6.0"
+	// Wire names the upstream suite uses.
+	upstreamSelectionHeader = "test-epp-endpoint-selection"
+	upstreamServedHeader    = "x-conformance-test-served-endpoint"
+	upstreamHealthService   = "inference-extension"
+)
+
+// TestUpstreamArguments plays the upstream suite's cluster on a real apiserver and runs Tandem,
+// once per EPP Deployment in resources/base.yaml, with that Deployment's arguments (see README.md
+// for the three documented changes), as the ServiceAccount the upstream RBAC binds.
+func TestUpstreamArguments(t *testing.T) {
+	objs := upstreamBase(t)
+	env := testenv.Start(t, testenv.WithGatewayAPI())
+	ctx := context.Background()
+
+	var epps []*appsv1.Deployment
+	pools := map[string]*infv1.InferencePool{}
+	podsByNS := map[string][]*corev1.Pod{}
+	for _, o := range objs {
+		if err := env.Client.Create(ctx, o.DeepCopy()); err != nil {
+			t.Fatalf("create %s %s/%s from base.yaml: %v", o.GetKind(), o.GetNamespace(), o.GetName(), err)
+		}
+		switch o.GetKind() {
+		case "InferencePool":
+			p := upstreamConvert[infv1.InferencePool](t, o)
+			pools[p.Namespace+"/"+p.Name] = p
+		case "Deployment":
+			d := upstreamConvert[appsv1.Deployment](t, o)
+			if upstreamIsEPP(d) {
+				epps = append(epps, d)
+				continue
+			}
+			// Play the ReplicaSet controller and the kubelet: one Ready pod per replica.
+			replicas := 1
+			if d.Spec.Replicas != nil {
+				replicas = int(*d.Spec.Replicas)
+			}
+			for i := range replicas {
+				p := &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", d.Name, i), Namespace: d.Namespace, Labels: d.Spec.Template.Labels},
+					Spec:       d.Spec.Template.Spec,
+				}
+				if err := env.Client.Create(ctx, p); err != nil {
+					t.Fatalf("create pod for %s: %v", d.Name, err)
+				}
+				ip := fmt.Sprintf("10.%d.%d.%d", 100+len(podsByNS), len(podsByNS[d.Namespace])/200, len(podsByNS[d.Namespace])%200+1)
+				if err := testenv.SetPodStatus(ctx, env.Client, p, ip, true); err != nil {
+					t.Fatal(err)
+				}
+				podsByNS[d.Namespace] = append(podsByNS[d.Namespace], p)
+			}
+		}
+	}
+	if len(epps) < 2 || len(pools) != len(epps) {
+		t.Fatalf("base.yaml has %d EPP Deployments and %d InferencePools; expected one EPP per pool, several pools", len(epps), len(pools))
+	}
+
+	for _, d := range epps {
+		args := d.Spec.Template.Spec.Containers[0].Args
+		poolKey := upstreamFlag(args, "--pool-namespace") + "/" + upstreamFlag(args, "--pool-name")
+		t.Run(d.Name, func(t *testing.T) {
+			ip, ok := pools[poolKey]
+			if !ok {
+				t.Fatalf("args %q name pool %s, which base.yaml does not define", args, poolKey)
+			}
+			want := upstreamEndpoints(ip, podsByNS[ip.Namespace])
+			if len(want) == 0 {
+				t.Fatalf("pool %s selects no pod", poolKey)
+			}
+			// The upstream RBAC binds the namespace's default ServiceAccount; Tandem runs as it.
+			t.Setenv("KUBECONFIG", upstreamKubeconfig(t, env, "system:serviceaccount:"+d.Namespace+":"+upstreamServiceAccount(d)))
+			upstreamRunEPP(t, args, want)
+		})
+	}
+}
+
+// upstreamRunEPP starts Tandem with the upstream arguments, waits for health, and checks picks.
+func upstreamRunEPP(t *testing.T, upstreamArgs, want []string) {
+	grpcPort, healthPort, metricsPort := upstreamFreePort(t), upstreamFreePort(t), upstreamFreePort(t)
+	args := append([]string{"--conformance"}, upstreamArgs...) // the conformance image's entrypoint
+	args = upstreamSetFlag(args, "--grpc-port", strconv.Itoa(grpcPort))
+	args = upstreamSetFlag(args, "--grpc-health-port", strconv.Itoa(healthPort))
+	args = append(args, "--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1")
+	t.Logf("upstream args %q\nrun as         %q", upstreamArgs, args)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- app.Run(ctx, args) }()
+	stopped := false
+	stop := func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("Tandem exited with %v", err)
+			}
+		case <-time.After(45 * time.Second):
+			t.Errorf("Tandem did not stop within 45s of its context ending")
+		}
+	}
+	defer stop()
+
+	// Health: inference-extension must turn SERVING once the pool has synced.
+	hconn, err := grpc.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(healthPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hconn.Close()
+	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer hcancel()
+	serving := make(chan error, 1)
+	go func() {
+		w, err := healthpb.NewHealthClient(hconn).Watch(hctx, &healthpb.HealthCheckRequest{Service: upstreamHealthService}, grpc.WaitForReady(true))
+		if err != nil {
+			serving <- err
+			return
+		}
+		for {
+			r, err := w.Recv()
+			if err != nil {
+				serving <- err
+				return
+			}
+			if r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+				serving <- nil
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-serving:
+		if err != nil {
+			t.Fatalf("health %q never turned SERVING: %v", upstreamHealthService, err)
+		}
+	case err := <-done:
+		stopped = true
+		t.Fatalf("Tandem exited before it was healthy: %v", err)
+	}
+
+	// Picks, over real ext_proc streams with TLS (--secure-serving defaults to true, as in lwepp).
+	c, err := envoy.Dial(net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort)), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	body := []byte(`{"model":"conformance-fake-model","prompt":"Hello"}`)
+	route := func(selection string) (string, *envoy.Stream, context.CancelFunc) {
+		t.Helper()
+		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+		hs := envoy.Headers(":method", "POST", ":path", "/v1/completions", "content-type", "application/json")
+		if selection != "" {
+			hs = append(hs, envoy.Header{Key: upstreamSelectionHeader, Value: selection})
+		}
+		s, routed, err := c.Route(sctx, envoy.Request{Headers: hs, Body: body})
+		if err != nil {
+			scancel()
+			t.Fatalf("routing (selection %q): %v", selection, err)
+		}
+		if routed.Immediate != nil {
+			scancel()
+			t.Fatalf("routing (selection %q): immediate response %d %s", selection, routed.Immediate.Status, routed.Immediate.Body)
+		}
+		eps := routed.Endpoints()
+		if len(eps) == 0 || routed.MetadataDestination == "" {
+			scancel()
+			t.Fatalf("routing (selection %q): no destination (header %q, metadata %q)", selection, routed.Destination, routed.MetadataDestination)
+		}
+		return eps[0], s, scancel
+	}
+	// Without the selection header the pick is one of the pool's endpoints.
+	for range 2 * len(want) {
+		got, _, scancel := route("")
+		scancel()
+		if !slices.Contains(want, got) {
+			t.Errorf("picked %s, which is not in the pool %v", got, want)
+		}
+	}
+	// The upstream suite pins each endpoint with the selection header and reads the served one back.
+	for _, hp := range want {
+		got, s, scancel := route(hp)
+		if got != hp {
+			t.Errorf("selection %s picked %s", hp, got)
+		}
+		ans, err := s.Respond(envoy.Response{Status: 200, Headers: envoy.Headers("content-type", "application/json"), Served: hp, Chunks: [][]byte{[]byte(`{}`)}})
+		scancel()
+		if err != nil {
+			t.Fatalf("response phase for %s: %v", hp, err)
+		}
+		if v := ans.Headers.Set[upstreamServedHeader]; v != hp {
+			t.Errorf("%s = %q, want %q", upstreamServedHeader, v, hp)
+		}
+	}
+	stop()
+}
+
+// upstreamBase reads resources/base.yaml from the upstream conformance module in the module cache.
+func upstreamBase(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	out, err := exec.Command("go", "mod", "download", "-json", upstreamModule+"@"+upstreamVersion).Output()
+	if err != nil {
+		t.Fatalf("go mod download %s@%s: %v", upstreamModule, upstreamVersion, err)
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("go mod download %s@%s: %s %v", upstreamModule, upstreamVersion, mod.Error, err)
+	}
+	data, err := os.ReadFile(filepath.Join(mod.Dir, "resources", "base.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("base.yaml: %v", err)
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+	// Namespaces first, as kubectl would need them.
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+	return objs
+}
+
+func upstreamConvert[T any](t *testing.T, u *unstructured.Unstructured) *T {
+	t.Helper()
+	var v T
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &v); err != nil {
+		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+	return &v
+}
+
+// upstreamIsEPP tells the EPP Deployments from the model servers: only an EPP takes --pool-name.
+func upstreamIsEPP(d *appsv1.Deployment) bool {
+	cs := d.Spec.Template.Spec.Containers
+	return len(cs) == 1 && slices.Contains(cs[0].Args, "--pool-name")
+}
+
+func upstreamServiceAccount(d *appsv1.Deployment) string {
+	if sa := d.Spec.Template.Spec.ServiceAccountName; sa != "" {
+		return sa
+	}
+	return "default"
+}
+
+// upstreamEndpoints is what lwepp would serve: Ready pods matching the selector × target ports.
+func upstreamEndpoints(ip *infv1.InferencePool, pods []*corev1.Pod) []string {
+	var out []string
+	for _, p := range pods {
+		match := true
+		for k, v := range ip.Spec.Selector.MatchLabels {
+			match = match && p.Labels[string(k)] == string(v)
+		}
+		if !match {
+			continue
+		}
+		for _, tp := range ip.Spec.TargetPorts {
+			out = append(out, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(tp.Number))))
+		}
+	}
+	return out
+}
+
+// upstreamFlag returns the value after flag in args ("" if absent).
+func upstreamFlag(args []string, flag string) string {
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == flag {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// upstreamSetFlag replaces the value of flag (given as "--f v" or "--f=v"), or appends it.
+func upstreamSetFlag(args []string, flag, value string) []string {
+	out := slices.Clone(args)
+	for i := range out {
+		switch {
+		case out[i] == flag && i+1 < len(out):
+			out[i+1] = value
+			return out
+		case strings.HasPrefix(out[i], flag+"="):
+			out[i] = flag + "=" + value
+			return out
+		}
+	}
+	return append(out, flag, value)
+}
+
+func upstreamFreePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// upstreamKubeconfig writes a kubeconfig for the test apiserver that acts as user (impersonation).
+func upstreamKubeconfig(t *testing.T, env *testenv.Env, user string) string {
+	t.Helper()
+	cfg := env.Config
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["as-sa"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken, Impersonate: user,
+	}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "as-sa"}
+	kc.CurrentContext = "envtest"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}

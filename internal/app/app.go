@@ -1,0 +1,270 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/extproc"
+	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/pd"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/pool/file"
+	"github.com/tandem-epp/tandem/internal/pool/kube"
+	"github.com/tandem-epp/tandem/internal/prefix"
+	"github.com/tandem-epp/tandem/internal/serving"
+)
+
+// Run parses args as the epp command line and runs Tandem until ctx ends.
+func Run(ctx context.Context, args []string, stdout io.Writer) error {
+	opts, err := ParseFlags(args, stdout, os.Getenv)
+	if err != nil {
+		return err
+	}
+	a, err := New(ctx, opts, Env{Getenv: os.Getenv, Environ: os.Environ()})
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// Env is the process environment the app reads (injectable for tests).
+type Env struct {
+	Getenv  func(string) string
+	Environ []string
+	// RestConfig, when set, is used instead of --kubeconfig / in-cluster discovery.
+	RestConfig *rest.Config
+}
+
+// App is a configured Tandem, listening but not yet serving until Run.
+type App struct {
+	opts     *Options
+	log      logr.Logger
+	reg      *prometheus.Registry
+	store    *pool.Store
+	gw       config.Gateway
+	deps     *picker.Deps
+	router   *picker.Router
+	scraper  *metrics.Scraper
+	serving  *serving.Server
+	metricsL net.Listener
+	source   func(ctx context.Context) error
+}
+
+// New validates the configuration, builds every component and opens the listeners, so a bad
+// setting fails here, before anything serves.
+func New(ctx context.Context, opts *Options, env Env) (*App, error) {
+	log := zap.New(zap.UseFlagOptions(&opts.Zap))
+	ctrl.SetLogger(log)
+	a := &App{opts: opts, log: log, reg: prometheus.NewRegistry(), store: pool.NewStore()}
+	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// Configuration: defaults < --config-file < environment.
+	var cfgFile *config.File
+	registry := picker.NewRegistry()
+	if opts.ConfigFile != "" {
+		f, err := config.LoadFile(opts.ConfigFile, config.FileOptions{KnownPluginTypes: registry.Has})
+		if err != nil {
+			return nil, err
+		}
+		cfgFile = f
+	}
+	gw, warns, err := config.Load(cfgFile, env.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	for _, w := range append(warns, config.UnknownEnv(env.Environ)...) {
+		log.Info("configuration warning", "warning", w.String())
+	}
+	a.gw = gw
+
+	// Picker: the PD cascade and the simple strategies behind one router.
+	a.deps = picker.NewDeps(load.SystemClock{}, gw.PD.PrefixCache)
+	a.deps.Warmer = prefix.NewWarmer(a.deps.Prefix, 1024)
+	cascade := pd.New(pd.Options{Deps: a.deps, Gateway: gw.PD, Logger: log.WithName("pd")})
+	strategies := pd.Strategies(cascade, a.deps, gw.PD)
+	names := make([]string, 0, len(strategies))
+	for _, s := range strategies {
+		names = append(names, s.Name())
+	}
+	fromFile, err := picker.FromFile(cfgFile, registry, a.deps, names)
+	if err != nil {
+		return nil, err
+	}
+	strategies = append(strategies, fromFile...)
+	for _, s := range fromFile {
+		names = append(names, s.Name())
+	}
+	prefill, decode := cascade.Policies().Names()
+	tel, err := newTelemetry(a.reg, log)
+	if err != nil {
+		return nil, err
+	}
+	resolver, err := config.NewResolver(gw, config.Options{
+		Names:    config.Names{Strategies: names, PrefillPolicies: prefill, DecodePolicies: decode},
+		Reporter: tel.annotationReporter(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	a.router, err = picker.NewRouter(picker.RouterOptions{Resolver: resolver, Strategies: strategies, Logger: log.WithName("picker")})
+	if err != nil {
+		return nil, err
+	}
+	sched := &observedScheduler{inner: a.router, m: tel.m}
+
+	// Engine metrics scraped into the picker's sample store.
+	a.scraper, err = metrics.NewScraper(a.store, a.deps.Metrics, metrics.ScrapeOptions{
+		Interval: gw.MetricRefreshInterval, Observer: tel.scrapeObserver(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("metric scraping: %w", err)
+	}
+
+	// Pool source.
+	if opts.EndpointsFile != "" {
+		path := opts.EndpointsFile
+		a.source = func(ctx context.Context) error {
+			w := &file.Watcher{Path: path, Store: a.store, Logger: log.WithName("endpoints-file"),
+				OnError: func(err error) { tel.sourceError("file", err) }}
+			if err := w.Load(); err != nil {
+				return err
+			}
+			return w.Run(ctx)
+		}
+		// Fail fast on a bad file: nothing else can work without it.
+		if _, _, err := file.Load(path); err != nil {
+			return nil, err
+		}
+	} else {
+		rc := env.RestConfig
+		if rc == nil {
+			if rc, err = restConfig(opts.Kubeconfig); err != nil {
+				return nil, err
+			}
+		}
+		mgr, err := kube.NewManager(rc, kube.Options{PoolName: opts.PoolName, PoolNamespace: opts.PoolNamespace,
+			PoolGroup: opts.PoolGroup, Store: a.store, Logger: log.WithName("kube")})
+		if err != nil {
+			return nil, err
+		}
+		a.source = mgr.Start
+	}
+
+	if opts.MetricsPort > 0 || opts.metricsAnyPort {
+		a.metricsL, err = net.Listen("tcp", net.JoinHostPort(opts.BindAddress, strconv.Itoa(opts.MetricsPort)))
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-port=%d: %w", opts.MetricsPort, err)
+		}
+	}
+	ext := extproc.NewServer(a.store, sched, extproc.Options{
+		MaxBodyBytes: opts.MaxBodyBytes, ConformanceMode: opts.Conformance,
+		DebugTraceHeader: opts.DebugTraceHeader, Logger: log, Observer: tel.extprocObserver(),
+	})
+	a.serving, err = serving.New(serving.Config{
+		Host: opts.BindAddress, GRPCPort: opts.GRPCPort, HealthPort: opts.GRPCHealthPort,
+		SecureServing: opts.SecureServing, CertPath: opts.CertPath, GracePeriod: opts.GracePeriod,
+		Logger: log.WithName("serving"),
+	}, ext, a.store)
+	if err != nil {
+		if a.metricsL != nil {
+			a.metricsL.Close()
+		}
+		return nil, err
+	}
+	return a, nil
+}
+
+// ExtProcAddr, HealthAddr and MetricsAddr are the listening addresses (useful with port 0).
+func (a *App) ExtProcAddr() string { return a.serving.ExtProcAddr() }
+func (a *App) HealthAddr() string  { return a.serving.HealthAddr() }
+func (a *App) MetricsAddr() string {
+	if a.metricsL == nil {
+		return ""
+	}
+	return a.metricsL.Addr().String()
+}
+
+// Store is the pool store the source publishes to.
+func (a *App) Store() *pool.Store { return a.store }
+
+// Run serves until ctx ends, then shuts down gracefully. It returns the first component error.
+func (a *App) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg   sync.WaitGroup
+		once sync.Once
+		res  error
+	)
+	run := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := f(ctx)
+			if err != nil && !errors.Is(err, context.Canceled) && ctx.Err() == nil {
+				once.Do(func() { res = fmt.Errorf("%s: %w", name, err) })
+				a.log.Error(err, "component failed; shutting down", "component", name)
+			}
+			cancel()
+		}()
+	}
+	run("pool source", a.source)
+	run("metric scraper", a.scraper.Run)
+	run("prefix warmer", func(ctx context.Context) error { a.deps.Warmer.Run(ctx); return nil })
+	run("grpc servers", a.serving.Run)
+	if a.metricsL != nil {
+		srv := &http.Server{Handler: a.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
+		run("metrics server", func(ctx context.Context) error {
+			go func() { <-ctx.Done(); _ = srv.Close() }()
+			if err := srv.Serve(a.metricsL); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	a.log.Info("tandem started", "extproc", a.ExtProcAddr(), "health", a.HealthAddr(), "metrics", a.MetricsAddr())
+	wg.Wait()
+	return res
+}
+
+func (a *App) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	return mux
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig=%s: %w", kubeconfig, err)
+		}
+		return c, nil
+	}
+	c, err := ctrl.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no Kubernetes configuration (in-cluster, $KUBECONFIG or --kubeconfig): %w; without a cluster use --endpoints-file", err)
+	}
+	return c, nil
+}

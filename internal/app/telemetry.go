@@ -1,0 +1,160 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/extproc"
+	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/telemetry"
+)
+
+// tel connects the components' observer hooks to Tandem's own metrics and logs.
+type tel struct {
+	m   *telemetry.Metrics
+	log logr.Logger
+}
+
+func newTelemetry(reg prometheus.Registerer, log logr.Logger) (*tel, error) {
+	m, err := telemetry.New(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &tel{m: m, log: log}, nil
+}
+
+// annotationReporter logs a bad model.aibrix.ai/config annotation and counts it; routing goes on
+// with the pod's last good value (or the defaults).
+func (t *tel) annotationReporter() config.Reporter {
+	return config.ReporterFunc(func(podKey, field, value string, err error) {
+		ns, name := splitPodKey(podKey)
+		t.m.PodConfigError(ns, name, "annotation")
+		t.log.Error(err, "bad pod annotation; keeping the pod's last good routing config",
+			"pod", podKey, "field", field, "value", value)
+	})
+}
+
+func (t *tel) scrapeObserver() metrics.Observer { return t.m }
+
+func (t *tel) sourceError(kind string, err error) {
+	t.log.Error(err, "pool source rejected an update; keeping the last good pool", "source", kind)
+}
+
+func (t *tel) extprocObserver() extproc.Observer { return &extprocObserver{m: t.m} }
+
+// extprocObserver adapts extproc.Observer to telemetry.Metrics.
+type extprocObserver struct {
+	m      *telemetry.Metrics
+	mu     sync.Mutex
+	closes []func()
+}
+
+func (o *extprocObserver) StreamOpened() {
+	done := o.m.StreamOpened()
+	o.mu.Lock()
+	o.closes = append(o.closes, done)
+	o.mu.Unlock()
+}
+
+func (o *extprocObserver) StreamClosed() {
+	o.mu.Lock()
+	var done func()
+	if n := len(o.closes); n > 0 {
+		done = o.closes[n-1]
+		o.closes = o.closes[:n-1]
+	}
+	o.mu.Unlock()
+	if done != nil {
+		done()
+	}
+}
+
+func (o *extprocObserver) RequestBody(n int) { o.m.RequestBody(n) }
+
+func (o *extprocObserver) Decided(e extproc.DecisionEvent) {
+	o.m.Decision(e.Strategy, telemetry.Outcome(e.Outcome), e.Step, e.Latency)
+}
+
+func (o *extprocObserver) RequestFailed(status int, reason string) {
+	o.m.Decision("", telemetry.OutcomeError, reason, 0)
+}
+
+// observedScheduler wraps the router so every decision feeds the per-request metrics: the
+// selected pair, time to first token and inter-token latency on the response stream, and the
+// seed's gateway_request_model_fail_total on failures.
+type observedScheduler struct {
+	inner picker.Scheduler
+	m     *telemetry.Metrics
+}
+
+func (s *observedScheduler) Schedule(ctx context.Context, req *request.Request, snap *pool.Snapshot, cands []*pool.Endpoint) (*picker.Decision, error) {
+	start := time.Now()
+	d, err := s.inner.Schedule(ctx, req, snap, cands)
+	if err != nil {
+		ae := apierror.From(err)
+		s.m.RequestModelFail(req.Model, "gateway_req_body_fail", ae.Status)
+		return nil, err
+	}
+	if len(d.Prefill) > 0 && len(d.Destination) > 0 {
+		s.m.SelectedPair(d.Prefill[0], d.Destination[0])
+	}
+	if len(d.Destination) > 0 {
+		d.Lifecycle = &timedLifecycle{inner: d.Lifecycle, timer: s.m.NewResponseTimer(req.Model, d.Destination[0].Role, start), m: s.m, model: req.Model}
+	}
+	return d, nil
+}
+
+// timedLifecycle observes the response stream for TTFT and inter-token latency.
+type timedLifecycle struct {
+	inner  picker.Lifecycle
+	timer  *telemetry.ResponseTimer
+	m      *telemetry.Metrics
+	model  string
+	status int
+}
+
+func (l *timedLifecycle) ResponseHeaders(status int, served string) {
+	l.status = status
+	if l.inner != nil {
+		l.inner.ResponseHeaders(status, served)
+	}
+}
+
+func (l *timedLifecycle) ResponseBody(size int, eos bool) {
+	if l.status == 0 || l.status < 400 {
+		l.timer.BodyChunk(time.Now(), size)
+	}
+	if l.inner != nil {
+		l.inner.ResponseBody(size, eos)
+	}
+}
+
+func (l *timedLifecycle) Done(err error) {
+	if l.status >= 400 {
+		l.m.RequestModelFail(l.model, "upstream_error", l.status)
+	} else if err != nil && !errors.Is(err, context.Canceled) {
+		l.m.RequestModelFail(l.model, "stream_error", 500)
+	}
+	if l.inner != nil {
+		l.inner.Done(err)
+	}
+}
+
+func splitPodKey(k string) (ns, name string) {
+	for i := 0; i < len(k); i++ {
+		if k[i] == '/' {
+			return k[:i], k[i+1:]
+		}
+	}
+	return "", k
+}

@@ -1,0 +1,432 @@
+package redisledger
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tandem-epp/tandem/internal/ledger"
+	"github.com/tandem-epp/tandem/internal/load"
+)
+
+// Redis layout (KeyPrefix defaults to "tandem:dtl:"):
+//
+//	<prefix>replicas        sorted set: replica ID → last heartbeat, Redis clock, Unix ms
+//	<prefix><ns>/<pod>      hash per decode pod: replica ID → "tokens,count,sumAt"
+//
+// sumAt is Σ routed_at of the replica's outstanding requests on the pod, in Unix seconds on
+// the Redis clock, so a reader computes Σ(now − routed_at) = count·now − sumAt on one clock.
+// Values are absolute, never deltas: a replica rewrites its whole field, and a field of a
+// replica that stopped heartbeating is ignored and pruned.
+
+// Defaults.
+const (
+	DefaultKeyPrefix       = "tandem:dtl:"
+	DefaultReadTimeout     = 100 * time.Millisecond
+	DefaultRefreshInterval = 250 * time.Millisecond
+	DefaultPublishInterval = time.Second
+	DefaultLiveness        = 3 * time.Second
+	DefaultKeyTTL          = 10 * time.Minute
+	// watchTTL: a pod nobody scored for this long is no longer read from Redis.
+	watchTTL = 10 * time.Minute
+)
+
+// Options configure a shared ledger.
+type Options struct {
+	Addr          string // host:port (--redis-addr, $TANDEM_REDIS_ADDR)
+	Password      string // --redis-password, $TANDEM_REDIS_PASSWORD
+	TLS           bool   // --redis-tls, $TANDEM_REDIS_TLS
+	TLSSkipVerify bool   // --redis-tls-insecure-skip-verify
+
+	// ReplicaID names this replica; default "<hostname>:<start unix ns>", unique per process.
+	ReplicaID string
+	KeyPrefix string
+	// ReadTimeout bounds one read round trip (default 100 ms); RefreshInterval is how often
+	// other replicas' charges are read (default 250 ms); PublishInterval how often every
+	// non-zero pod is republished and the heartbeat renewed (default 1 s); a replica whose
+	// heartbeat is older than Liveness (default 3 s) is dead; KeyTTL is the PEXPIRE of the
+	// keys (default 10 min).
+	ReadTimeout     time.Duration
+	RefreshInterval time.Duration
+	PublishInterval time.Duration
+	Liveness        time.Duration
+	KeyTTL          time.Duration
+
+	Clock  load.Clock // the decode ledger's clock; default the system clock
+	Logger logr.Logger
+}
+
+func (o *Options) defaults() error {
+	if o.Addr == "" {
+		return errors.New("redis address is empty: set --redis-addr (or $TANDEM_REDIS_ADDR) to host:port")
+	}
+	if _, _, err := net.SplitHostPort(o.Addr); err != nil {
+		return fmt.Errorf("--redis-addr=%q: want host:port (%v)", o.Addr, err)
+	}
+	if o.ReplicaID == "" {
+		host, _ := os.Hostname()
+		if p := os.Getenv("POD_NAME"); p != "" {
+			host = p
+		}
+		o.ReplicaID = host + ":" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = DefaultKeyPrefix
+	}
+	set := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	set(&o.ReadTimeout, DefaultReadTimeout)
+	set(&o.RefreshInterval, DefaultRefreshInterval)
+	set(&o.PublishInterval, DefaultPublishInterval)
+	set(&o.Liveness, DefaultLiveness)
+	set(&o.KeyTTL, DefaultKeyTTL)
+	if o.Clock == nil {
+		o.Clock = load.SystemClock{}
+	}
+	return nil
+}
+
+// Shared publishes a decode ledger's charges and serves the other replicas' charges to it
+// (it is the ledger's Remote). Safe for concurrent use.
+type Shared struct {
+	o   Options
+	rdb *redis.Client
+	dec *ledger.Decode
+
+	dirtyMu sync.Mutex
+	dirty   map[ledger.Pod]struct{}
+	kick    chan struct{}
+
+	watchMu sync.Mutex
+	watched map[ledger.Pod]time.Time
+
+	view atomic.Pointer[view]
+	// offset is Redis time − local clock, in ns, from the last TIME; hasOffset says it is known.
+	offset    atomic.Int64
+	hasOffset atomic.Bool
+	healthy   atomic.Bool
+
+	pruneMu sync.Mutex
+	prune   map[string][]string // key → dead replicas' fields to delete
+}
+
+type view struct {
+	at   time.Time // local clock when read
+	pods map[ledger.Pod]ledger.RemoteLoad
+}
+
+// New connects dec to Redis (lazily: nothing is dialled until the first round trip) and
+// makes it add the other replicas' charges. Call Run to publish and read in the background.
+func New(o Options, dec *ledger.Decode) (*Shared, error) {
+	if err := o.defaults(); err != nil {
+		return nil, err
+	}
+	ro := &redis.Options{Addr: o.Addr, Password: o.Password, Protocol: 2, DisableIdentity: true,
+		DialTimeout: 2 * o.ReadTimeout, ReadTimeout: 2 * o.ReadTimeout, WriteTimeout: 2 * o.ReadTimeout,
+		MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 4}
+	if o.TLS {
+		host, _, _ := net.SplitHostPort(o.Addr)
+		ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, InsecureSkipVerify: o.TLSSkipVerify} //nolint:gosec // opt-in flag
+	}
+	s := &Shared{o: o, rdb: redis.NewClient(ro), dec: dec, dirty: map[ledger.Pod]struct{}{}, kick: make(chan struct{}, 1),
+		watched: map[ledger.Pod]time.Time{}, prune: map[string][]string{}}
+	s.healthy.Store(true)
+	dec.OnChange(s.markDirty)
+	dec.SetRemote(s)
+	return s, nil
+}
+
+// ReplicaID is this replica's field name in Redis.
+func (s *Shared) ReplicaID() string { return s.o.ReplicaID }
+
+// Close detaches the ledger (back to local scoring) and closes the connection.
+func (s *Shared) Close() error {
+	s.dec.SetRemote(nil)
+	s.dec.OnChange(nil)
+	return s.rdb.Close()
+}
+
+func (s *Shared) markDirty(p ledger.Pod) {
+	s.dirtyMu.Lock()
+	s.dirty[p] = struct{}{}
+	s.dirtyMu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Shared) podKey(p ledger.Pod) string { return s.o.KeyPrefix + p.String() }
+func (s *Shared) replicasKey() string        { return s.o.KeyPrefix + "replicas" }
+
+// Remote implements ledger.Remote: the other live replicas' charges on p as of the last
+// successful read, their elapsed time carried forward to now. Zero when Redis is not
+// answering or the last read is older than the liveness window. It also asks the next
+// reads to include p.
+func (s *Shared) Remote(p ledger.Pod) ledger.RemoteLoad {
+	now := s.o.Clock.Now()
+	s.watchMu.Lock()
+	s.watched[p] = now
+	s.watchMu.Unlock()
+	v := s.view.Load()
+	if v == nil || now.Sub(v.at) > s.o.Liveness {
+		return ledger.RemoteLoad{}
+	}
+	r := v.pods[p]
+	if d := now.Sub(v.at).Seconds(); d > 0 {
+		r.Elapsed += float64(r.Count) * d
+	}
+	return r
+}
+
+// Watch makes the next reads include these pods (Remote does it for every pod it scores).
+func (s *Shared) Watch(pods ...ledger.Pod) {
+	now := s.o.Clock.Now()
+	s.watchMu.Lock()
+	for _, p := range pods {
+		s.watched[p] = now
+	}
+	s.watchMu.Unlock()
+}
+
+func (s *Shared) redisNow(local time.Time) time.Time {
+	return local.Add(time.Duration(s.offset.Load()))
+}
+
+func (s *Shared) setOffset(redisNow, before, after time.Time) {
+	mid := before.Add(after.Sub(before) / 2)
+	s.offset.Store(int64(redisNow.Sub(mid)))
+	s.hasOffset.Store(true)
+}
+
+// health logs transitions between answering and not answering.
+func (s *Shared) health(err error, what string) {
+	if err == nil {
+		if s.healthy.CompareAndSwap(false, true) {
+			s.o.Logger.Info("shared decode ledger: Redis answers again; adding other replicas' charges", "addr", s.o.Addr)
+		}
+		return
+	}
+	if s.healthy.CompareAndSwap(true, false) {
+		s.o.Logger.Error(err, "shared decode ledger: Redis is not answering; scoring from the local ledger until it does",
+			"addr", s.o.Addr, "during", what)
+	}
+}
+
+// Refresh reads the live replicas and the other replicas' charges on every watched pod in
+// one pipelined round trip bounded by ReadTimeout. On failure the view is dropped (local
+// scoring) and the error returned.
+func (s *Shared) Refresh(ctx context.Context) error {
+	now := s.o.Clock.Now()
+	s.watchMu.Lock()
+	pods := make([]ledger.Pod, 0, len(s.watched))
+	for p, seen := range s.watched {
+		if now.Sub(seen) > watchTTL {
+			delete(s.watched, p)
+			continue
+		}
+		pods = append(pods, p)
+	}
+	s.watchMu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, s.o.ReadTimeout)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	tcmd := pipe.Time(ctx)
+	zcmd := pipe.ZRangeWithScores(ctx, s.replicasKey(), 0, -1)
+	hcmds := make([]*redis.MapStringStringCmd, len(pods))
+	for i, p := range pods {
+		hcmds[i] = pipe.HGetAll(ctx, s.podKey(p))
+	}
+	before := time.Now()
+	_, err := pipe.Exec(ctx)
+	after := time.Now()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		s.view.Store(nil)
+		s.health(err, "read")
+		return fmt.Errorf("shared decode ledger read: %w", err)
+	}
+	s.health(nil, "read")
+	rnow := tcmd.Val()
+	// The offset between the Redis clock and the ledger's clock, at mid-flight.
+	mid := s.o.Clock.Now().Add(-after.Sub(before) / 2)
+	s.setOffset(rnow, mid, mid)
+	cutoff := float64(rnow.Add(-s.o.Liveness).UnixMilli())
+	live := map[string]bool{}
+	for _, z := range zcmd.Val() {
+		if m, ok := z.Member.(string); ok && z.Score >= cutoff {
+			live[m] = true
+		}
+	}
+	rsec := float64(rnow.UnixNano()) / 1e9
+	out := make(map[ledger.Pod]ledger.RemoteLoad, len(pods))
+	for i, p := range pods {
+		var acc ledger.RemoteLoad
+		for field, val := range hcmds[i].Val() {
+			if field == s.o.ReplicaID {
+				continue
+			}
+			if !live[field] {
+				s.queuePrune(s.podKey(p), field)
+				continue
+			}
+			tokens, count, sumAt, ok := parseValue(val)
+			if !ok {
+				continue
+			}
+			acc.Tokens += tokens
+			acc.Count += count
+			acc.Elapsed += max(float64(count)*rsec-sumAt, 0)
+		}
+		if acc.Count > 0 || acc.Tokens > 0 {
+			out[p] = acc
+		}
+	}
+	s.view.Store(&view{at: now, pods: out})
+	return nil
+}
+
+func (s *Shared) queuePrune(key, field string) {
+	s.pruneMu.Lock()
+	s.prune[key] = append(s.prune[key], field)
+	s.pruneMu.Unlock()
+}
+
+func formatValue(tokens float64, count int64, sumAt float64) string {
+	return strconv.FormatFloat(tokens, 'f', -1, 64) + "," + strconv.FormatInt(count, 10) + "," + strconv.FormatFloat(sumAt, 'f', 6, 64)
+}
+
+func parseValue(v string) (tokens float64, count int64, sumAt float64, ok bool) {
+	f := strings.Split(v, ",")
+	if len(f) != 3 {
+		return 0, 0, 0, false
+	}
+	var e1, e2, e3 error
+	tokens, e1 = strconv.ParseFloat(f[0], 64)
+	count, e2 = strconv.ParseInt(f[1], 10, 64)
+	sumAt, e3 = strconv.ParseFloat(f[2], 64)
+	return tokens, count, sumAt, e1 == nil && e2 == nil && e3 == nil && tokens >= 0 && count >= 0
+}
+
+// Publish writes the pods whose ledger changed since the last publish (all pods the ledger
+// holds when all is set) and renews the heartbeat, in one pipeline. Pods that fail to
+// publish stay dirty and go out with the next attempt.
+func (s *Shared) Publish(ctx context.Context, all bool) error {
+	if !s.hasOffset.Load() {
+		// The first publish needs the Redis clock: one extra round trip, once.
+		tctx, cancel := context.WithTimeout(ctx, s.o.ReadTimeout)
+		before := s.o.Clock.Now()
+		t, err := s.rdb.Time(tctx).Result()
+		cancel()
+		if err != nil {
+			s.health(err, "publish")
+			return fmt.Errorf("shared decode ledger clock: %w", err)
+		}
+		s.setOffset(t, before, s.o.Clock.Now())
+	}
+	s.dirtyMu.Lock()
+	pods := make([]ledger.Pod, 0, len(s.dirty))
+	for p := range s.dirty {
+		pods = append(pods, p)
+	}
+	clear(s.dirty)
+	s.dirtyMu.Unlock()
+	if all {
+		seen := make(map[ledger.Pod]bool, len(pods))
+		for _, p := range pods {
+			seen[p] = true
+		}
+		for _, p := range s.dec.Pods() {
+			if !seen[p] {
+				pods = append(pods, p)
+			}
+		}
+	}
+	s.pruneMu.Lock()
+	prune := s.prune
+	s.prune = map[string][]string{}
+	s.pruneMu.Unlock()
+
+	rnow := s.redisNow(s.o.Clock.Now())
+	offsetSec := float64(s.offset.Load()) / 1e9
+	ctx, cancel := context.WithTimeout(ctx, 5*s.o.ReadTimeout)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	hb := s.replicasKey()
+	pipe.ZAdd(ctx, hb, redis.Z{Score: float64(rnow.UnixMilli()), Member: s.o.ReplicaID})
+	pipe.PExpire(ctx, hb, s.o.KeyTTL)
+	pipe.ZRemRangeByScore(ctx, hb, "-inf", strconv.FormatInt(rnow.Add(-10*s.o.Liveness).UnixMilli(), 10))
+	for _, p := range pods {
+		key := s.podKey(p)
+		tokens, count, sumAt := s.dec.Snapshot(p)
+		if count == 0 && tokens == 0 {
+			pipe.HDel(ctx, key, s.o.ReplicaID)
+			continue
+		}
+		pipe.HSet(ctx, key, s.o.ReplicaID, formatValue(tokens, count, sumAt+float64(count)*offsetSec))
+		pipe.PExpire(ctx, key, s.o.KeyTTL)
+	}
+	for key, fields := range prune {
+		pipe.HDel(ctx, key, fields...)
+	}
+	_, err := pipe.Exec(ctx)
+	s.health(err, "publish")
+	if err != nil {
+		s.dirtyMu.Lock()
+		for _, p := range pods {
+			s.dirty[p] = struct{}{}
+		}
+		s.dirtyMu.Unlock()
+		return fmt.Errorf("shared decode ledger publish: %w", err)
+	}
+	return nil
+}
+
+// Run publishes changes as they happen (coalesced: one pipeline at a time), republishes
+// everything with the heartbeat every PublishInterval and reads the other replicas every
+// RefreshInterval, until ctx ends. Errors are logged once per outage and retried.
+func (s *Shared) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(s.o.RefreshInterval)
+		defer t.Stop()
+		for {
+			_ = s.Refresh(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	})
+	wg.Go(func() {
+		t := time.NewTicker(s.o.PublishInterval)
+		defer t.Stop()
+		_ = s.Publish(ctx, true)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.kick:
+				_ = s.Publish(ctx, false)
+			case <-t.C:
+				_ = s.Publish(ctx, true)
+			}
+		}
+	})
+	wg.Wait()
+}
