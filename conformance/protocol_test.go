@@ -510,6 +510,9 @@ func TestProtocolServedEndpoint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if _, traced := ans.Headers.Set["x-tandem-trace"]; traced {
+			t.Error("x-tandem-trace returned although the debug header is off")
+		}
 		got, present := ans.Headers.Set["x-conformance-test-served-endpoint"]
 		if got != tc.want || present != (tc.want != "") {
 			t.Errorf("conformance=%v served=%q: header %q (present %v), want %q", tc.conformance, tc.served, got, present, tc.want)

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -27,6 +28,8 @@ func main() {
 	concurrency := flag.Int("concurrency", 32, "concurrent streams")
 	requests := flag.Int("requests", 6000, "requests per system per round")
 	rounds := flag.Int("rounds", 4, "alternating rounds")
+	only := flag.String("only", "", "run one system only (tandem or lwepp), e.g. with -cpuprofile")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured rounds to this file")
 	flag.Parse()
 
 	body := chatBody(4096)
@@ -41,16 +44,35 @@ func main() {
 		systems[i].addr = addr
 		run(addr, body, *concurrency, 500) // warm-up
 	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for r := 0; r < *rounds; r++ {
 		for _, s := range systems {
+			if *only != "" && s.name != *only {
+				continue
+			}
 			lat[s.name] = append(lat[s.name], run(s.addr, body, *concurrency, *requests)...)
 		}
 	}
 	fmt.Printf("ext_proc round trip: %d endpoints, concurrency %d, %d-byte chat body, %d requests per system\n",
 		*endpoints, *concurrency, len(body), *rounds**requests)
 	for _, s := range systems {
+		if len(lat[s.name]) == 0 {
+			continue
+		}
 		p := percentiles(lat[s.name])
 		fmt.Printf("%-7s p50 %7.1f µs  p90 %7.1f µs  p99 %7.1f µs\n", s.name, p[0], p[1], p[2])
+	}
+	if *only != "" {
+		return
 	}
 	t, l := percentiles(lat["tandem"]), percentiles(lat["lwepp"])
 	fmt.Printf("RESULT extproc_p50_us=%.1f\n", t[0])

@@ -97,36 +97,11 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	}
 	a.gw = gw
 
-	// Picker: the PD cascade and the simple strategies behind one router.
-	a.deps = picker.NewDeps(load.SystemClock{}, gw.PD.PrefixCache)
-	a.deps.Warmer = prefix.NewWarmer(a.deps.Prefix, 1024)
-	cascade := pd.New(pd.Options{Deps: a.deps, Gateway: gw.PD, Logger: log.WithName("pd")})
-	strategies := pd.Strategies(cascade, a.deps, gw.PD)
-	names := make([]string, 0, len(strategies))
-	for _, s := range strategies {
-		names = append(names, s.Name())
-	}
-	fromFile, err := picker.FromFile(cfgFile, registry, a.deps, names)
-	if err != nil {
-		return nil, err
-	}
-	strategies = append(strategies, fromFile...)
-	for _, s := range fromFile {
-		names = append(names, s.Name())
-	}
-	prefill, decode := cascade.Policies().Names()
 	tel, err := newTelemetry(a.reg, log)
 	if err != nil {
 		return nil, err
 	}
-	resolver, err := config.NewResolver(gw, config.Options{
-		Names:    config.Names{Strategies: names, PrefillPolicies: prefill, DecodePolicies: decode},
-		Reporter: tel.annotationReporter(),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	a.router, err = picker.NewRouter(picker.RouterOptions{Resolver: resolver, Strategies: strategies, Logger: log.WithName("picker")})
+	a.router, a.deps, err = BuildRouter(gw, cfgFile, registry, tel.annotationReporter(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -267,4 +242,38 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("no Kubernetes configuration (in-cluster, $KUBECONFIG or --kubeconfig): %w; without a cluster use --endpoints-file", err)
 	}
 	return c, nil
+}
+
+// BuildRouter assembles the picker: the PD cascade, the simple strategies and the
+// --config-file's scheduling profiles behind one router, over fresh dependencies.
+func BuildRouter(gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
+	deps := picker.NewDeps(load.SystemClock{}, gw.PD.PrefixCache)
+	deps.Warmer = prefix.NewWarmer(deps.Prefix, 1024)
+	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: log.WithName("pd")})
+	strategies := pd.Strategies(cascade, deps, gw.PD)
+	names := make([]string, 0, len(strategies))
+	for _, s := range strategies {
+		names = append(names, s.Name())
+	}
+	fromFile, err := picker.FromFile(cfgFile, registry, deps, names)
+	if err != nil {
+		return nil, nil, err
+	}
+	strategies = append(strategies, fromFile...)
+	for _, s := range fromFile {
+		names = append(names, s.Name())
+	}
+	prefill, decode := cascade.Policies().Names()
+	resolver, err := config.NewResolver(gw, config.Options{
+		Names:    config.Names{Strategies: names, PrefillPolicies: prefill, DecodePolicies: decode},
+		Reporter: rep,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("configuration: %w", err)
+	}
+	router, err := picker.NewRouter(picker.RouterOptions{Resolver: resolver, Strategies: strategies, Logger: log.WithName("picker")})
+	if err != nil {
+		return nil, nil, err
+	}
+	return router, deps, nil
 }

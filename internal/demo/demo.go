@@ -28,7 +28,7 @@ type Options struct {
 	// ProgressTTY redraws the progress line in place (\r) four times a second; otherwise a
 	// line is printed every five seconds.
 	ProgressTTY bool
-	Logger   logr.Logger
+	Logger      logr.Logger
 }
 
 // Run starts the stack, replays the workload with a live progress line, prints the summary
@@ -60,16 +60,16 @@ func Run(ctx context.Context, o Options) error {
 	tickerDone := make(chan struct{})
 	go func() {
 		defer close(tickerDone)
-		every, format := 5*time.Second, "%s\n"
+		every, format, final := 5*time.Second, "%s\n", "%s\n"
 		if o.ProgressTTY {
-			every, format = 250*time.Millisecond, "\r%s\033[K"
+			every, format, final = 250*time.Millisecond, "\r%s\033[K", "\r%s\033[K\n"
 		}
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {
 			case <-stopTicker:
-				fmt.Fprintf(o.Progress, format+"\n", prog.Line(time.Since(start)))
+				fmt.Fprintf(o.Progress, final, prog.Line(time.Since(start)))
 				return
 			case <-t.C:
 				fmt.Fprintf(o.Progress, format, prog.Line(time.Since(start)))

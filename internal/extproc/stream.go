@@ -278,8 +278,10 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 
 	st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
 		Latency: time.Since(start), Candidates: len(cands)})
-	st.log.V(1).Info("routed", "destination", destination, "strategy", d.Strategy, "step", d.Step,
-		"api", req.API, "model", req.Model, "bodyBytes", len(st.body))
+	if l := st.log.V(1); l.Enabled() { // the hot path: build no log arguments unless asked
+		l.Info("routed", "destination", destination, "strategy", d.Strategy, "step", d.Step,
+			"api", req.API, "model", req.Model, "bodyBytes", len(st.body))
+	}
 
 	st.answered = true
 	st.body = nil

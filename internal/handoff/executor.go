@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,8 +84,13 @@ func (x *Executor) Do(ctx context.Context, c Call) ([]byte, *Failure) {
 	if err != nil {
 		return nil, &Failure{Class: ClassRequestSetup, Err: err}
 	}
+	// Headers the client's Connection header names are hop-by-hop too.
+	var listed []string
+	for _, name := range strings.Split(c.Headers["connection"], ",") {
+		listed = append(listed, strings.ToLower(strings.TrimSpace(name)))
+	}
 	for k, v := range c.Headers {
-		if forwardable(k) {
+		if forwardable(k) && !slices.Contains(listed, strings.ToLower(k)) {
 			req.Header.Set(k, v)
 		}
 	}

@@ -162,7 +162,7 @@ func TestExecutorSendsTheRightRequest(t *testing.T) {
 	defer x.Close()
 	headers := map[string]string{
 		":path": "/v1/chat/completions", ":authority": "gw", "host": "gw", "content-length": "99",
-		"authorization": "Bearer k", "x-user": "u", "content-type": "text/plain", "connection": "close",
+		"authorization": "Bearer k", "x-user": "u", "content-type": "text/plain", "connection": "close, X-Hop", "x-hop": "1",
 		"transfer-encoding": "chunked", "x-gateway-destination-endpoint": "1.2.3.4:80", "x-prefiller-host-port": "6.6.6.6:1",
 		"x-request-id": "client-id", "accept-encoding": "gzip",
 	}
@@ -185,7 +185,7 @@ func TestExecutorSendsTheRightRequest(t *testing.T) {
 			t.Errorf("header %s = %q, want %q", k, s.header.Get(k), v)
 		}
 	}
-	for _, k := range []string{"X-Gateway-Destination-Endpoint", "X-Prefiller-Host-Port", "Transfer-Encoding", ":path"} {
+	for _, k := range []string{"X-Gateway-Destination-Endpoint", "X-Prefiller-Host-Port", "Transfer-Encoding", ":path", "X-Hop"} {
 		if v := s.header.Get(k); v != "" {
 			t.Errorf("header %s forwarded: %q", k, v)
 		}

@@ -55,6 +55,42 @@ func simEndpoint(t *testing.T, s *sim.Server, name, engine string, labels, annot
 	return endpoint(name, host, p, engine, labels, annotations)
 }
 
+// simPD is a prefill and a decode pod of one engine and one request's hand-off between them.
+type simPD struct {
+	p, d *sim.Server
+	h    *Handoff
+	path string
+}
+
+// newSimPD starts the pair (mutate applies to both pods) and prepares the hand-off of body with
+// the client headers. The prefill pod carries the labels, and SGLang's bootstrap-port annotation.
+func newSimPD(t *testing.T, ctx context.Context, engine string, pd config.PD, mutate func(*sim.PodConfig),
+	labels, headers map[string]string, api request.API, body []byte) *simPD {
+	t.Helper()
+	s := &simPD{p: simPod(t, engine, sim.RolePrefill, mutate), d: simPod(t, engine, sim.RoleDecode, mutate), path: "/v1/chat/completions"}
+	if api == request.APICompletions {
+		s.path = "/v1/completions"
+	}
+	ann := map[string]string{}
+	if engine == pool.EngineSGLang {
+		ann[pool.AnnotationSGLangBootstrapPort] = strconv.Itoa(s.p.BootstrapPort())
+	}
+	a, err := NewAdapters(pd, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	s.h, err = a.New(ctx, Input{PD: pd, Headers: headers, Leg: Leg{
+		RequestID: "req-1", Path: s.path, API: api, Body: body,
+		Prefill: simEndpoint(t, s.p, "prefill-0", engine, labels, ann),
+		Decode:  simEndpoint(t, s.d, "decode-0", engine, nil, nil)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.h.Done)
+	return s
+}
+
 // simReply is a decode pod's answer.
 type simReply struct {
 	status int
@@ -120,7 +156,7 @@ type simCase struct {
 	name      string
 	engine    string
 	mutatePD  func(*config.PD)
-	mutatePod func(*sim.PodConfig)
+	mutatePod func(*sim.PodConfig) // nil: defaults
 	labels    map[string]string
 	api       request.API
 	stream    bool
@@ -136,13 +172,6 @@ func (c simCase) body() []byte {
 		b += `,"stream":true,"stream_options":{"include_usage":true}`
 	}
 	return []byte(b + `}`)
-}
-
-func (c simCase) path() string {
-	if c.api == request.APICompletions {
-		return "/v1/completions"
-	}
-	return "/v1/chat/completions"
 }
 
 func TestSimContractPDFlows(t *testing.T) {
@@ -170,37 +199,15 @@ func TestSimContractPDFlows(t *testing.T) {
 				c.mutatePD(&pd)
 			}
 			nixl := c.labels[pool.LabelKVConnector] == "nixl"
-			mutate := func(cfg *sim.PodConfig) {
-				if c.mutatePod != nil {
-					c.mutatePod(cfg)
-				}
-			}
-			p := simPod(t, c.engine, sim.RolePrefill, mutate)
-			d := simPod(t, c.engine, sim.RoleDecode, mutate)
-			std := simPod(t, c.engine, sim.RoleStandard, nil)
-			ann := map[string]string{}
-			if c.engine == pool.EngineSGLang {
-				ann[pool.AnnotationSGLangBootstrapPort] = strconv.Itoa(p.BootstrapPort())
-			}
-			a, err := NewAdapters(pd, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
 			body := c.body()
-			h, err := a.New(ctx, Input{PD: pd, Headers: map[string]string{"authorization": "Bearer k"}, Leg: Leg{
-				RequestID: "req-1", Path: c.path(), API: c.api, Body: body,
-				Prefill: simEndpoint(t, p, "prefill-0", c.engine, c.labels, ann),
-				Decode:  simEndpoint(t, d, "decode-0", c.engine, nil, nil)}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer h.Done()
+			pair := newSimPD(t, ctx, c.engine, pd, c.mutatePod, c.labels, map[string]string{"authorization": "Bearer k"}, c.api, body)
+			p, d, h := pair.p, pair.d, pair.h
+			std := simPod(t, c.engine, sim.RoleStandard, nil)
 			decodeBody, aerr := h.Start(ctx)
 			if aerr != nil {
 				t.Fatal(aerr)
 			}
-			got := postJSON(t, ctx, d.URL()+c.path(), decodeBody, nil)
+			got := postJSON(t, ctx, d.URL()+pair.path, decodeBody, nil)
 			h.DecodeResponded()
 			select {
 			case <-h.PrefillSucceeded():
@@ -209,7 +216,7 @@ func TestSimContractPDFlows(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("prefill leg never finished")
 			}
-			want := postJSON(t, ctx, std.URL()+c.path(), body, nil)
+			want := postJSON(t, ctx, std.URL()+pair.path, body, nil)
 			if a, b := answerText(t, got), answerText(t, want); a != b || a == "" {
 				t.Fatalf("PD answer %q, standard pod's %q", a, b)
 			}
@@ -255,20 +262,8 @@ func TestSimContractPrefillFailures(t *testing.T) {
 			if c.timeout > 0 {
 				pd.PrefillRequestTimeout = c.timeout
 			}
-			p := simPod(t, c.engine, sim.RolePrefill, nil)
-			d := simPod(t, c.engine, sim.RoleDecode, nil)
-			a, err := NewAdapters(pd, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer a.Close()
-			h, err := a.New(ctx, Input{PD: pd, Headers: map[string]string{strings.ToLower(sim.HeaderFault): c.fault}, Leg: Leg{
-				RequestID: "req-2", Path: "/v1/completions", API: request.APICompletions, Body: []byte(`{"model":"m","prompt":"p"}`),
-				Prefill: simEndpoint(t, p, "prefill-0", c.engine, nil, nil), Decode: simEndpoint(t, d, "decode-0", c.engine, nil, nil)}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer h.Done()
+			h := newSimPD(t, ctx, c.engine, pd, nil, nil, map[string]string{strings.ToLower(sim.HeaderFault): c.fault},
+				request.APICompletions, []byte(`{"model":"m","prompt":"p"}`)).h
 			_, aerr := h.Start(ctx)
 			if aerr == nil || aerr.Status != c.wantStatus || aerr.ErrorHeader() != apierror.HeaderPDPrefill ||
 				!strings.HasPrefix(aerr.Message, "prefill request failed ("+string(c.wantClass)+")") {
@@ -283,20 +278,9 @@ func TestSimContractSGLangPrefillFailureAbortsTheDecode(t *testing.T) {
 	defer cancel()
 	pd := config.DefaultPD()
 	pd.DecodeAbortRetryDelay = 0 // one attempt; the retry is covered on a fake clock elsewhere
-	p := simPod(t, pool.EngineSGLang, sim.RolePrefill, nil)
-	d := simPod(t, pool.EngineSGLang, sim.RoleDecode, nil)
-	a, err := NewAdapters(pd, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	h, err := a.New(ctx, Input{PD: pd, Headers: map[string]string{"x-sim-fault": "prefill-500"}, Leg: Leg{
-		RequestID: "req-3", Path: "/v1/completions", API: request.APICompletions, Body: []byte(`{"model":"m","prompt":"p","stream":true}`),
-		Prefill: simEndpoint(t, p, "prefill-0", pool.EngineSGLang, nil, map[string]string{pool.AnnotationSGLangBootstrapPort: strconv.Itoa(p.BootstrapPort())}),
-		Decode:  simEndpoint(t, d, "decode-0", pool.EngineSGLang, nil, nil)}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pair := newSimPD(t, ctx, pool.EngineSGLang, pd, nil, nil, map[string]string{"x-sim-fault": "prefill-500"},
+		request.APICompletions, []byte(`{"model":"m","prompt":"p","stream":true}`))
+	d, h := pair.d, pair.h
 	decodeBody, aerr := h.Start(ctx)
 	if aerr != nil {
 		t.Fatal(aerr)
@@ -333,22 +317,9 @@ func TestSimContractSGLangDecodeStallWatchdog(t *testing.T) {
 	defer cancel()
 	pd := config.DefaultPD()
 	pd.DecodeStreamIdleTimeout = 300 * time.Millisecond
-	p := simPod(t, pool.EngineSGLang, sim.RolePrefill, nil)
-	d := simPod(t, pool.EngineSGLang, sim.RoleDecode, nil)
-	a, err := NewAdapters(pd, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	h, err := a.New(ctx, Input{PD: pd, Leg: Leg{
-		RequestID: "req-4", Path: "/v1/completions", API: request.APICompletions,
-		Body:    []byte(`{"model":"m","prompt":"a story","max_tokens":12,"stream":true}`),
-		Prefill: simEndpoint(t, p, "prefill-0", pool.EngineSGLang, nil, map[string]string{pool.AnnotationSGLangBootstrapPort: strconv.Itoa(p.BootstrapPort())}),
-		Decode:  simEndpoint(t, d, "decode-0", pool.EngineSGLang, nil, nil)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Done()
+	pair := newSimPD(t, ctx, pool.EngineSGLang, pd, nil, nil, nil,
+		request.APICompletions, []byte(`{"model":"m","prompt":"a story","max_tokens":12,"stream":true}`))
+	d, h := pair.d, pair.h
 	decodeBody, aerr := h.Start(ctx)
 	if aerr != nil {
 		t.Fatal(aerr)

@@ -12,11 +12,13 @@ import (
 
 // fixedIDs issues ids at 2023-01-01T00:00:01Z for machine 5: (1000<<22 | 5<<12 | seq) + 2^42
 // = 4402240835584 + seq.
-func fixedIDs(t *testing.T) *trt.IDs {
-	t.Helper()
+func fixedIDs(t *testing.T) *trt.IDs { return fixedIDsB(t) }
+
+func fixedIDsB(tb testing.TB) *trt.IDs {
+	tb.Helper()
 	ids, err := trt.NewIDs(5, func() time.Time { return time.UnixMilli(trt.Epoch + 1000) })
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return ids
 }

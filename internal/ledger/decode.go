@@ -171,17 +171,6 @@ func (l *Decode) Local(p Pod) (tokens float64, count int64, elapsed float64) {
 	return e.tokens.Load(), n, max(float64(n)*now-e.sumAt.Load(), 0)
 }
 
-// Snapshot is the pod's ledger with Σ routed_at as Unix seconds, for publishing.
-func (l *Decode) Snapshot(p Pod) (tokens float64, count int64, sumAtUnix float64) {
-	e := (*l.pods.Load())[p]
-	if e == nil {
-		return 0, 0, 0
-	}
-	n := e.count.Load()
-	base := float64(l.base.UnixNano()) / 1e9
-	return e.tokens.Load(), n, e.sumAt.Load() + float64(n)*base
-}
-
 // Load is the token_load decode score of a pod: decode_tokens + generated_tokens, where
 // decode_tokens is the prompt tokens charged to it (here and, with a Remote, by the other
 // live replicas) and generated_tokens = rate × Σ(now − routed_at) over the same requests

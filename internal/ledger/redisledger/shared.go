@@ -26,7 +26,9 @@ import (
 //	<prefix><ns>/<pod>      hash per decode pod: replica ID → "tokens,count,sumAt"
 //
 // sumAt is Σ routed_at of the replica's outstanding requests on the pod, in Unix seconds on
-// the Redis clock, so a reader computes Σ(now − routed_at) = count·now − sumAt on one clock.
+// the Redis clock: the publisher sends its local Σ(now − routed_at) and a script turns it
+// into count·TIME − elapsed inside Redis, and a reader computes count·TIME − sumAt. Every
+// time is Redis's, so replicas' clocks (or a simulation's virtual clock) never need to agree.
 // Values are absolute, never deltas: a replica rewrites its whole field, and a field of a
 // replica that stopped heartbeating is ignored and pruned.
 
@@ -114,11 +116,8 @@ type Shared struct {
 	watchMu sync.Mutex
 	watched map[ledger.Pod]time.Time
 
-	view atomic.Pointer[view]
-	// offset is Redis time − local clock, in ns, from the last TIME; hasOffset says it is known.
-	offset    atomic.Int64
-	hasOffset atomic.Bool
-	healthy   atomic.Bool
+	view    atomic.Pointer[view]
+	healthy atomic.Bool
 
 	pruneMu sync.Mutex
 	prune   map[string][]string // key → dead replicas' fields to delete
@@ -203,15 +202,25 @@ func (s *Shared) Watch(pods ...ledger.Pod) {
 	s.watchMu.Unlock()
 }
 
-func (s *Shared) redisNow(local time.Time) time.Time {
-	return local.Add(time.Duration(s.offset.Load()))
-}
+// heartbeatScript renews this replica's heartbeat at Redis's own time and drops replicas
+// silent for ten liveness windows. KEYS[1] replicas; ARGV id, key TTL ms, prune age ms.
+const heartbeatScript = `
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], ms, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[3]))
+return ms`
 
-func (s *Shared) setOffset(redisNow, before, after time.Time) {
-	mid := before.Add(after.Sub(before) / 2)
-	s.offset.Store(int64(redisNow.Sub(mid)))
-	s.hasOffset.Store(true)
-}
+// publishScript writes one pod's field with sumAt on the Redis clock.
+// KEYS[1] pod key; ARGV id, tokens, count, local Σ elapsed seconds, key TTL ms.
+const publishScript = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local sum = tonumber(ARGV[3]) * now - tonumber(ARGV[4])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ',' .. ARGV[3] .. ',' .. string.format('%.6f', sum))
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1`
 
 // health logs transitions between answering and not answering.
 func (s *Shared) health(err error, what string) {
@@ -252,9 +261,7 @@ func (s *Shared) Refresh(ctx context.Context) error {
 	for i, p := range pods {
 		hcmds[i] = pipe.HGetAll(ctx, s.podKey(p))
 	}
-	before := time.Now()
 	_, err := pipe.Exec(ctx)
-	after := time.Now()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		s.view.Store(nil)
 		s.health(err, "read")
@@ -262,9 +269,6 @@ func (s *Shared) Refresh(ctx context.Context) error {
 	}
 	s.health(nil, "read")
 	rnow := tcmd.Val()
-	// The offset between the Redis clock and the ledger's clock, at mid-flight.
-	mid := s.o.Clock.Now().Add(-after.Sub(before) / 2)
-	s.setOffset(rnow, mid, mid)
 	cutoff := float64(rnow.Add(-s.o.Liveness).UnixMilli())
 	live := map[string]bool{}
 	for _, z := range zcmd.Val() {
@@ -306,10 +310,6 @@ func (s *Shared) queuePrune(key, field string) {
 	s.pruneMu.Unlock()
 }
 
-func formatValue(tokens float64, count int64, sumAt float64) string {
-	return strconv.FormatFloat(tokens, 'f', -1, 64) + "," + strconv.FormatInt(count, 10) + "," + strconv.FormatFloat(sumAt, 'f', 6, 64)
-}
-
 func parseValue(v string) (tokens float64, count int64, sumAt float64, ok bool) {
 	f := strings.Split(v, ",")
 	if len(f) != 3 {
@@ -326,18 +326,6 @@ func parseValue(v string) (tokens float64, count int64, sumAt float64, ok bool) 
 // holds when all is set) and renews the heartbeat, in one pipeline. Pods that fail to
 // publish stay dirty and go out with the next attempt.
 func (s *Shared) Publish(ctx context.Context, all bool) error {
-	if !s.hasOffset.Load() {
-		// The first publish needs the Redis clock: one extra round trip, once.
-		tctx, cancel := context.WithTimeout(ctx, s.o.ReadTimeout)
-		before := s.o.Clock.Now()
-		t, err := s.rdb.Time(tctx).Result()
-		cancel()
-		if err != nil {
-			s.health(err, "publish")
-			return fmt.Errorf("shared decode ledger clock: %w", err)
-		}
-		s.setOffset(t, before, s.o.Clock.Now())
-	}
 	s.dirtyMu.Lock()
 	pods := make([]ledger.Pod, 0, len(s.dirty))
 	for p := range s.dirty {
@@ -361,24 +349,20 @@ func (s *Shared) Publish(ctx context.Context, all bool) error {
 	s.prune = map[string][]string{}
 	s.pruneMu.Unlock()
 
-	rnow := s.redisNow(s.o.Clock.Now())
-	offsetSec := float64(s.offset.Load()) / 1e9
+	ttlMs := s.o.KeyTTL.Milliseconds()
 	ctx, cancel := context.WithTimeout(ctx, 5*s.o.ReadTimeout)
 	defer cancel()
 	pipe := s.rdb.Pipeline()
-	hb := s.replicasKey()
-	pipe.ZAdd(ctx, hb, redis.Z{Score: float64(rnow.UnixMilli()), Member: s.o.ReplicaID})
-	pipe.PExpire(ctx, hb, s.o.KeyTTL)
-	pipe.ZRemRangeByScore(ctx, hb, "-inf", strconv.FormatInt(rnow.Add(-10*s.o.Liveness).UnixMilli(), 10))
+	pipe.Eval(ctx, heartbeatScript, []string{s.replicasKey()}, s.o.ReplicaID, ttlMs, (10 * s.o.Liveness).Milliseconds())
 	for _, p := range pods {
 		key := s.podKey(p)
-		tokens, count, sumAt := s.dec.Snapshot(p)
+		tokens, count, elapsed := s.dec.Local(p)
 		if count == 0 && tokens == 0 {
 			pipe.HDel(ctx, key, s.o.ReplicaID)
 			continue
 		}
-		pipe.HSet(ctx, key, s.o.ReplicaID, formatValue(tokens, count, sumAt+float64(count)*offsetSec))
-		pipe.PExpire(ctx, key, s.o.KeyTTL)
+		pipe.Eval(ctx, publishScript, []string{key}, s.o.ReplicaID,
+			strconv.FormatFloat(tokens, 'f', -1, 64), count, strconv.FormatFloat(elapsed, 'f', 6, 64), ttlMs)
 	}
 	for key, fields := range prune {
 		pipe.HDel(ctx, key, fields...)
