@@ -227,3 +227,49 @@ func TestRunEndToEnd(t *testing.T) {
 		t.Errorf("progress line never showed the end: %q", progress.String())
 	}
 }
+
+// TestRunWithTandem is `make demo` in small: it builds ./cmd/epp, runs it as a process with
+// the generated endpoints file, and checks that long prompts went PD (a prefill leg fed the
+// decode pod) and short ones to the standard pod, with nothing failing.
+func TestRunWithTandem(t *testing.T) {
+	dataDir, err := FindDataDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	tmp := t.TempDir()
+	bin, err := BuildEPP(ctx, root, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, progress bytes.Buffer
+	err = Run(ctx, Options{
+		DataDir: dataDir, Mix: Mix{Conv: 16, Code: 6, Mooncake: 6, Window: 3 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
+		TimeScale: 0.02, Listen: "127.0.0.1:0", RunEPP: ProcessEPP(bin, filepath.Join(tmp, "epp.log")), Out: &out, Progress: &progress,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	t.Log(s)
+	if !strings.Contains(s, "28 requests replayed") || !strings.Contains(s, ", 0 failed.") {
+		t.Fatalf("want 28 requests and no failure")
+	}
+	m := regexp.MustCompile(`Routing: (\d+) went PD .*, (\d+) combined .*, (\d+) to a decode pod`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatal("no routing line")
+	}
+	pd, _ := strconv.Atoi(m[1])
+	combined, _ := strconv.Atoi(m[2])
+	if pd == 0 || combined == 0 || m[3] != "0" || pd+combined != 28 {
+		t.Errorf("PD %d, combined %d, decode-only %s: want both paths used and nothing else", pd, combined, m[3])
+	}
+	if !strings.Contains(s, "tandem_decisions_total") || strings.Contains(s, "metrics not readable") {
+		t.Errorf("the why-section did not come from Tandem's metrics")
+	}
+}

@@ -84,11 +84,10 @@ func NewAdapters(pd config.PD, opts Options) (*Adapters, error) {
 	}
 	switch pd.TRTScheduleStyle {
 	case ScheduleGenerationFirst:
-		if opts.ServerInfo == nil {
-			opts.ServerInfo = trt.NewServerInfoCache(trt.ServerInfoOptions{})
-			a.opts.ServerInfo = opts.ServerInfo
+		if a.opts.ServerInfo == nil {
+			a.opts.ServerInfo = trt.NewServerInfoCache(trt.ServerInfoOptions{})
 		}
-		a.trt = &TRTGenerationFirst{IDs: ids, ServerInfo: opts.ServerInfo}
+		a.trt = &TRTGenerationFirst{IDs: ids, ServerInfo: a.opts.ServerInfo}
 	case ScheduleContextFirst, "":
 		a.trt = &TRTContextFirst{IDs: ids}
 	default:
@@ -138,6 +137,10 @@ type Input struct {
 	// PD is the effective configuration of this request: the gateway's, with the profile's
 	// overrides applied (timeouts, abort and watchdog settings).
 	PD config.PD
+	// PrefillDone, when set, is called once when the prefill HTTP call returns, with nil or the
+	// *Failure; wire it to the decision's pd.PrefillObserver so the prefill pod's trackers and
+	// ledger charges are released with the leg.
+	PrefillDone func(error)
 }
 
 // New prepares a request's hand-off: it picks the adapter and builds both bodies. Nothing is sent

@@ -128,6 +128,9 @@ func classify(parent context.Context, c Call, err error) *Failure {
 	case errors.Is(parent.Err(), context.Canceled):
 		return &Failure{Class: ClassCanceled, Err: fmt.Errorf("%s: request cancelled: %w", where, err)}
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		if c.Timeout <= 0 {
+			return &Failure{Class: ClassTimeout, Err: fmt.Errorf("%s: %w", where, err)}
+		}
 		return &Failure{Class: ClassTimeout, Err: fmt.Errorf("%s: no complete answer within %s", where, c.Timeout)}
 	case errors.Is(err, context.Canceled):
 		return &Failure{Class: ClassCanceled, Err: fmt.Errorf("%s: request cancelled: %w", where, err)}
@@ -147,7 +150,8 @@ func forwardable(name string) bool {
 	case "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
 		"te", "trailer", "transfer-encoding", "upgrade",
 		"host", "content-length", "content-type", "accept-encoding", "expect",
-		"x-prefiller-host-port", "x-encoder-hosts-ports", "x-envoy-original-dst-host":
+		"x-prefiller-host-port", "x-encoder-hosts-ports", "x-envoy-original-dst-host",
+		"test-epp-endpoint-selection":
 		return false
 	}
 	return true

@@ -88,8 +88,21 @@ func (h *Handoff) call() Call {
 		Body: h.plan.PrefillBody, Timeout: h.in.PD.PrefillRequestTimeout}
 }
 
-func (h *Handoff) runSync(ctx context.Context) ([]byte, *Failure) {
+// send runs the prefill HTTP call and reports its return to Input.PrefillDone.
+func (h *Handoff) send(ctx context.Context) ([]byte, *Failure) {
 	resp, f := h.a.opts.Executor.Do(ctx, h.call())
+	if h.in.PrefillDone != nil {
+		if f != nil {
+			h.in.PrefillDone(f)
+		} else {
+			h.in.PrefillDone(nil)
+		}
+	}
+	return resp, f
+}
+
+func (h *Handoff) runSync(ctx context.Context) ([]byte, *Failure) {
+	resp, f := h.send(ctx)
 	if f != nil {
 		return nil, f
 	}
@@ -102,7 +115,7 @@ func (h *Handoff) runSync(ctx context.Context) ([]byte, *Failure) {
 
 func (h *Handoff) runAsync(ctx context.Context) {
 	began := time.Now()
-	_, f := h.a.opts.Executor.Do(ctx, h.call())
+	_, f := h.send(ctx)
 	if f != nil && f.Class == ClassBadResponse && !h.plan.BadResponseFails {
 		// SGLang: a 200 means the KV moved; the decode pod can answer whatever the body says.
 		h.a.opts.Log.V(1).Info("ignoring an unreadable prefill response", "requestID", h.in.RequestID, "error", f.Err)
@@ -193,7 +206,7 @@ func (h *Handoff) Done() {
 }
 
 // Wait blocks until the hand-off's background work (async prefill leg, aborts) has ended or ctx
-// is done. For tests and graceful shutdown.
+// is done. Call it after Done (no AbortDecode may race with it); for tests and graceful shutdown.
 func (h *Handoff) Wait(ctx context.Context) error {
 	ch := make(chan struct{})
 	go func() { h.bg.Wait(); close(ch) }()

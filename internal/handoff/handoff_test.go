@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,13 +107,27 @@ func (f *fixture) handoff(t *testing.T, prefill *pool.Endpoint, api request.API,
 	if api == request.APICompletions {
 		path = "/v1/completions"
 	}
+	var legDone atomic.Int32
 	h, err := f.a.New(context.Background(), Input{
 		Leg:     Leg{RequestID: "req-7", Path: path, API: api, Body: []byte(body), Prefill: prefill, Decode: f.decode},
-		Headers: map[string]string{"authorization": "Bearer k"}, PD: f.pd})
+		Headers: map[string]string{"authorization": "Bearer k"}, PD: f.pd,
+		PrefillDone: func(err error) {
+			if f, ok := err.(*Failure); err != nil && (!ok || f == nil) {
+				t.Errorf("PrefillDone(%#v): want nil or a *Failure", err)
+			}
+			legDone.Add(1)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { h.Done(); waitBackground(t, h) })
+	t.Cleanup(func() {
+		h.Done()
+		waitBackground(t, h)
+		// Every test here starts the leg: its end is reported exactly once, whatever happened.
+		if n := legDone.Load(); n != 1 {
+			t.Errorf("PrefillDone called %d times, want 1", n)
+		}
+	})
 	return h
 }
 

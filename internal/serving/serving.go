@@ -71,6 +71,9 @@ type Server struct {
 // New listens on both ports and registers ext on the ext_proc server. Nothing is served
 // until Run. The health of HealthServices follows store's Synced flag.
 func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (*Server, error) {
+	if cfg.CertPath != "" && !cfg.SecureServing {
+		return nil, fmt.Errorf("--cert-path %q is set but --secure-serving is off: drop --cert-path or turn --secure-serving on", cfg.CertPath)
+	}
 	if cfg.GracePeriod <= 0 {
 		cfg.GracePeriod = DefaultGracePeriod
 	}

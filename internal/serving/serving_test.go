@@ -244,6 +244,10 @@ func TestCertPathErrors(t *testing.T) {
 	if err := os.Rename(filepath.Join(other, KeyFile), filepath.Join(mismatched, KeyFile)); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := New(Config{Host: "127.0.0.1", CertPath: empty}, extproc.NewServer(pool.NewStore(), nil, extproc.Options{}), pool.NewStore()); err == nil ||
+		!strings.Contains(err.Error(), "--secure-serving") {
+		t.Errorf("--cert-path without --secure-serving: %v, want an error naming --secure-serving", err)
+	}
 	for name, dir := range map[string]string{"missing files": empty, "key of another certificate": mismatched} {
 		t.Run(name, func(t *testing.T) {
 			_, err := New(Config{Host: "127.0.0.1", SecureServing: true, CertPath: dir}, extproc.NewServer(pool.NewStore(), nil, extproc.Options{}), pool.NewStore())
