@@ -126,7 +126,7 @@ func upstreamRunEPP(t *testing.T, upstreamArgs, want []string) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- app.Run(ctx, args) }()
+	go func() { done <- app.Run(ctx, args, io.Discard) }()
 	stopped := false
 	stop := func() {
 		if stopped {

@@ -35,12 +35,21 @@ func run(args []string) error {
 	maxOutput := fs.Int("max-output-tokens", 256, "cap on a request's output tokens")
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway address (a free port is used if taken)")
 	eppBin := fs.String("epp-binary", "", "Tandem binary to run (default: build ./cmd/epp)")
+	handoff := fs.String("handoff", "", "PD hand-off: sidecar (the decode pod's llm-d-style sidecar runs the prefill leg) or epp (Tandem runs it); empty keeps Tandem's default (TANDEM_PD_HANDOFF)")
 	stay := fs.Bool("stay", false, "keep everything up after the summary until Ctrl-C, to curl it by hand")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q: all settings are flags (see -h)", fs.Args())
+	}
+	env := map[string]string{}
+	switch *handoff {
+	case "":
+	case "sidecar", "epp":
+		env["TANDEM_PD_HANDOFF"] = *handoff
+	default:
+		return fmt.Errorf("--handoff %q: want sidecar or epp", *handoff)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -75,7 +84,7 @@ func run(args []string) error {
 		Mix: demo.Mix{Conv: *conv, Code: *code, Mooncake: *mooncake, Window: *window,
 			MaxPromptTokens: *maxPrompt, MaxOutputTokens: *maxOutput},
 		TimeScale: *scale, Listen: *listen, Stay: *stay,
-		RunEPP: demo.ProcessEPP(bin, logPath), Out: os.Stdout, Progress: os.Stderr, ProgressTTY: isTerminal(os.Stderr),
+		RunEPP: demo.ProcessEPP(bin, logPath, env), Out: os.Stdout, Progress: os.Stderr, ProgressTTY: isTerminal(os.Stderr),
 	})
 }
 

@@ -250,7 +250,7 @@ func TestRunWithTandem(t *testing.T) {
 	var out, progress bytes.Buffer
 	err = Run(ctx, Options{
 		DataDir: dataDir, Mix: Mix{Conv: 16, Code: 6, Mooncake: 6, Window: 3 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
-		TimeScale: 0.02, Listen: "127.0.0.1:0", RunEPP: ProcessEPP(bin, filepath.Join(tmp, "epp.log")), Out: &out, Progress: &progress,
+		TimeScale: 0.02, Listen: "127.0.0.1:0", RunEPP: ProcessEPP(bin, filepath.Join(tmp, "epp.log"), nil), Out: &out, Progress: &progress,
 	})
 	if err != nil {
 		t.Fatal(err)

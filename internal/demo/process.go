@@ -27,9 +27,9 @@ func BuildEPP(ctx context.Context, root, dir string) (string, error) {
 	return bin, nil
 }
 
-// ProcessEPP runs Tandem as a child process of bin, with EPPEnv added to the environment
-// and its output in logPath. Ending ctx sends SIGTERM, then SIGKILL after 10s.
-func ProcessEPP(bin, logPath string) EPPRunner {
+// ProcessEPP runs Tandem as a child process of bin, with EPPEnv and env added to the
+// environment and its output in logPath. Ending ctx sends SIGTERM, then SIGKILL after 10s.
+func ProcessEPP(bin, logPath string, env map[string]string) EPPRunner {
 	return func(ctx context.Context, args []string) error {
 		logf, err := os.Create(logPath)
 		if err != nil {
@@ -38,8 +38,10 @@ func ProcessEPP(bin, logPath string) EPPRunner {
 		defer logf.Close()
 		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Env = os.Environ()
-		for k, v := range EPPEnv {
-			cmd.Env = append(cmd.Env, k+"="+v)
+		for _, m := range []map[string]string{EPPEnv, env} {
+			for k, v := range m {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
 		}
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }

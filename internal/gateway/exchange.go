@@ -91,8 +91,7 @@ func (x *exchange) run() (abort bool) {
 	}
 	x.stream = stream
 	go x.receive()
-	var md = subsetHint(x.g.opts.SubsetHint, x.r)
-	sendErr := x.send(headersMsg(true, x.reqHeaders, !x.hasBody, md))
+	sendErr := x.send(headersMsg(true, x.reqHeaders, !x.hasBody, subsetHint(x.g.opts.SubsetHint, x.r)))
 	// A failed Send means the stream is broken; its status arrives through receive.
 	x.startBody(sendErr == nil)
 

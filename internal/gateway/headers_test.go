@@ -20,6 +20,7 @@ func TestMutate(t *testing.T) {
 		}
 		return o
 	}
+	//lint:ignore SA1019 the deprecated field is what older EPPs send; Envoy honours it.
 	appendTrue := func(o *corev3.HeaderValueOption) { o.Append = wrapperspb.Bool(true) }
 	action := func(a corev3.HeaderValueOption_HeaderAppendAction) func(*corev3.HeaderValueOption) {
 		return func(o *corev3.HeaderValueOption) { o.AppendAction = a }

@@ -48,24 +48,28 @@ func (x *exchange) receive() {
 	}
 }
 
-// readBody streams the client body to the EPP chunk by chunk, as read. end_of_stream rides on
-// the chunk that completes a declared Content-Length, otherwise on an empty final chunk; a
-// client that sent trailers ends with a trailers message instead. The body is kept whole for
-// fail-open, and reading continues after the EPP stream breaks for the same reason.
-func (x *exchange) readBody(toEPP bool) {
-	b := x.body
-	defer close(b.done)
-	declared := len(x.r.Trailer) > 0
-	length := x.r.ContentLength
+// relayBody streams one body to the EPP chunk by chunk, as read (no read-ahead, so SSE events
+// are not held back). end_of_stream rides on the chunk that completes a declared length,
+// otherwise on an empty final chunk; a body followed by trailers ends with a trailers message
+// instead. keep sees every chunk; atEnd gets the trailers (those with a value) before the
+// final message goes out and says whether they will be sent. Reading goes on after the EPP
+// stream breaks, so the caller still gets the whole body.
+func (x *exchange) relayBody(request bool, src io.Reader, length int64, trailer http.Header, toEPP bool,
+	keep func([]byte), atEnd func(t http.Header, sent bool)) error {
+	declared := len(trailer) > 0
+	var total int64
 	eosSent := false
 	buf := make([]byte, chunkSize)
 	for {
-		n, err := x.r.Body.Read(buf)
+		n, err := src.Read(buf)
 		if n > 0 {
 			chunk := bytes.Clone(buf[:n])
-			b.data = append(b.data, chunk...)
-			last := !declared && length > 0 && int64(len(b.data)) >= length
-			if toEPP && x.send(bodyMsg(true, chunk, last)) != nil {
+			if keep != nil {
+				keep(chunk)
+			}
+			total += int64(n)
+			last := !declared && length > 0 && total >= length
+			if toEPP && x.send(bodyMsg(request, chunk, last)) != nil {
 				toEPP = false
 			}
 			eosSent = eosSent || last
@@ -74,68 +78,52 @@ func (x *exchange) readBody(toEPP bool) {
 			break
 		}
 		if err != nil {
-			b.err = err
-			x.cancel()
-			return
+			return err
 		}
 	}
-	t := withValues(x.r.Trailer)
-	x.mu.Lock()
-	x.reqTrailers = t
-	x.mu.Unlock()
-	if !toEPP || eosSent {
-		return
+	t := withValues(trailer)
+	viaTrailers := toEPP && !eosSent && len(t) > 0
+	atEnd(t, viaTrailers)
+	switch {
+	case !toEPP || eosSent:
+	case viaTrailers:
+		_ = x.send(trailersMsg(request, t))
+	default:
+		_ = x.send(bodyMsg(request, nil, true))
 	}
-	if len(t) > 0 {
-		b.trailersSent.Store(true)
-		_ = x.send(trailersMsg(true, t))
-		return
-	}
-	_ = x.send(bodyMsg(true, nil, true))
+	return nil
 }
 
-// pumpResponse streams the upstream body to the EPP as it arrives (no read-ahead, so SSE
-// events are not held back), then trailers or an end_of_stream chunk.
+// readBody relays the client body to the EPP, keeping it whole for fail-open.
+func (x *exchange) readBody(toEPP bool) {
+	b := x.body
+	defer close(b.done)
+	err := x.relayBody(true, x.r.Body, x.r.ContentLength, x.r.Trailer, toEPP,
+		func(chunk []byte) { b.data = append(b.data, chunk...) },
+		func(t http.Header, sent bool) {
+			x.mu.Lock()
+			x.reqTrailers = t
+			x.mu.Unlock()
+			b.trailersSent.Store(sent)
+		})
+	if err != nil {
+		b.err = err
+		x.cancel()
+	}
+}
+
+// pumpResponse relays the upstream body to the EPP and reports how it ended.
 func (x *exchange) pumpResponse(resp *http.Response, done chan<- pumpResult) {
 	var res pumpResult
 	defer func() { done <- res }()
 	defer resp.Body.Close()
-	declared := len(resp.Trailer) > 0
-	length := resp.ContentLength
-	var total int64
-	toEPP, eosSent := true, false
-	buf := make([]byte, chunkSize)
-	for {
-		n, err := resp.Body.Read(buf)
-		if n > 0 {
-			total += int64(n)
-			last := !declared && length > 0 && total >= length
-			if toEPP && x.send(bodyMsg(false, bytes.Clone(buf[:n]), last)) != nil {
-				toEPP = false
-			}
-			eosSent = eosSent || last
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			res.err = err
-			return
-		}
-	}
-	t := withValues(resp.Trailer)
-	x.mu.Lock()
-	x.respTrailers = t
-	x.mu.Unlock()
-	if !toEPP || eosSent {
-		return
-	}
-	if len(t) > 0 {
-		res.trailersSent = true
-		_ = x.send(trailersMsg(false, t))
-		return
-	}
-	_ = x.send(bodyMsg(false, nil, true))
+	res.err = x.relayBody(false, resp.Body, resp.ContentLength, resp.Trailer, true, nil,
+		func(t http.Header, sent bool) {
+			x.mu.Lock()
+			x.respTrailers = t
+			x.mu.Unlock()
+			res.trailersSent = sent
+		})
 }
 
 // writeHeader sends the (mutated) upstream status and headers to the client.

@@ -34,8 +34,14 @@ type tlHarness struct {
 	eps    map[string]*pool.Endpoint
 }
 
-// tlPod is "name:role:roleset".
+// newTL builds the harness over pods given as "name:role:roleset" or
+// "name:role:roleset:maxPromptLen" (a declared bucket range [0, max]).
 func newTL(t *testing.T, mut func(*config.PD), pods ...string) *tlHarness {
+	t.Helper()
+	return newTLWith(t, mut, nil, pods...)
+}
+
+func newTLWith(t *testing.T, mut func(*config.PD), prefer pd.RolesetPreference, pods ...string) *tlHarness {
 	t.Helper()
 	gw := config.DefaultPD()
 	gw.PrefixCache.BlockSize = 4 // 16-byte blocks: short prompts still hash
@@ -45,7 +51,7 @@ func newTL(t *testing.T, mut func(*config.PD), pods ...string) *tlHarness {
 	clock := load.NewManualClock(time.Unix(1_700_000_000, 0))
 	deps := picker.NewDeps(clock, gw.PrefixCache)
 	h := &tlHarness{t: t, clock: clock, deps: deps, store: pool.NewStore(), eps: map[string]*pool.Endpoint{}}
-	h.c = pd.New(pd.Options{Deps: deps, Gateway: gw})
+	h.c = pd.New(pd.Options{Deps: deps, Gateway: gw, Preference: prefer})
 	h.tl = pd.NewTokenLoad(gw, ledger.Options{Clock: clock})
 	pd.RegisterTokenLoad(h.c, h.tl)
 	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: pd.StrategyName}, config.Options{})
@@ -60,7 +66,11 @@ func newTL(t *testing.T, mut func(*config.PD), pods ...string) *tlHarness {
 	for i, spec := range pods {
 		f := strings.Split(spec, ":")
 		labels := map[string]string{pool.LabelModelName: "m", pool.LabelRoleName: f[1], pool.LabelRolesetName: f[2]}
-		e := pool.NewEndpoint("ns", f[0], fmt.Sprintf("10.0.0.%d", i+1), 8000, 0, labels, nil)
+		ann := map[string]string{}
+		if len(f) > 3 {
+			ann[pool.AnnotationConfig] = `{"profiles": {"default": {"routingConfig": {"promptLenBucketMaxLength": ` + f[3] + `}}}}`
+		}
+		e := pool.NewEndpoint("ns", f[0], fmt.Sprintf("10.0.0.%d", i+1), 8000, 0, labels, ann)
 		h.eps[f[0]] = e
 		eps = append(eps, e)
 	}
