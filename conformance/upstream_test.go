@@ -122,7 +122,7 @@ func upstreamRunEPP(t *testing.T, upstreamArgs, want []string) {
 	args = upstreamSetFlag(args, "--grpc-port", strconv.Itoa(grpcPort))
 	args = upstreamSetFlag(args, "--grpc-health-port", strconv.Itoa(healthPort))
 	args = append(args, "--metrics-port", strconv.Itoa(metricsPort), "--bind-address", "127.0.0.1")
-	t.Logf("upstream args %q\nrun as         %q", upstreamArgs, args)
+	t.Logf("upstream args %q\nrun as         %q\npool endpoints %v", upstreamArgs, args, want)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
@@ -34,12 +35,18 @@ type setup struct {
 	reqs   []*request.Request
 }
 
-func build(ctx context.Context, n int, rng *rand.Rand) setup {
+// build assembles the pool and router; policy, when not empty, is the prefill score policy
+// (the token-load policies are registered, with their decode policy token_load alongside).
+func build(ctx context.Context, n int, rng *rand.Rand, policy string) setup {
 	gw := config.DefaultPD()
+	if policy != "" {
+		gw.PrefillScorePolicy, gw.DecodeScorePolicy = policy, pd.PolicyTokenLoad
+	}
 	deps := picker.NewDeps(nil, gw.PrefixCache)
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 4096)
 	go deps.Warmer.Run(ctx)
 	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw})
+	pd.RegisterTokenLoad(cascade, pd.NewTokenLoad(gw, ledger.Options{}))
 	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: pd.StrategyName}, config.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -142,7 +149,7 @@ func main() {
 	fmt.Printf("bench-picker: full PD pick, %d-byte prompts, GOMAXPROCS=%d\n", promptBytes, runtime.GOMAXPROCS(0))
 	results := map[int][2]float64{}
 	for _, n := range []int{16, 128, 1024} {
-		s := build(ctx, n, rng)
+		s := build(ctx, n, rng, "")
 		iters := 4000
 		if n == 1024 {
 			iters = 1500
@@ -159,4 +166,13 @@ func main() {
 	fmt.Printf("RESULT pick_p50_us_128=%.1f\n", results[128][0])
 	fmt.Printf("RESULT pick_p50_us_1024=%.1f\n", results[1024][0])
 	fmt.Printf("RESULT allocs_per_pick_128=%.0f\n", results[128][1])
+	// The token-load policies (decode token_load too) on 128 endpoints: ledger reads in the
+	// scoring, charges in the critical section, releases on completion.
+	for _, pol := range []struct{ name, result string }{{pd.PolicyTokenLoad, "token_load"}, {pd.PolicyHybridCacheLoad, "hybrid"}} {
+		s := build(ctx, 128, rng, pol.name)
+		run(ctx, s, 1000)
+		lat, allocs := run(ctx, s, 4000)
+		fmt.Printf("policy=%s endpoints=128 p50=%sµs p99=%sµs allocs/pick=%.0f\n", pol.name, us(pct(lat, 0.5)), us(pct(lat, 0.99)), allocs)
+		fmt.Printf("RESULT pick_p50_us_128_%s=%.1f\n", pol.result, float64(pct(lat, 0.5).Nanoseconds())/1000)
+	}
 }

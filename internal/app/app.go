@@ -247,7 +247,14 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 // BuildRouter assembles the picker: the PD cascade, the simple strategies and the
 // --config-file's scheduling profiles behind one router, over fresh dependencies.
 func BuildRouter(gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
-	deps := picker.NewDeps(load.SystemClock{}, gw.PD.PrefixCache)
+	return BuildRouterWithClock(load.SystemClock{}, gw, cfgFile, registry, rep, log)
+}
+
+// BuildRouterWithClock is BuildRouter with every time-keeping dependency (trackers, rates,
+// prefix index, ledgers) reading clock: a virtual-time simulation (bench/quality) injects
+// a load.ManualClock and drives the production router in simulated time.
+func BuildRouterWithClock(clock load.Clock, gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
+	deps := picker.NewDeps(clock, gw.PD.PrefixCache)
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 1024)
 	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: log.WithName("pd")})
 	strategies := pd.Strategies(cascade, deps, gw.PD)

@@ -141,7 +141,9 @@ func (p *Planner) release(pl *plan) {
 
 // Routed counts a request a band routed (pd_bucket_serve_band_total and
 // pd_bucket_serve_prompt_tokens_total of the roleset).
-func (p *Planner) Routed(b Band, promptTokens int) { p.metrics.BucketServeBand(b.Roleset, promptTokens) }
+func (p *Planner) Routed(b Band, promptTokens int) {
+	p.metrics.BucketServeBand(b.Roleset, promptTokens)
+}
 
 // Bands returns the model's current plan for mode and groups without observing anything
 // (for tests and debugging); nil when there is none.

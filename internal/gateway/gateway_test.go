@@ -430,3 +430,46 @@ func selfSigned(t *testing.T) *tls.Certificate {
 	}
 	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
+
+// TestUpstreamDiesMidResponse: a pod that crashes after the client has its first SSE event
+// leaves the client with a cut stream (the gateway cannot un-send the 200); one that dies
+// before answering gives a 502.
+func TestUpstreamDiesMidResponse(t *testing.T) {
+	clientHasFirst := make(chan struct{})
+	die := func(w http.ResponseWriter) {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close() // the pod is gone
+		}
+	}
+	midStream := startUpstream(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: first\n\n")
+		_ = http.NewResponseController(w).Flush()
+		select {
+		case <-clientHasFirst:
+		case <-r.Context().Done():
+		}
+		die(w)
+	})
+	early := startUpstream(t, func(w http.ResponseWriter, r *http.Request) { die(w) })
+
+	gw := startGateway(t, Options{EPPAddr: startEPP(t, &scriptedEPP{dest: midStream.addr}, nil)})
+	resp, err := client.Do(post(t, gw+"/v1/completions", `{"stream":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if line, err := br.ReadString('\n'); err != nil || line != "data: first\n" || resp.StatusCode != 200 {
+		t.Fatalf("first event: %d %q %v", resp.StatusCode, line, err)
+	}
+	close(clientHasFirst)
+	if rest, err := io.ReadAll(br); err == nil {
+		t.Errorf("stream ended cleanly with %q after the pod died; want it cut", rest)
+	}
+
+	gw = startGateway(t, Options{EPPAddr: startEPP(t, &scriptedEPP{dest: early.addr}, nil)})
+	if res := do(t, post(t, gw+"/v1/completions", `{}`)); res.status != http.StatusBadGateway {
+		t.Errorf("pod died before answering: status %d (%q), want 502", res.status, res.body)
+	}
+}

@@ -181,7 +181,7 @@ func (l *Prefill) Sweep() {
 	var gone []Pod
 	cur := *l.pods.Load()
 	for p, e := range cur {
-		if e.active.Load() == 0 && e.kv.Load() == 0 && now.Sub(e.touched) >= IdleAfter {
+		if e.nActive == 0 && e.nKV == 0 && now.Sub(e.touched) >= IdleAfter {
 			gone = append(gone, p)
 		}
 	}

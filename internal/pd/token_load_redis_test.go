@@ -18,7 +18,10 @@ import (
 func TestSharedDecodeLedgerTwoPickers(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	mut := func(g *config.PD) { g.PrefillScorePolicy = pd.PolicyLeastRequest; g.DecodeScorePolicy = pd.PolicyTokenLoad }
+	mut := func(g *config.PD) {
+		g.PrefillScorePolicy = pd.PolicyLeastRequest
+		g.DecodeScorePolicy = pd.PolicyTokenLoad
+	}
 	pods := []string{"p0:prefill:A", "d0:decode:A", "d1:decode:A"}
 	hA, hB := newTL(t, mut, pods...), newTL(t, mut, pods...)
 	share := func(h *tlHarness, id string) *redisledger.Shared {

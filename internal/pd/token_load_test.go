@@ -3,6 +3,7 @@ package pd_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -114,12 +115,17 @@ func (h *tlHarness) pick(r *request.Request) *picker.Decision {
 	return d
 }
 
-func (h *tlHarness) prefillLoad(name string) (float64, float64) { return h.tl.Prefill.Load(h.pod(name)) }
+func (h *tlHarness) prefillLoad(name string) (float64, float64) {
+	return h.tl.Prefill.Load(h.pod(name))
+}
 
 // token_load sends each request to the prefill pod with the lowest active + 0.3·kv, so one
 // long prompt weighs as much as many short ones.
 func TestTokenLoadSpreadsByTokens(t *testing.T) {
-	h := newTL(t, func(g *config.PD) { g.PrefillScorePolicy = pd.PolicyTokenLoad; g.DecodeScorePolicy = pd.PolicyLeastRequest },
+	h := newTL(t, func(g *config.PD) {
+		g.PrefillScorePolicy = pd.PolicyTokenLoad
+		g.DecodeScorePolicy = pd.PolicyLeastRequest
+	},
 		"p0:prefill:A", "p1:prefill:A", "d0:decode:A")
 	// One 10000-token prompt: charge 3500 + 10000 = 13500 to whichever pod takes it.
 	long := h.pick(tlReq(t, "long ", 10000, nil))
@@ -152,7 +158,10 @@ func TestTokenLoadSpreadsByTokens(t *testing.T) {
 
 // hybrid_cache_load: between idle pods the prefix match decides; between busy ones, the load.
 func TestHybridCacheLoadCacheThenLoad(t *testing.T) {
-	h := newTL(t, func(g *config.PD) { g.PrefillScorePolicy = pd.PolicyHybridCacheLoad; g.DecodeScorePolicy = pd.PolicyLeastRequest },
+	h := newTL(t, func(g *config.PD) {
+		g.PrefillScorePolicy = pd.PolicyHybridCacheLoad
+		g.DecodeScorePolicy = pd.PolicyLeastRequest
+	},
 		"p0:prefill:A", "p1:prefill:A", "d0:decode:A")
 	prompt := func() *request.Request { return tlReq(t, "shared system prompt ", 500, nil) }
 	// 1: both idle, no match: a tie. The chosen pod X is charged the whole prompt
@@ -227,7 +236,10 @@ func TestHybridPolicyTable(t *testing.T) {
 
 // Session delta: the second turn of a conversation is charged its growth only.
 func TestSessionDeltaCharge(t *testing.T) {
-	h := newTL(t, func(g *config.PD) { g.PrefillScorePolicy = pd.PolicyTokenLoad; g.DecodeScorePolicy = pd.PolicyLeastRequest },
+	h := newTL(t, func(g *config.PD) {
+		g.PrefillScorePolicy = pd.PolicyTokenLoad
+		g.DecodeScorePolicy = pd.PolicyLeastRequest
+	},
 		"p0:prefill:A", "d0:decode:A")
 	sess := map[string]string{request.HeaderSessionKey: "conv-1"}
 	turns := []struct {
@@ -254,7 +266,10 @@ func TestSessionDeltaCharge(t *testing.T) {
 // Lifecycle: active goes when the prefill leg ends — PrefillDone (EPP hand-off) or the decode
 // leg's response headers (sidecar hand-off) —, kv and the decode charge at Done; idempotent.
 func TestTokenLoadLifecycle(t *testing.T) {
-	h := newTL(t, func(g *config.PD) { g.PrefillScorePolicy = pd.PolicyTokenLoad; g.DecodeScorePolicy = pd.PolicyTokenLoad },
+	h := newTL(t, func(g *config.PD) {
+		g.PrefillScorePolicy = pd.PolicyTokenLoad
+		g.DecodeScorePolicy = pd.PolicyTokenLoad
+	},
 		"p0:prefill:A", "d0:decode:A")
 	state := func() [3]float64 {
 		a, kv := h.prefillLoad("p0")
@@ -282,8 +297,18 @@ func TestTokenLoadLifecycle(t *testing.T) {
 			t.Fatalf("%s: after done %v", mode, got)
 		}
 	}
-	// A request that ends before any response (client cancel) releases everything at Done.
+	// A failed prefill call releases the kv part and the decode charge at once.
 	d := h.pick(tlReq(t, "x", 1000, nil))
+	d.Lifecycle.(pd.PrefillObserver).PrefillDone(errors.New("prefill: 503"))
+	if got := state(); got != [3]float64{0, 0, 0} {
+		t.Fatalf("prefill failed: %v, want everything released", got)
+	}
+	d.Lifecycle.Done(errors.New("prefill: 503"))
+	if got := state(); got != [3]float64{0, 0, 0} {
+		t.Fatalf("prefill failed, then done: %v", got)
+	}
+	// A request that ends before any response (client cancel) releases everything at Done.
+	d = h.pick(tlReq(t, "x", 1000, nil))
 	d.Lifecycle.Done(context.Canceled)
 	if got := state(); got != [3]float64{0, 0, 0} {
 		t.Fatalf("cancelled: %v", got)
@@ -369,7 +394,10 @@ func TestDecodeTokenLoadSkipsFastPath(t *testing.T) {
 // Many goroutines pick and release concurrently (run with -race); every ledger ends at
 // exactly zero and concurrent picks saw each other's charges.
 func TestTokenLoadConcurrentPicks(t *testing.T) {
-	h := newTL(t, func(g *config.PD) { g.PrefillScorePolicy = pd.PolicyHybridCacheLoad; g.DecodeScorePolicy = pd.PolicyTokenLoad },
+	h := newTL(t, func(g *config.PD) {
+		g.PrefillScorePolicy = pd.PolicyHybridCacheLoad
+		g.DecodeScorePolicy = pd.PolicyTokenLoad
+	},
 		"p0:prefill:A", "p1:prefill:A", "d0:decode:A", "p2:prefill:B", "d1:decode:B", "d2:decode:B")
 	var wg sync.WaitGroup
 	var mu sync.Mutex

@@ -50,10 +50,19 @@ func newCombinedLifecycle(c *Cascade, e *pool.Endpoint) *lifecycle {
 }
 
 // PrefillDone ends the prefill leg (EPP hand-off calls it when the prefill call returns).
-func (l *lifecycle) PrefillDone(error) {
+// A failed prefill also releases the policy ledgers' request charges at once (the seed
+// releases kv and decode tokens when the prefill call fails); the trackers wait for Done.
+func (l *lifecycle) PrefillDone(err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.prefillDoneLocked()
+	var done []func()
+	if err != nil {
+		done, l.chargeDone = l.chargeDone, nil
+	}
+	l.mu.Unlock()
+	for _, f := range done {
+		f()
+	}
 }
 
 func (l *lifecycle) prefillDoneLocked() {

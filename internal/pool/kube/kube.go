@@ -38,8 +38,10 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -141,6 +143,13 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("kube: creating the manager: %w", err)
+	}
+	// Without the CRD the cache would wait for InferencePools until its sync timeout; say so now.
+	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: PoolGroup, Kind: "InferencePool"}, "v1"); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil, fmt.Errorf("kube: the cluster does not serve InferencePool %s/v1; install the Gateway API Inference Extension CRDs (v1.0 or later)", PoolGroup)
+		}
+		return nil, fmt.Errorf("kube: looking up InferencePool %s/v1 in the cluster: %w", PoolGroup, err)
 	}
 	r := &reconciler{
 		reader: mgr.GetCache(),

@@ -11,6 +11,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
@@ -224,6 +226,27 @@ func TestKubeSource(t *testing.T) {
 		var pods corev1.PodList
 		if err := mgr.GetCache().List(h.ctx, &pods, client.InNamespace(other)); err == nil {
 			t.Errorf("the cache listed namespace %s (%d pods); it must hold only %s", other, len(pods.Items), ns)
+		}
+	})
+
+	// Last, as it removes the CRD from the shared apiserver.
+	t.Run("CRD missing", func(t *testing.T) {
+		ctx := context.Background()
+		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "inferencepools.inference.networking.k8s.io"}}
+		if err := env.Client.Delete(ctx, crd); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for !apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(crd), crd)) {
+			if time.Now().After(deadline) {
+				t.Fatal("the InferencePool CRD was not removed within 30s")
+			}
+			time.Sleep(50 * time.Millisecond) // polling the apiserver for the condition, bounded above
+		}
+		_, err := NewManager(env.Config, Options{PoolName: "pool", Store: pool.NewStore()})
+		want := "kube: the cluster does not serve InferencePool inference.networking.k8s.io/v1; install the Gateway API Inference Extension CRDs (v1.0 or later)"
+		if err == nil || err.Error() != want {
+			t.Errorf("err = %v, want %q", err, want)
 		}
 	})
 }

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"container/heap"
+	"container/list"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/sim"
+)
+
+// The virtual-time engine. Every latency comes from internal/sim's model functions
+// (PrefillSeconds, InterTokenSeconds, TransferSeconds, CachedTokens, BlockHashes); the
+// scheduling rules mirror internal/sim's real-time server (run.go, engine.go):
+//   - a request reserves prompt+output KV tokens and a running slot, FIFO, head of queue only;
+//   - a plain or prefill leg then queues FIFO for one of PrefillLanes prefill lanes and
+//     computes PrefillSeconds(uncached tokens); its first token is out at the end of prefill;
+//   - every further token takes InterTokenSeconds(running sequences on the pod);
+//   - a decode leg pulls the KV (freeing it on the prefill pod), takes a slot, pays
+//     TransferSeconds(prompt tokens) and then one inter-token step per token, the first too;
+//   - computed blocks enter an LRU prefix cache bounded by the KV that reservations leave free.
+
+// des is the discrete-event loop: events run in (time, insertion) order, and the injected
+// clock is set to each event's time before it runs, so the picker reads virtual time.
+type des struct {
+	now   float64 // seconds since base
+	seq   uint64
+	q     eventHeap
+	base  time.Time
+	clock *load.ManualClock
+}
+
+type event struct {
+	t   float64
+	seq uint64
+	fn  func()
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].t != h[j].t {
+		return h[i].t < h[j].t
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// simBase is the virtual epoch: fixed, so runs are reproducible.
+var simBase = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newDES() *des {
+	return &des{base: simBase, clock: load.NewManualClock(simBase)}
+}
+
+// at schedules fn at time t (never in the past).
+func (d *des) at(t float64, fn func()) {
+	if t < d.now {
+		t = d.now
+	}
+	d.seq++
+	heap.Push(&d.q, event{t: t, seq: d.seq, fn: fn})
+}
+
+// after schedules fn dt seconds from now.
+func (d *des) after(dt float64, fn func()) { d.at(d.now+dt, fn) }
+
+func (d *des) run() {
+	for d.q.Len() > 0 {
+		e := heap.Pop(&d.q).(event)
+		d.now = e.t
+		d.clock.Set(d.base.Add(time.Duration(e.t * float64(time.Second))))
+		e.fn()
+	}
+}
+
+// vpod is one simulated engine pod.
+type vpod struct {
+	d  *des
+	ep *pool.Endpoint
+	p  sim.Params
+
+	running  int
+	kvUsed   int
+	queue    []*admitWaiter // FIFO; only the head may be admitted
+	lanes    int            // prefill lanes in use
+	laneQ    []func()
+	cache    lru
+	decodeQ  int   // decode legs pulling their KV
+	gen      int64 // output tokens generated
+	prefillS float64
+	prefillN int
+
+	lastGen   int64
+	lastGenAt float64
+	scraped   int
+}
+
+type admitWaiter struct {
+	need int
+	fn   func()
+}
+
+func newPod(d *des, ep *pool.Endpoint, p sim.Params) *vpod {
+	v := &vpod{d: d, ep: ep, p: p}
+	v.cache.init()
+	return v
+}
+
+// admit queues for a running slot and need KV tokens; fn runs once admitted.
+func (v *vpod) admit(need int, fn func()) {
+	v.queue = append(v.queue, &admitWaiter{need: need, fn: fn})
+	v.dispatch()
+}
+
+func (v *vpod) dispatch() {
+	for len(v.queue) > 0 {
+		w := v.queue[0]
+		if v.running >= v.p.MaxRunning || v.kvUsed+w.need > v.p.KVTokens {
+			return
+		}
+		v.queue[0] = nil
+		v.queue = v.queue[1:]
+		v.running++
+		v.kvUsed += w.need
+		v.d.at(v.d.now, w.fn)
+	}
+}
+
+// leave frees a running slot and kv tokens of KV.
+func (v *vpod) leave(slot bool, kv int) {
+	if slot {
+		v.running--
+	}
+	v.kvUsed -= kv
+	v.dispatch()
+}
+
+// lane waits for a prefill lane; the caller releases it with releaseLane.
+func (v *vpod) lane(fn func()) {
+	if v.lanes < max(1, v.p.PrefillLanes) {
+		v.lanes++
+		v.d.at(v.d.now, fn)
+		return
+	}
+	v.laneQ = append(v.laneQ, fn)
+}
+
+func (v *vpod) releaseLane() {
+	if len(v.laneQ) > 0 {
+		fn := v.laneQ[0]
+		v.laneQ[0] = nil
+		v.laneQ = v.laneQ[1:]
+		v.d.at(v.d.now, fn)
+		return
+	}
+	v.lanes--
+}
+
+// remember adds computed blocks to the prefix cache, as internal/sim does.
+func (v *vpod) remember(hashes []uint64) {
+	v.cache.insert(hashes, max(0, (v.p.KVTokens-v.kvUsed)/v.p.BlockSize))
+}
+
+// itl is the current inter-token latency.
+func (v *vpod) itl() float64 { return sim.InterTokenSeconds(v.p, v.running) }
+
+// sample is what a vLLM scrape of this pod would publish now: the gauges, the generation
+// throughput derived from the token counter between two scrapes, the mean of the
+// prefill-time histogram.
+func (v *vpod) sample() *metrics.Sample {
+	s := &metrics.Sample{
+		Running: float64(v.running), HasRunning: true,
+		Waiting: float64(len(v.queue)), HasWaiting: true,
+		KVUsage: float64(v.kvUsed) / float64(v.p.KVTokens), HasKVUsage: true,
+		BlockSize: v.p.BlockSize, NumGPUBlocks: v.p.KVTokens / v.p.BlockSize,
+		UpdatedAt: v.d.clock.Now(),
+	}
+	if v.scraped > 0 && v.d.now > v.lastGenAt {
+		s.GenThroughput = float64(v.gen-v.lastGen) / (v.d.now - v.lastGenAt)
+		s.HasGenThroughput = true
+	}
+	if v.prefillN > 0 {
+		s.PrefillTimeMean = v.prefillS / float64(v.prefillN)
+		s.HasPrefillTimeMean = true
+	}
+	v.lastGen, v.lastGenAt = v.gen, v.d.now
+	v.scraped++
+	return s
+}
+
+// lru is an LRU set of block hashes with internal/sim's semantics: a match touches the
+// leading blocks it finds; an insert touches back to front (so shared first blocks are
+// evicted last) and then evicts beyond the limit.
+type lru struct {
+	order list.List
+	index map[uint64]*list.Element
+}
+
+func (c *lru) init() { c.index = map[uint64]*list.Element{} }
+
+func (c *lru) match(hashes []uint64) int {
+	n := 0
+	for _, h := range hashes {
+		el, ok := c.index[h]
+		if !ok {
+			break
+		}
+		c.order.MoveToFront(el)
+		n++
+	}
+	return n
+}
+
+func (c *lru) insert(hashes []uint64, limit int) {
+	for i := len(hashes) - 1; i >= 0; i-- {
+		h := hashes[i]
+		if el, ok := c.index[h]; ok {
+			c.order.MoveToFront(el)
+			continue
+		}
+		c.index[h] = c.order.PushFront(h)
+	}
+	for len(c.index) > limit {
+		el := c.order.Back()
+		delete(c.index, el.Value.(uint64))
+		c.order.Remove(el)
+	}
+}
