@@ -2,6 +2,7 @@ package bucketserve
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,16 +71,7 @@ func New(clock load.Clock, m Metrics) *Planner {
 // that roleset still has both sides, then calls Routed.
 func (p *Planner) Band(modelName string, mode Mode, promptLen int, groups []Group) (Band, bool) {
 	now := p.clock.Now()
-	gs := slices.Clone(groups)
-	slices.SortFunc(gs, func(a, b Group) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	gs := byName(groups)
 	key := fingerprint(mode, gs)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -148,16 +140,7 @@ func (p *Planner) Routed(b Band, promptTokens int) {
 // Bands returns the model's current plan for mode and groups without observing anything
 // (for tests and debugging); nil when there is none.
 func (p *Planner) Bands(modelName string, mode Mode, groups []Group) []Band {
-	gs := slices.Clone(groups)
-	slices.SortFunc(gs, func(a, b Group) int {
-		switch {
-		case a.Name < b.Name:
-			return -1
-		case a.Name > b.Name:
-			return 1
-		}
-		return 0
-	})
+	gs := byName(groups)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if m := p.models[modelName]; m != nil {
@@ -166,4 +149,11 @@ func (p *Planner) Bands(modelName string, mode Mode, groups []Group) []Band {
 		}
 	}
 	return nil
+}
+
+// byName returns a copy of groups sorted by name, so the plan does not depend on order.
+func byName(groups []Group) []Group {
+	gs := slices.Clone(groups)
+	slices.SortFunc(gs, func(a, b Group) int { return strings.Compare(a.Name, b.Name) })
+	return gs
 }

@@ -1,7 +1,6 @@
 package ledger
 
 import (
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,7 +15,7 @@ type Decode struct {
 	o    Options
 	base time.Time // charge times are seconds since base, so sums keep their precision
 	mu   sync.Mutex
-	pods atomic.Pointer[map[Pod]*decodePod]
+	pods *podTable[decodePod]
 	open map[*DecodeCharge]struct{}
 
 	remote   atomic.Pointer[remoteBox]
@@ -49,9 +48,7 @@ type remoteBox struct{ r Remote }
 // NewDecode returns an empty decode ledger.
 func NewDecode(o Options) *Decode {
 	o = o.withDefaults()
-	l := &Decode{o: o, base: o.Clock.Now(), open: map[*DecodeCharge]struct{}{}}
-	l.pods.Store(&map[Pod]*decodePod{})
-	return l
+	return &Decode{o: o, base: o.Clock.Now(), pods: newPodTable[decodePod](), open: map[*DecodeCharge]struct{}{}}
 }
 
 // SetRemote makes Load add r's view of other replicas (nil: local only).
@@ -100,13 +97,7 @@ func (l *Decode) Acquire(p Pod, tokens float64, ttl time.Duration) *DecodeCharge
 		c.deadline = now.Add(ttl)
 	}
 	l.mu.Lock()
-	e := (*l.pods.Load())[p]
-	if e == nil {
-		next := maps.Clone(*l.pods.Load())
-		e = &decodePod{}
-		next[p] = e
-		l.pods.Store(&next)
-	}
+	e := l.pods.getOrAdd(p)
 	e.touched = now
 	e.count.Add(1)
 	e.sumAt.add(c.at)
@@ -138,7 +129,7 @@ func (c *DecodeCharge) releaseLocked(now time.Time) bool {
 	l := c.l
 	c.held = false
 	delete(l.open, c)
-	e := (*l.pods.Load())[c.pod]
+	e := l.pods.get(c.pod)
 	if e == nil {
 		return false
 	}
@@ -159,7 +150,7 @@ func (c *DecodeCharge) releaseLocked(now time.Time) bool {
 // Local is this replica's ledger of a pod: prompt tokens, outstanding requests, and
 // Σ(now − routed_at) in seconds.
 func (l *Decode) Local(p Pod) (tokens float64, count int64, elapsed float64) {
-	e := (*l.pods.Load())[p]
+	e := l.pods.get(p)
 	if e == nil {
 		return 0, 0, 0
 	}
@@ -189,14 +180,7 @@ func (l *Decode) Load(p Pod, rate float64, growth bool) float64 {
 }
 
 // Pods lists the pods the ledger holds.
-func (l *Decode) Pods() []Pod {
-	m := *l.pods.Load()
-	out := make([]Pod, 0, len(m))
-	for p := range m {
-		out = append(out, p)
-	}
-	return out
-}
+func (l *Decode) Pods() []Pod { return l.pods.pods() }
 
 // Open is the number of charges not released.
 func (l *Decode) Open() int {
@@ -209,11 +193,6 @@ func (l *Decode) Open() int {
 // and forget pods at zero untouched for IdleAfter, with their gauge series.
 func (l *Decode) Sweep() {
 	now := l.o.Clock.Now()
-	type expired struct {
-		pod    Pod
-		tokens float64
-		age    time.Duration
-	}
 	var exp []expired
 	var changed []Pod
 	l.mu.Lock()
@@ -225,27 +204,12 @@ func (l *Decode) Sweep() {
 			}
 		}
 	}
-	var gone []Pod
-	cur := *l.pods.Load()
-	for p, e := range cur {
-		if e.count.Load() == 0 && e.tokens.Load() == 0 && now.Sub(e.touched) >= IdleAfter {
-			gone = append(gone, p)
-		}
-	}
-	if len(gone) > 0 {
-		next := maps.Clone(cur)
-		for _, p := range gone {
-			delete(next, p)
-			l.o.Gauges.DeleteTokenLoad(p.Namespace, p.Name)
-		}
-		l.pods.Store(&next)
-	}
+	l.pods.dropIdle(func(e *decodePod) bool {
+		return e.count.Load() == 0 && now.Sub(e.touched) >= IdleAfter
+	}, l.o.Gauges)
 	l.mu.Unlock()
 	for _, p := range changed {
 		l.changed(p)
 	}
-	for _, x := range exp {
-		l.o.Logger.Info("WARNING: token-load decode charge force-released after its TTL; a release never arrived",
-			"pod", x.pod.String(), "tokens", x.tokens, "age", x.age.String(), "variable", "AIBRIX_TOKEN_LOAD_TTL_SECONDS")
-	}
+	logExpired(l.o.Logger, "decode", exp)
 }

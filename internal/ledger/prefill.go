@@ -1,9 +1,7 @@
 package ledger
 
 import (
-	"maps"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -18,7 +16,7 @@ const IdleAfter = time.Minute
 type Prefill struct {
 	o    Options
 	mu   sync.Mutex
-	pods atomic.Pointer[map[Pod]*prefillPod] // copy-on-write: pods come and go rarely
+	pods *podTable[prefillPod]
 	open map[*PrefillCharge]struct{}
 }
 
@@ -32,9 +30,7 @@ type prefillPod struct {
 
 // NewPrefill returns an empty prefill ledger.
 func NewPrefill(o Options) *Prefill {
-	l := &Prefill{o: o.withDefaults(), open: map[*PrefillCharge]struct{}{}}
-	l.pods.Store(&map[Pod]*prefillPod{})
-	return l
+	return &Prefill{o: o.withDefaults(), pods: newPodTable[prefillPod](), open: map[*PrefillCharge]struct{}{}}
 }
 
 // PrefillCharge is one request's charge on a prefill pod. Its releases are idempotent and
@@ -59,13 +55,7 @@ func (l *Prefill) Acquire(p Pod, tokens float64, ttl time.Duration) *PrefillChar
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	e := (*l.pods.Load())[p]
-	if e == nil {
-		next := maps.Clone(*l.pods.Load())
-		e = &prefillPod{}
-		next[p] = e
-		l.pods.Store(&next)
-	}
+	e := l.pods.getOrAdd(p)
 	e.touched = now
 	e.nActive++
 	e.nKV++
@@ -112,25 +102,15 @@ func (c *PrefillCharge) releaseLocked(active, kv bool, now time.Time) {
 	if !c.active && !c.kv {
 		delete(l.open, c)
 	}
-	e := (*l.pods.Load())[c.pod]
+	e := l.pods.get(c.pod)
 	if e == nil {
 		return
 	}
 	if active {
-		if e.nActive--; e.nActive <= 0 {
-			e.nActive = 0
-			e.active.Store(0)
-		} else {
-			e.active.add(-c.tokens)
-		}
+		releasePart(&e.active, &e.nActive, c.tokens)
 	}
 	if kv {
-		if e.nKV--; e.nKV <= 0 {
-			e.nKV = 0
-			e.kv.Store(0)
-		} else {
-			e.kv.add(-c.tokens)
-		}
+		releasePart(&e.kv, &e.nKV, c.tokens)
 	}
 	e.touched = now
 	l.o.Gauges.SetTokenLoad(c.pod.Namespace, c.pod.Name, e.active.Load(), e.kv.Load())
@@ -138,21 +118,14 @@ func (c *PrefillCharge) releaseLocked(active, kv bool, now time.Time) {
 
 // Load returns the pod's active and kv tokens (zero for a pod never charged).
 func (l *Prefill) Load(p Pod) (active, kv float64) {
-	if e := (*l.pods.Load())[p]; e != nil {
+	if e := l.pods.get(p); e != nil {
 		return e.active.Load(), e.kv.Load()
 	}
 	return 0, 0
 }
 
 // Pods lists the pods the ledger holds.
-func (l *Prefill) Pods() []Pod {
-	m := *l.pods.Load()
-	out := make([]Pod, 0, len(m))
-	for p := range m {
-		out = append(out, p)
-	}
-	return out
-}
+func (l *Prefill) Pods() []Pod { return l.pods.pods() }
 
 // Open is the number of charges not fully released.
 func (l *Prefill) Open() int {
@@ -165,11 +138,6 @@ func (l *Prefill) Open() int {
 // as a warning) and forgets pods at zero load untouched for IdleAfter, with their series.
 func (l *Prefill) Sweep() {
 	now := l.o.Clock.Now()
-	type expired struct {
-		pod    Pod
-		tokens float64
-		age    time.Duration
-	}
 	var exp []expired
 	l.mu.Lock()
 	for c := range l.open {
@@ -178,24 +146,20 @@ func (l *Prefill) Sweep() {
 			c.releaseLocked(true, true, now)
 		}
 	}
-	var gone []Pod
-	cur := *l.pods.Load()
-	for p, e := range cur {
-		if e.nActive == 0 && e.nKV == 0 && now.Sub(e.touched) >= IdleAfter {
-			gone = append(gone, p)
-		}
-	}
-	if len(gone) > 0 {
-		next := maps.Clone(cur)
-		for _, p := range gone {
-			delete(next, p)
-			l.o.Gauges.DeleteTokenLoad(p.Namespace, p.Name)
-		}
-		l.pods.Store(&next)
-	}
+	l.pods.dropIdle(func(e *prefillPod) bool {
+		return e.nActive == 0 && e.nKV == 0 && now.Sub(e.touched) >= IdleAfter
+	}, l.o.Gauges)
 	l.mu.Unlock()
-	for _, x := range exp {
-		l.o.Logger.Info("WARNING: token-load prefill charge force-released after its TTL; a release never arrived",
-			"pod", x.pod.String(), "tokens", x.tokens, "age", x.age.String(), "variable", "AIBRIX_TOKEN_LOAD_TTL_SECONDS")
+	logExpired(l.o.Logger, "prefill", exp)
+}
+
+// releasePart takes one charge of tokens off a counter held by n charges; the last one
+// leaves exactly zero, whatever float rounding of fractional charges left behind.
+func releasePart(v *atomicFloat, n *int, tokens float64) {
+	if *n--; *n <= 0 {
+		*n = 0
+		v.Store(0)
+		return
 	}
+	v.add(-tokens)
 }

@@ -27,7 +27,7 @@ func TestBucketServeStep(t *testing.T) {
 		h := newTLWith(t, func(g *config.PD) {
 			g.PromptLengthBucketing, g.BucketServe, g.BucketServeMode = true, on, "rps"
 			g.PrefillScorePolicy, g.DecodeScorePolicy = pd.PolicyLeastRequest, pd.PolicyLeastRequest
-		}, bs, "pA:prefill:A:2047", "dA:decode:A:2047", "pB:prefill:B", "dB:decode:B")
+		}, bs, "", "pA:prefill:A:2047", "dA:decode:A:2047", "pB:prefill:B", "dB:decode:B")
 		bs.Planner = bucketserve.New(h.clock, m)
 		for range 10 {
 			d := h.pick(tlReq(t, "long ", 3000, nil))

@@ -75,7 +75,7 @@ func (p *tokenLoadPrefill) Name() string {
 func (p *tokenLoadPrefill) UsesPrefix() bool { return p.hybrid }
 
 func (p *tokenLoadPrefill) Score(b *PrefillBatch, i int) float64 {
-	if i == 0 {
+	if p.last.Load() != b { // not only at i = 0: the standard-deviation skip may pass over pod 0
 		p.last.Store(b)
 	}
 	pod := &b.Pods[i]

@@ -39,10 +39,12 @@ type tlHarness struct {
 // "name:role:roleset:maxPromptLen" (a declared bucket range [0, max]).
 func newTL(t *testing.T, mut func(*config.PD), pods ...string) *tlHarness {
 	t.Helper()
-	return newTLWith(t, mut, nil, pods...)
+	return newTLWith(t, mut, nil, "", pods...)
 }
 
-func newTLWith(t *testing.T, mut func(*config.PD), prefer pd.RolesetPreference, pods ...string) *tlHarness {
+// newTLWith also takes step 2b's preference and a model.aibrix.ai/config annotation for
+// every pod (overridden by a pod's maxPromptLen field).
+func newTLWith(t *testing.T, mut func(*config.PD), prefer pd.RolesetPreference, annotation string, pods ...string) *tlHarness {
 	t.Helper()
 	gw := config.DefaultPD()
 	gw.PrefixCache.BlockSize = 4 // 16-byte blocks: short prompts still hash
@@ -68,6 +70,9 @@ func newTLWith(t *testing.T, mut func(*config.PD), prefer pd.RolesetPreference, 
 		f := strings.Split(spec, ":")
 		labels := map[string]string{pool.LabelModelName: "m", pool.LabelRoleName: f[1], pool.LabelRolesetName: f[2]}
 		ann := map[string]string{}
+		if annotation != "" {
+			ann[pool.AnnotationConfig] = annotation
+		}
 		if len(f) > 3 {
 			ann[pool.AnnotationConfig] = `{"profiles": {"default": {"routingConfig": {"promptLenBucketMaxLength": ` + f[3] + `}}}}`
 		}
@@ -455,3 +460,36 @@ func TestTokenLoadConcurrentPicks(t *testing.T) {
 }
 
 var _ = metrics.Sample{}
+
+// Per-profile knobs: the profile a request resolves to sets its charge (request cost, session
+// TTL), chosen with the config-profile header.
+func TestTokenLoadProfileKnobs(t *testing.T) {
+	ann := `{"defaultProfile": "default", "profiles": {
+		"default": {"routingStrategy": "pd", "routingConfig": {"prefillScorePolicy": "token_load", "pd": {"tokenLoadRequestCost": 100}}},
+		"heavy": {"routingStrategy": "pd", "routingConfig": {"prefillScorePolicy": "token_load", "pd": {"tokenLoadRequestCost": 9000, "tokenLoadSessionTTLSeconds": 0}}}}}`
+	h := newTLWith(t, func(g *config.PD) { g.DecodeScorePolicy = pd.PolicyLeastRequest }, nil, ann, "p0:prefill:A", "d0:decode:A")
+	cases := []struct {
+		headers map[string]string
+		want    float64
+	}{
+		{nil, 100 + 1000},
+		{map[string]string{"config-profile": "heavy"}, 9000 + 1000},
+		// heavy turns the session rule off: a growing conversation is charged whole.
+		{map[string]string{"config-profile": "heavy", request.HeaderSessionKey: "c"}, 9000 + 1000},
+		{map[string]string{"config-profile": "heavy", request.HeaderSessionKey: "c"}, 9000 + 1000},
+		// default keeps it (TTL 1800 s): first turn whole, second the growth of 0 → no delta.
+		{map[string]string{request.HeaderSessionKey: "c"}, 100 + 1000},
+	}
+	for i, tc := range cases {
+		d := h.pick(tlReq(t, "x", 1000, tc.headers))
+		if a, _ := h.prefillLoad("p0"); a != tc.want {
+			t.Fatalf("case %d: charged %v, want %v (trace %+v)", i, a, tc.want, d.Trace)
+		}
+		d.Lifecycle.Done(nil)
+	}
+	d := h.pick(tlReq(t, "x", 1500, map[string]string{request.HeaderSessionKey: "c"}))
+	if a, _ := h.prefillLoad("p0"); a != 100+500 {
+		t.Fatalf("default profile session delta: charged %v, want 600", a)
+	}
+	d.Lifecycle.Done(nil)
+}

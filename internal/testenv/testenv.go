@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -37,7 +38,7 @@ const (
 type Env struct {
 	// Config reaches the apiserver as an administrator.
 	Config *rest.Config
-	// Client is a client with Scheme (core, InferencePool v1, Gateway API v1).
+	// Client is a client with Scheme (core, CRDs, InferencePool v1, Gateway API v1).
 	Client client.Client
 	Scheme *runtime.Scheme
 }
@@ -52,10 +53,10 @@ type Option func(*options)
 // WithGatewayAPI also installs the Gateway API standard-channel CRDs (Gateway, HTTPRoute, ...).
 func WithGatewayAPI() Option { return func(o *options) { o.gatewayAPI = true } }
 
-// NewScheme returns a scheme with the core Kubernetes types, InferencePool v1 and Gateway API v1.
+// NewScheme returns a scheme with the core Kubernetes types, CRDs, InferencePool v1 and Gateway API v1.
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, infv1.Install, gwv1.Install} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, infv1.Install, gwv1.Install} {
 		if err := add(s); err != nil {
 			return nil, err
 		}

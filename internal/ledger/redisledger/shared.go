@@ -102,6 +102,12 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+var quietOnce sync.Once
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
 // Shared publishes a decode ledger's charges and serves the other replicas' charges to it
 // (it is the ledger's Remote). Safe for concurrent use.
 type Shared struct {
@@ -134,6 +140,8 @@ func New(o Options, dec *ledger.Decode) (*Shared, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	// go-redis logs every failed dial; Shared logs an outage once (health) instead.
+	quietOnce.Do(func() { redis.SetLogger(quietLogger{}) })
 	ro := &redis.Options{Addr: o.Addr, Password: o.Password, Protocol: 2, DisableIdentity: true,
 		DialTimeout: 2 * o.ReadTimeout, ReadTimeout: 2 * o.ReadTimeout, WriteTimeout: 2 * o.ReadTimeout,
 		MaxRetries: -1, ContextTimeoutEnabled: true, PoolSize: 4}

@@ -212,3 +212,39 @@ func TestRunRecoversByItself(t *testing.T) {
 	<-done
 	<-done
 }
+
+// Password and TLS options reach Redis: a wrong password and an unverified self-signed
+// certificate are refused, the right settings work.
+func TestPasswordAndTLS(t *testing.T) {
+	ctx := context.Background()
+	d := ledger.Pod{Namespace: "ns", Name: "decode-0"}
+	roundTrip := func(addr string, mut func(*redisledger.Options)) error {
+		r := newReplica(t, addr, "A", mut)
+		r.dec.Acquire(d, 10, 0)
+		if err := r.sh.Publish(ctx, true); err != nil {
+			return err
+		}
+		return r.sh.Refresh(ctx)
+	}
+	pw := redistest.StartWith(t, redistest.Options{Password: "s3cret"})
+	if err := roundTrip(pw.Addr(), nil); err == nil {
+		t.Fatal("no password: accepted")
+	}
+	if err := roundTrip(pw.Addr(), func(o *redisledger.Options) { o.Password = "wrong" }); err == nil {
+		t.Fatal("wrong password: accepted")
+	}
+	if err := roundTrip(pw.Addr(), func(o *redisledger.Options) { o.Password = "s3cret" }); err != nil {
+		t.Fatalf("right password: %v", err)
+	}
+	tl := redistest.StartWith(t, redistest.Options{TLS: true})
+	slow := func(o *redisledger.Options) { o.ReadTimeout = time.Second } // TLS handshakes under -race
+	if err := roundTrip(tl.Addr(), func(o *redisledger.Options) { slow(o) }); err == nil {
+		t.Fatal("plain TCP to a TLS port: accepted")
+	}
+	if err := roundTrip(tl.Addr(), func(o *redisledger.Options) { slow(o); o.TLS = true }); err == nil {
+		t.Fatal("self-signed certificate verified without a trusted CA")
+	}
+	if err := roundTrip(tl.Addr(), func(o *redisledger.Options) { slow(o); o.TLS, o.TLSSkipVerify = true, true }); err != nil {
+		t.Fatalf("TLS with skip-verify: %v", err)
+	}
+}

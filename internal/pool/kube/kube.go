@@ -8,7 +8,8 @@
 //	err := kube.Start(ctx, restConfig, kube.Options{PoolName: ..., PoolNamespace: ..., PoolGroup: ..., Store: store, Logger: log})
 //
 // Start blocks until ctx ends (it runs a controller-runtime manager); NewManager returns the
-// manager instead, for callers that want to add runnables or start it themselves.
+// manager instead, for callers that want to add runnables or start it themselves. Both fail at
+// once, saying what to install, if the cluster does not serve InferencePool v1.
 //
 // What is published, and when:
 //   - Every change of the endpoint set (or of the pool's target ports, app protocol) publishes a
@@ -38,11 +39,10 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -119,6 +119,9 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
+	if err := servesInferencePool(cfg); err != nil {
+		return nil, err
+	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -144,13 +147,6 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kube: creating the manager: %w", err)
 	}
-	// Without the CRD the cache would wait for InferencePools until its sync timeout; say so now.
-	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: PoolGroup, Kind: "InferencePool"}, "v1"); err != nil {
-		if meta.IsNoMatchError(err) {
-			return nil, fmt.Errorf("kube: the cluster does not serve InferencePool %s/v1; install the Gateway API Inference Extension CRDs (v1.0 or later)", PoolGroup)
-		}
-		return nil, fmt.Errorf("kube: looking up InferencePool %s/v1 in the cluster: %w", PoolGroup, err)
-	}
 	r := &reconciler{
 		reader: mgr.GetCache(),
 		key:    types.NamespacedName{Namespace: opts.PoolNamespace, Name: opts.PoolName},
@@ -171,6 +167,28 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		return nil, fmt.Errorf("kube: creating the controller: %w", err)
 	}
 	return mgr, nil
+}
+
+// servesInferencePool fails with the fix when the cluster lacks the InferencePool v1 CRD, instead of
+// the manager's less helpful error (or its cache waiting for a kind that never comes).
+func servesInferencePool(cfg *rest.Config) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kube: %w", err)
+	}
+	gv := PoolGroup + "/v1"
+	list, err := dc.ServerResourcesForGroupVersion(gv)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kube: asking the API server for %s: %w", gv, err)
+	}
+	if list != nil {
+		for _, r := range list.APIResources {
+			if r.Name == "inferencepools" {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("kube: the cluster does not serve InferencePool %s; install the Gateway API Inference Extension CRDs (v1.0 or later)", gv)
 }
 
 // trimPod keeps only what the reconciler reads, so the cache holds little per pod.

@@ -229,6 +229,22 @@ func TestKubeSource(t *testing.T) {
 		}
 	})
 
+	t.Run("conflicts and bad labels route safely", func(t *testing.T) {
+		h := newHarness(t, env, []int32{8000}, map[string]string{"app": "c"})
+		// Two pods claiming one address:port (host networking, a stale status): the first by name keeps it.
+		a := h.pod("c-0", map[string]string{"app": "c"}, nil, "")
+		b := h.pod("c-1", map[string]string{"app": "c"}, nil, "")
+		// A port label that is not a port: logged, and the target port is used.
+		bad := h.pod("c-2", map[string]string{"app": "c", pool.LabelModelPort: "http"}, nil, "")
+		h.status(b, "10.0.6.1", true)
+		h.status(a, "10.0.6.1", true)
+		h.status(bad, "10.0.6.2", true)
+		s := h.wait("one owner per address, bad label ignored", hostPorts("10.0.6.1:8000", "10.0.6.2:8000"))
+		if e, _ := s.ByHostPort("10.0.6.1:8000"); e == nil || e.Name != "c-0" {
+			t.Errorf("10.0.6.1:8000 belongs to %+v, want pod c-0", e)
+		}
+	})
+
 	// Last, as it removes the CRD from the shared apiserver.
 	t.Run("CRD missing", func(t *testing.T) {
 		ctx := context.Background()

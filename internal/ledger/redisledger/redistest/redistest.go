@@ -5,10 +5,18 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,9 +24,17 @@ import (
 	"time"
 )
 
+// Options configure a test server.
+type Options struct {
+	Password string // requirepass
+	// TLS serves TLS only, with a self-signed certificate for 127.0.0.1 made at start.
+	TLS bool
+}
+
 // Server is one redis-server process; Kill and Start stop and restart it on the same port.
 type Server struct {
 	t    *testing.T
+	o    Options
 	bin  string
 	dir  string
 	Port int
@@ -41,7 +57,10 @@ func Binary(t *testing.T) string {
 }
 
 // Start runs redis-server on a free 127.0.0.1 port and waits until it accepts connections.
-func Start(t *testing.T) *Server {
+func Start(t *testing.T) *Server { t.Helper(); return StartWith(t, Options{}) }
+
+// StartWith is Start with a password or TLS.
+func StartWith(t *testing.T, o Options) *Server {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -49,7 +68,10 @@ func Start(t *testing.T) *Server {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	_ = l.Close()
-	s := &Server{t: t, bin: Binary(t), dir: t.TempDir(), Port: port}
+	s := &Server{t: t, o: o, bin: Binary(t), dir: t.TempDir(), Port: port}
+	if o.TLS {
+		writeCert(t, s.dir)
+	}
 	s.Start()
 	t.Cleanup(s.Kill)
 	return s
@@ -61,8 +83,17 @@ func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.It
 // Start (re)starts the server on its port; it holds no data from a previous run.
 func (s *Server) Start() {
 	s.t.Helper()
-	cmd := exec.Command(s.bin, "--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "",
-		"--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--protected-mode", "yes")
+	args := []string{"--port", strconv.Itoa(s.Port), "--bind", "127.0.0.1", "--save", "",
+		"--appendonly", "no", "--dir", s.dir, "--daemonize", "no", "--protected-mode", "yes"}
+	if s.o.Password != "" {
+		args = append(args, "--requirepass", s.o.Password)
+	}
+	if s.o.TLS {
+		crt, key := filepath.Join(s.dir, "tls.crt"), filepath.Join(s.dir, "tls.key")
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(s.Port), "--tls-cert-file", crt,
+			"--tls-key-file", key, "--tls-ca-cert-file", crt, "--tls-auth-clients", "no")
+	}
+	cmd := exec.Command(s.bin, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		s.t.Fatal(err)
@@ -117,4 +148,31 @@ func (s *Server) Kill() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil
+}
+
+// writeCert writes a self-signed certificate for 127.0.0.1 (tls.crt, tls.key) into dir.
+func writeCert(t *testing.T, dir string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redistest"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

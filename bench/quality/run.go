@@ -1,0 +1,382 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/go-logr/logr"
+
+	"github.com/tandem-epp/tandem/internal/app"
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/pd"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/sim"
+)
+
+// clusterSpec is a pool shape: rolesets of prefill+decode pods plus standard (combined) pods.
+type clusterSpec struct {
+	name     string
+	rolesets int
+	prefill  int // per roleset
+	decode   int // per roleset
+	standard int
+}
+
+var clusterRE = regexp.MustCompile(`^(\d+)x(\d+)p(\d+)d(?:\+(\d+)s)?$`)
+
+// parseCluster reads "<rolesets>x<prefill>p<decode>d[+<standard>s]", e.g. 4x1p1d+2s.
+func parseCluster(s string) (clusterSpec, error) {
+	m := clusterRE.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
+	if m == nil {
+		return clusterSpec{}, fmt.Errorf("-clusters: %q: want <rolesets>x<prefill>p<decode>d[+<standard>s], e.g. 4x1p1d+2s or 1x8p8d", s)
+	}
+	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	c := clusterSpec{name: strings.ToLower(strings.TrimSpace(s)), rolesets: n(1), prefill: n(2), decode: n(3)}
+	if m[4] != "" {
+		c.standard = n(4)
+	}
+	if c.rolesets < 1 || c.prefill < 1 || c.decode < 1 || c.rolesets*(c.prefill+c.decode)+c.standard > 1000 {
+		return clusterSpec{}, fmt.Errorf("-clusters: %q: need at least one roleset of 1 prefill + 1 decode pod, at most 1000 pods", s)
+	}
+	return c, nil
+}
+
+func (c clusterSpec) pods() int { return c.rolesets*(c.prefill+c.decode) + c.standard }
+
+// policy is one routing configuration compared in a run.
+type policy struct {
+	name     string
+	strategy string // routing strategy (ROUTING_ALGORITHM); "pd" for the cascade
+	prefill  string // AIBRIX_PREFILL_SCORE_POLICY
+	decode   string // AIBRIX_DECODE_SCORE_POLICY
+	bucket   bool   // prompt-length bucketing + adaptive bucket serving
+	rr       bool   // the bench's round-robin scheduler, not Tandem
+}
+
+// allPolicies is the comparison set, in report order.
+var allPolicies = []policy{
+	{name: "random", strategy: picker.StrategyRandom},
+	{name: "round-robin", rr: true},
+	{name: "least-request", strategy: picker.StrategyLeastRequest},
+	{name: "least_request", strategy: pd.StrategyName, prefill: "least_request", decode: "least_request"},
+	{name: "seed-default", strategy: pd.StrategyName, prefill: "prefix_cache", decode: "load_balancing"},
+	{name: "conductor", strategy: pd.StrategyName, prefill: "conductor", decode: "conductor"},
+	{name: "token_load", strategy: pd.StrategyName, prefill: "token_load", decode: "token_load"},
+	{name: "hybrid_cache_load", strategy: pd.StrategyName, prefill: "hybrid_cache_load", decode: "token_load"},
+	{name: "seed-default+bucket", strategy: pd.StrategyName, prefill: "prefix_cache", decode: "load_balancing", bucket: true},
+	{name: "hybrid_cache_load+bucket", strategy: pd.StrategyName, prefill: "hybrid_cache_load", decode: "token_load", bucket: true},
+}
+
+// describe says what a policy is, for the report.
+func (p policy) describe() string {
+	switch {
+	case p.rr:
+		return "bench round-robin over every pod, role-unaware (what lwepp does); whole request on one pod"
+	case p.strategy != pd.StrategyName:
+		return "Tandem `" + p.strategy + "` strategy: one non-prefill pod serves the whole request"
+	}
+	s := fmt.Sprintf("Tandem `pd` cascade, prefill=%s decode=%s", p.prefill, p.decode)
+	if p.bucket {
+		s += ", promptLengthBucketing + bucketServe"
+	}
+	return s
+}
+
+// gateway is the configuration a user would set for the policy.
+func (p policy) gateway(scrape float64) config.Gateway {
+	gw := config.DefaultGateway()
+	gw.DefaultStrategy = p.strategy
+	if p.prefill != "" {
+		gw.PD.PrefillScorePolicy = p.prefill
+		gw.PD.DecodeScorePolicy = p.decode
+	}
+	gw.PD.PromptLengthBucketing = p.bucket
+	gw.PD.BucketServe = p.bucket
+	if scrape > 0 {
+		gw.MetricRefreshInterval = secondsDur(scrape)
+	}
+	return gw
+}
+
+// endpoints builds the pool: every pod labelled for the model, PD pods with role and
+// roleset, standard pods declared combined in the model.aibrix.ai/config annotation. With
+// bucket serving, every pod declares the open range [0, unlimited] and lets the planner band
+// prompt lengths adaptively (what a user enabling AIBRIX_BUCKET_SERVE writes).
+func (c clusterSpec) endpoints(bucket bool) []*pool.Endpoint {
+	annot := func(rc config.RoutingConfig) map[string]string {
+		mc := config.ModelConfig{DefaultProfile: "default", Profiles: map[string]config.Profile{"default": {RoutingConfig: &rc}}}
+		b, _ := json.Marshal(mc)
+		return map[string]string{pool.AnnotationConfig: string(b)}
+	}
+	pdRC := config.RoutingConfig{}
+	if bucket {
+		t := true
+		pdRC.PromptLengthBucketing, pdRC.BucketServe = &t, &t
+	}
+	var eps []*pool.Endpoint
+	i := 0
+	add := func(name string, labels map[string]string, rc config.RoutingConfig) {
+		labels[pool.LabelModelName] = modelName
+		labels[pool.LabelEngine] = pool.EngineVLLM
+		// Loopback addresses: nothing ever connects to these virtual pods.
+		eps = append(eps, pool.NewEndpoint("bench", name, fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250), 8000, 0, labels, annot(rc)))
+		i++
+	}
+	for r := 0; r < c.rolesets; r++ {
+		rs := fmt.Sprintf("rs%d", r)
+		for k := 0; k < c.prefill; k++ {
+			add(fmt.Sprintf("%s-prefill-%d", rs, k), map[string]string{pool.LabelRoleName: "prefill", pool.LabelRolesetName: rs}, pdRC)
+		}
+		for k := 0; k < c.decode; k++ {
+			add(fmt.Sprintf("%s-decode-%d", rs, k), map[string]string{pool.LabelRoleName: "decode", pool.LabelRolesetName: rs}, pdRC)
+		}
+	}
+	for k := 0; k < c.standard; k++ {
+		rc := pdRC
+		rc.Combined = true
+		add(fmt.Sprintf("standard-%d", k), map[string]string{}, rc)
+	}
+	return eps
+}
+
+// record is what one request experienced, in virtual seconds.
+type record struct {
+	arrive   float64
+	first    float64 // first token at the client
+	done     float64
+	out      int
+	prompt   int
+	outcome  picker.Outcome
+	step     string
+	prefillC float64 // pure prefill compute time of this request (its own prefill leg)
+	failed   string
+}
+
+func (r *record) ttft() float64 { return r.first - r.arrive }
+func (r *record) e2e() float64  { return r.done - r.arrive }
+func (r *record) tpot() float64 {
+	if r.out <= 1 {
+		return 0
+	}
+	return (r.done - r.first) / float64(r.out-1)
+}
+
+// runOpts are the knobs of one run.
+type runOpts struct {
+	params   sim.Params
+	scrape   float64 // scrape interval, seconds
+	seed     uint64
+	timeMult float64 // virtual arrival = trace arrival × timeMult
+}
+
+// runResult is one (workload, cluster, policy, load) run.
+type runResult struct {
+	recs        []record
+	span        float64 // virtual seconds from first to last arrival
+	bucketSteps int
+	note        string
+}
+
+// rrScheduler is the bench's round-robin: every pod in turn, ignoring roles and load —
+// what upstream lwepp does. Not Tandem code.
+type rrScheduler struct{ next int }
+
+func (s *rrScheduler) Schedule(_ context.Context, _ *request.Request, _ *pool.Snapshot, cands []*pool.Endpoint) (*picker.Decision, error) {
+	e := cands[s.next%len(cands)]
+	s.next++
+	return &picker.Decision{Strategy: "round-robin", Outcome: picker.OutcomeSingle, Destination: []*pool.Endpoint{e}}, nil
+}
+
+// errNotRegistered marks a policy the tree does not provide yet.
+type errNotRegistered struct{ err error }
+
+func (e errNotRegistered) Error() string { return e.err.Error() }
+
+// simulate replays w through the policy on the cluster.
+func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, error) {
+	d := newDES()
+	eps := c.endpoints(pol.bucket)
+	store := pool.NewStore()
+	snap := store.Publish(pool.Info{Name: "bench", Namespace: "bench", TargetPorts: []int32{8000}}, eps, true)
+	pods := make(map[string]*vpod, len(eps))
+	podList := make([]*vpod, len(eps))
+	for i, e := range snap.Endpoints {
+		podList[i] = newPod(d, e, o.params)
+		pods[e.Key()] = podList[i]
+	}
+	var sched picker.Scheduler
+	var deps *picker.Deps
+	if pol.rr {
+		sched = &rrScheduler{}
+	} else {
+		router, dp, err := app.BuildRouterWithClock(d.clock, pol.gateway(o.scrape), nil, picker.NewRegistry(), nil, logr.Discard())
+		if err != nil {
+			return nil, errNotRegistered{err}
+		}
+		// Warm the prefix index synchronously: production's warmer applies warms within
+		// microseconds, which in virtual time is "before the next request".
+		dp.Warmer = nil
+		sched, deps = router, dp
+	}
+
+	res := &runResult{recs: make([]record, len(w.reqs))}
+	pending := len(w.reqs)
+	// Scrapes publish every pod's state at the interval; between scrapes the picker sees
+	// the last one (stale), exactly as from the production scraper.
+	var scrape func()
+	scrape = func() {
+		if deps != nil {
+			for _, p := range podList {
+				deps.Metrics.Put(p.ep.Key(), p.sample())
+			}
+		}
+		if pending > 0 {
+			d.after(o.scrape, scrape)
+		}
+	}
+	d.at(0, scrape)
+
+	ctx := context.Background()
+	for i := range w.reqs {
+		q := &w.reqs[i]
+		rec := &res.recs[i]
+		rec.arrive = q.at * o.timeMult
+		rec.out, rec.prompt = q.out, q.prompt
+		d.at(rec.arrive, func() {
+			finish := func() { pending-- }
+			req, err := request.Parse("POST", "/v1/completions",
+				map[string]string{"x-request-id": strconv.Itoa(q.id), "content-type": "application/json"}, q.body)
+			if err != nil {
+				rec.failed = "parse: " + err.Error()
+				finish()
+				return
+			}
+			dec, err := sched.Schedule(ctx, req, snap, snap.Endpoints)
+			if err != nil {
+				rec.failed = "schedule: " + err.Error()
+				finish()
+				return
+			}
+			rec.outcome, rec.step = dec.Outcome, dec.Step
+			if strings.Contains(dec.Step, pd.StepBucketServe) {
+				res.bucketSteps++
+			}
+			if dec.Trace != nil && strings.Contains(dec.Trace.Note, "unknown") && res.note == "" {
+				res.note = dec.Trace.Note
+			}
+			dest := pods[dec.Destination[0].Key()]
+			if dec.Outcome == picker.OutcomePD && len(dec.Prefill) > 0 {
+				runPD(d, q, rec, pods[dec.Prefill[0].Key()], dest, dec.Lifecycle, finish)
+			} else {
+				runPlain(d, q, rec, dest, dec.Lifecycle, finish)
+			}
+		})
+	}
+	d.run()
+	if pending != 0 {
+		return nil, fmt.Errorf("%s/%s: %d requests never finished (simulation bug)", w.name, pol.name, pending)
+	}
+	res.span = w.span * o.timeMult
+	return res, nil
+}
+
+// sseChunk is the size of one streamed token chunk on the wire, for ResponseBody.
+const sseChunk = 160
+
+// runPlain serves a whole request on one pod.
+func runPlain(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, finish func()) {
+	need := q.prompt + q.out
+	v.admit(need, func() {
+		v.lane(func() {
+			cached := sim.CachedTokens(v.p, q.prompt, v.cache.match(q.hashes))
+			compute := sim.PrefillSeconds(v.p, q.prompt-cached)
+			rec.prefillC = compute
+			d.after(compute, func() {
+				v.releaseLane()
+				v.remember(q.hashes)
+				v.prefillS += compute
+				v.prefillN++
+				generate(d, q, rec, v, lc, false, need, finish)
+			})
+		})
+	})
+}
+
+// runPD serves the prefill leg on pf, then the decode leg on dc (a decode-side sidecar's
+// order: prefill call first, decode after it returns).
+func runPD(d *des, q *wreq, rec *record, pf, dc *vpod, lc picker.Lifecycle, finish func()) {
+	pneed := q.prompt + 1
+	pf.admit(pneed, func() {
+		pf.lane(func() {
+			cached := sim.CachedTokens(pf.p, q.prompt, pf.cache.match(q.hashes))
+			compute := sim.PrefillSeconds(pf.p, q.prompt-cached)
+			rec.prefillC = compute
+			d.after(compute, func() {
+				pf.releaseLane()
+				pf.remember(q.hashes)
+				pf.prefillS += compute
+				pf.prefillN++
+				pf.gen++
+				// The prefill leg answers its one token and leaves the batch; its KV stays
+				// until the decode leg pulls it.
+				pf.leave(true, 0)
+				if po, ok := lc.(pd.PrefillObserver); ok {
+					po.PrefillDone(nil)
+				}
+				// Decode leg: pull the KV (frees it on the prefill pod), take a slot, pay
+				// the transfer, then one inter-token step per token.
+				pf.leave(false, pneed)
+				need := q.prompt + q.out
+				dc.admit(need, func() {
+					t := sim.TransferSeconds(dc.p, q.prompt)
+					d.after(t, func() {
+						dc.remember(q.hashes)
+						generate(d, q, rec, dc, lc, true, need, finish)
+					})
+				})
+			})
+		})
+	})
+}
+
+// generate emits the output tokens: the first now (plain) or after one step (decode leg),
+// each next one an inter-token step later at the pod's current batch.
+func generate(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, decodeLeg bool, need int, finish func()) {
+	i := 0
+	var tok func()
+	tok = func() {
+		v.gen++
+		last := i == q.out-1
+		if i == 0 {
+			rec.first = d.now
+			if lc != nil {
+				lc.ResponseHeaders(200, v.ep.HostPort())
+			}
+		}
+		if lc != nil {
+			lc.ResponseBody(sseChunk, last)
+		}
+		i++
+		if last {
+			rec.done = d.now
+			v.leave(true, need)
+			if lc != nil {
+				lc.Done(nil)
+			}
+			finish()
+			return
+		}
+		d.after(v.itl(), tok)
+	}
+	if decodeLeg {
+		d.after(v.itl(), tok)
+	} else {
+		tok()
+	}
+}
