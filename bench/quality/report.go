@@ -17,13 +17,13 @@ import (
 
 // summary is one run's numbers; times in seconds.
 type summary struct {
-	n, failed                   int
-	ttftP50, ttftP90, ttftP99   float64
-	tpotP50, tpotP99, e2eP99    float64
-	goodput                     float64 // requests/s meeting both SLOs, over the arrival span
-	sloPct                      float64 // share of requests meeting both SLOs
-	pdShare, combShare, single  float64
-	minTTFTMinusPrefill         float64 // sanity: never negative
+	n, failed                  int
+	ttftP50, ttftP90, ttftP99  float64
+	tpotP50, tpotP99, e2eP99   float64
+	goodput                    float64 // requests/s meeting both SLOs, over the arrival span
+	sloPct                     float64 // share of requests meeting both SLOs
+	pdShare, combShare, single float64
+	minTTFTMinusPrefill        float64 // sanity: never negative
 }
 
 // pct is the nearest-rank percentile of sorted xs.

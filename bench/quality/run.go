@@ -172,7 +172,8 @@ type runOpts struct {
 	params   sim.Params
 	scrape   float64 // scrape interval, seconds
 	seed     uint64
-	timeMult float64 // virtual arrival = trace arrival × timeMult
+	timeMult float64          // virtual arrival = trace arrival × timeMult
+	sched    picker.Scheduler // when set, routes instead of the policy (validation)
 }
 
 // runResult is one (workload, cluster, policy, load) run.
@@ -212,7 +213,9 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	}
 	var sched picker.Scheduler
 	var deps *picker.Deps
-	if pol.rr {
+	if o.sched != nil {
+		sched = o.sched
+	} else if pol.rr {
 		sched = &rrScheduler{}
 	} else {
 		router, dp, err := app.BuildRouterWithClock(d.clock, pol.gateway(o.scrape), nil, picker.NewRegistry(), nil, logr.Discard())

@@ -21,8 +21,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/tandem-epp/tandem/internal/bucketserve"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
+	"github.com/tandem-epp/tandem/internal/ledger"
+	"github.com/tandem-epp/tandem/internal/ledger/redisledger"
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pd"
@@ -64,6 +67,8 @@ type App struct {
 	gw       config.Gateway
 	deps     *picker.Deps
 	router   *picker.Router
+	tokens   *pd.TokenLoad
+	shared   *redisledger.Shared
 	scraper  *metrics.Scraper
 	serving  *serving.Server
 	metricsL net.Listener
@@ -101,9 +106,19 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.router, a.deps, err = BuildRouter(gw, cfgFile, registry, tel.annotationReporter(), log)
+	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile, Registry: registry,
+		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m})
 	if err != nil {
 		return nil, err
+	}
+	a.router, a.deps, a.tokens = pk.Router, pk.Deps, pk.Tokens
+	if opts.RedisAddr != "" && gw.PD.TokenLoadSharedLedger {
+		a.shared, err = redisledger.New(redisledger.Options{Addr: opts.RedisAddr, Password: opts.RedisPassword,
+			TLS: opts.RedisTLS, TLSSkipVerify: opts.RedisTLSSkipVerify, Clock: a.deps.Clock,
+			Logger: log.WithName("shared-ledger")}, a.tokens.Decode)
+		if err != nil {
+			return nil, fmt.Errorf("shared decode ledger (--redis-addr=%s): %w", opts.RedisAddr, err)
+		}
 	}
 	sched := &observedScheduler{inner: a.router, m: tel.m}
 
@@ -206,6 +221,10 @@ func (a *App) Run(ctx context.Context) error {
 	run("pool source", a.source)
 	run("metric scraper", a.scraper.Run)
 	run("prefix warmer", func(ctx context.Context) error { a.deps.Warmer.Run(ctx); return nil })
+	run("token-load janitor", func(ctx context.Context) error { ledger.RunJanitor(ctx, 0, a.tokens.Sweepers()...); return nil })
+	if a.shared != nil {
+		run("shared decode ledger", func(ctx context.Context) error { a.shared.Run(ctx); return a.shared.Close() })
+	}
 	run("grpc servers", a.serving.Run)
 	if a.metricsL != nil {
 		srv := &http.Server{Handler: a.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}
@@ -244,27 +263,53 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	return c, nil
 }
 
-// BuildRouter assembles the picker: the PD cascade, the simple strategies and the
-// --config-file's scheduling profiles behind one router, over fresh dependencies.
-func BuildRouter(gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
-	return BuildRouterWithClock(load.SystemClock{}, gw, cfgFile, registry, rep, log)
+// PickerOptions say how to assemble the picker.
+type PickerOptions struct {
+	Clock    load.Clock // nil: the system clock
+	Gateway  config.Gateway
+	File     *config.File // --config-file, may be nil
+	Registry *picker.Registry
+	Reporter config.Reporter
+	Logger   logr.Logger
+	// Gauges receive the token-load ledgers' gauges; BucketMetrics the bucket-serve metrics.
+	Gauges        ledger.Gauges
+	BucketMetrics bucketserve.Metrics
 }
 
-// BuildRouterWithClock is BuildRouter with every time-keeping dependency (trackers, rates,
-// prefix index, ledgers) reading clock: a virtual-time simulation (bench/quality) injects
-// a load.ManualClock and drives the production router in simulated time.
-func BuildRouterWithClock(clock load.Clock, gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
+// Picker is the assembled picker: the router the ext_proc server calls, its dependencies and
+// the token-load ledgers (whose janitor and shared ledger the app runs).
+type Picker struct {
+	Router *picker.Router
+	Deps   *picker.Deps
+	Tokens *pd.TokenLoad
+}
+
+// BuildPicker assembles the PD cascade (with the token-load policies and adaptive bucket
+// serving), the simple strategies and the --config-file's scheduling profiles behind one
+// router, over fresh dependencies that all read o.Clock.
+func BuildPicker(o PickerOptions) (*Picker, error) {
+	clock := o.Clock
+	if clock == nil {
+		clock = load.SystemClock{}
+	}
+	if o.Registry == nil {
+		o.Registry = picker.NewRegistry()
+	}
+	gw := o.Gateway
 	deps := picker.NewDeps(clock, gw.PD.PrefixCache)
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 1024)
-	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: log.WithName("pd")})
+	tokens := pd.NewTokenLoad(gw.PD, ledger.Options{Clock: clock, Gauges: o.Gauges, Logger: o.Logger.WithName("token-load")})
+	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: o.Logger.WithName("pd"),
+		Preference: &pd.BucketServe{Planner: bucketserve.New(clock, o.BucketMetrics)}})
+	pd.RegisterTokenLoad(cascade, tokens)
 	strategies := pd.Strategies(cascade, deps, gw.PD)
 	names := make([]string, 0, len(strategies))
 	for _, s := range strategies {
 		names = append(names, s.Name())
 	}
-	fromFile, err := picker.FromFile(cfgFile, registry, deps, names)
+	fromFile, err := picker.FromFile(o.File, o.Registry, deps, names)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	strategies = append(strategies, fromFile...)
 	for _, s := range fromFile {
@@ -273,14 +318,30 @@ func BuildRouterWithClock(clock load.Clock, gw config.Gateway, cfgFile *config.F
 	prefill, decode := cascade.Policies().Names()
 	resolver, err := config.NewResolver(gw, config.Options{
 		Names:    config.Names{Strategies: names, PrefillPolicies: prefill, DecodePolicies: decode},
-		Reporter: rep,
+		Reporter: o.Reporter,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("configuration: %w", err)
+		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	router, err := picker.NewRouter(picker.RouterOptions{Resolver: resolver, Strategies: strategies, Logger: log.WithName("picker")})
+	router, err := picker.NewRouter(picker.RouterOptions{Resolver: resolver, Strategies: strategies, Logger: o.Logger.WithName("picker")})
+	if err != nil {
+		return nil, err
+	}
+	return &Picker{Router: router, Deps: deps, Tokens: tokens}, nil
+}
+
+// BuildRouter is BuildPicker on the system clock, for callers that need only the router.
+func BuildRouter(gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
+	return BuildRouterWithClock(load.SystemClock{}, gw, cfgFile, registry, rep, log)
+}
+
+// BuildRouterWithClock is BuildRouter with every time-keeping dependency (trackers, rates,
+// prefix index, ledgers) reading clock: a virtual-time simulation (bench/quality) injects
+// a load.ManualClock and drives the production router in simulated time.
+func BuildRouterWithClock(clock load.Clock, gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
+	p, err := BuildPicker(PickerOptions{Clock: clock, Gateway: gw, File: cfgFile, Registry: registry, Reporter: rep, Logger: log})
 	if err != nil {
 		return nil, nil, err
 	}
-	return router, deps, nil
+	return p.Router, p.Deps, nil
 }

@@ -16,6 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tandem-epp/tandem/conformance/envoy"
+	"github.com/tandem-epp/tandem/internal/ledger/redisledger/redistest"
 )
 
 const pdPool = `
@@ -33,13 +34,19 @@ endpoints:
 // startApp runs the whole EPP from a command line, with free ports, until the test ends.
 func startApp(t *testing.T, args ...string) *App {
 	t.Helper()
+	return startAppEnv(t, nil, args...)
+}
+
+func startAppEnv(t *testing.T, env map[string]string, args ...string) *App {
+	t.Helper()
+	getenv := func(k string) string { return env[k] }
 	opts, err := ParseFlags(append([]string{"--grpc-port=0", "--grpc-health-port=0", "--metrics-port=0",
-		"--bind-address=127.0.0.1", "--secure-serving=false"}, args...), io.Discard, func(string) string { return "" })
+		"--bind-address=127.0.0.1", "--secure-serving=false"}, args...), io.Discard, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts.metricsAnyPort = true
-	a, err := New(context.Background(), opts, Env{Getenv: func(string) string { return "" }})
+	a, err := New(context.Background(), opts, Env{Getenv: getenv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,4 +187,68 @@ func TestHelpListsEveryFlag(t *testing.T) {
 			t.Errorf("--help does not list --%s", f)
 		}
 	}
+}
+
+// The token-load policies and the Redis-shared decode ledger are wired into the binary: the
+// seed's variables select them and a pick charges the ledgers (visible as gauges).
+func TestTokenLoadPoliciesAndSharedLedger(t *testing.T) {
+	redis := redistest.Start(t)
+	a := startAppEnv(t, map[string]string{
+		"AIBRIX_PREFILL_SCORE_POLICY": "hybrid_cache_load",
+		"AIBRIX_DECODE_SCORE_POLICY":  "token_load",
+	}, "--endpoints-file="+writePool(t, pdPool), "--redis-addr="+redis.Addr())
+	if a.shared == nil {
+		t.Fatal("--redis-addr did not enable the shared decode ledger")
+	}
+	waitSynced(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := envoy.Dial(a.ExtProcAddr(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.Open(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := envoy.Request{Method: "POST", Path: "/v1/completions", Body: []byte(`{"model":"m","prompt":"` + strings.Repeat("a", 4000) + `"}`)}
+	if err := s.SendRequest(req); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.ReadRoute(req); err != nil || r.Immediate != nil {
+		t.Fatalf("route: %v %+v", err, r)
+	}
+	// The request is still open: the decode pod carries the prompt's tokens.
+	text := scrape(t, a)
+	for _, want := range []string{`pd_token_load_decode_tokens{namespace="default",pod_name="decode-0"}`,
+		`pd_token_load_kv_tokens{namespace="default",pod_name="prefill-0"}`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func waitSynced(t *testing.T, a *App) {
+	t.Helper()
+	changes := a.Store().Changes()
+	timeout := time.After(10 * time.Second)
+	for !a.Store().Load().Synced {
+		select {
+		case <-changes:
+		case <-timeout:
+			t.Fatal("pool never synced")
+		}
+	}
+}
+
+func scrape(t *testing.T, a *App) string {
+	t.Helper()
+	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }

@@ -3,6 +3,7 @@ package picker
 import (
 	"context"
 
+	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
 )
@@ -43,6 +44,13 @@ type Decision struct {
 	Trace *Trace
 	// Lifecycle, when non-nil, receives the response events of this request.
 	Lifecycle Lifecycle
+	// Handoff is how a PD decision's prefill leg runs (config.HandoffSidecar or
+	// config.HandoffEPP), resolved for the request's profile; "" means sidecar. The Router
+	// fills it (and PD) when the strategy left it empty.
+	Handoff string
+	// PD is the request's effective PD configuration (gateway settings with the profile's
+	// overrides): the hand-off's timeouts, abort and watchdog settings.
+	PD config.PD
 }
 
 // Lifecycle receives what happens to a routed request after the pick. The ext_proc server

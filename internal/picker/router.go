@@ -84,6 +84,9 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 		return nil, ae
 	}
 	d.Strategy = name
+	if d.Handoff == "" {
+		d.Handoff, d.PD = res.Handoff, res.PD
+	}
 	if d.ResponseHeaders == nil {
 		d.ResponseHeaders = map[string]string{}
 	}
