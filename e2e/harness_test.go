@@ -567,3 +567,17 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// waitScrapes waits until Tandem has finished n more scrapes of vLLM pods than when called,
+// so every sample it holds was taken after this point (n ≥ 2 × the pods scraped).
+func waitScrapes(t *testing.T, addr string, n int) {
+	t.Helper()
+	labels := map[string]string{"engine": "vllm"}
+	fams, err := tandemMetrics(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, _ := metricValue(fams, "tandem_scrape_duration_seconds", labels)
+	waitMetric(t, addr, "tandem_scrape_duration_seconds", labels, func(v float64) bool { return v >= start+float64(n) },
+		fmt.Sprintf("%d more scrapes of the pods", n))
+}

@@ -42,6 +42,7 @@ type wreq struct {
 	out    int
 	body   []byte
 	hashes []uint64 // sim.BlockHashes(sim.Tokenize(prompt text)), what the engine caches
+	ids    []int    // the trace's hash_ids (Mooncake), for tests
 }
 
 // workload is a window of one trace.
@@ -214,7 +215,7 @@ func loadWorkload(dataDir, name string, n int, p sim.Params, seed uint64) (*work
 		}
 		body := fmt.Appendf(nil, `{"model":%q,"prompt":"%s","max_tokens":%d,"stream":true}`, modelName, text, r.out)
 		w.reqs = append(w.reqs, wreq{id: i, at: r.at - t0, prompt: r.prompt, out: r.out, body: body,
-			hashes: sim.BlockHashes(sim.Tokenize(text), p.BlockSize)})
+			hashes: sim.BlockHashes(sim.Tokenize(text), p.BlockSize), ids: r.hashIDs})
 	}
 	w.span = w.reqs[len(w.reqs)-1].at
 	if w.span <= 0 {

@@ -158,6 +158,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 			return nil, err
 		}
 		a.source = mgr.Start
+		tel.events = mgr.GetEventRecorder("tandem-epp")
 	}
 
 	if opts.MetricsPort > 0 || opts.metricsAnyPort {

@@ -8,6 +8,9 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
@@ -23,6 +26,9 @@ import (
 type tel struct {
 	m   *telemetry.Metrics
 	log logr.Logger
+	// events, when the pool comes from Kubernetes, records a Warning event on a pod whose
+	// annotation is bad. Set before serving starts; a forbidden write is logged, never fatal.
+	events events.EventRecorder
 }
 
 func newTelemetry(reg prometheus.Registerer, log logr.Logger) (*tel, error) {
@@ -41,6 +47,11 @@ func (t *tel) annotationReporter() config.Reporter {
 		t.m.PodConfigError(ns, name, "annotation")
 		t.log.Error(err, "bad pod annotation; keeping the pod's last good routing config",
 			"pod", podKey, "field", field, "value", value)
+		if t.events != nil {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+			t.events.Eventf(pod, nil, corev1.EventTypeWarning, "BadRoutingConfig", "Route",
+				"model.aibrix.ai/config field %s=%q: %v; Tandem keeps the pod's last good routing config", field, value, err)
+		}
 	})
 }
 

@@ -30,7 +30,13 @@ func headerOptions(dst []*corev3.HeaderValueOption, h map[string]string) []*core
 }
 
 // routeAnswer is the deferred answer to the request headers: where to send the request.
-func routeAnswer(destination string, set []*corev3.HeaderValueOption, remove []string) *extprocv3.ProcessingResponse {
+// prefillTarget, when set (sidecar hand-off), also goes into the envoy.lb metadata next to the
+// destination, for gateways whose decode-side proxy reads metadata rather than headers.
+func routeAnswer(destination, prefillTarget string, set []*corev3.HeaderValueOption, remove []string) *extprocv3.ProcessingResponse {
+	lb := map[string]*structpb.Value{MetadataKeyDestination: structpb.NewStringValue(destination)}
+	if prefillTarget != "" {
+		lb[MetadataKeyPrefiller] = structpb.NewStringValue(prefillTarget)
+	}
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{
 			RequestHeaders: &extprocv3.HeadersResponse{
@@ -41,9 +47,7 @@ func routeAnswer(destination string, set []*corev3.HeaderValueOption, remove []s
 			},
 		},
 		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
-				MetadataKeyDestination: structpb.NewStringValue(destination),
-			}}),
+			MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: lb}),
 		}},
 	}
 }

@@ -32,6 +32,9 @@ const (
 	// HeaderPrefillerHostPort names the prefill target for a decode-side sidecar (llm-d).
 	// A client must never choose it: it would let callers aim the sidecar anywhere (SSRF).
 	HeaderPrefillerHostPort = "x-prefiller-host-port"
+	// MetadataKeyPrefiller carries the same prefill target in MetadataNamespaceLB (sidecar
+	// hand-off), for decode-side proxies that read dynamic metadata.
+	MetadataKeyPrefiller = "x-prefiller-host-port"
 	// HeaderTrace carries the decision trace (JSON) on the response when Options.DebugTraceHeader is set.
 	HeaderTrace = "x-tandem-trace"
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"sync/atomic"
+	"time"
 
 	procmodev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandem-epp/tandem/internal/handoff"
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -35,8 +37,12 @@ type Options struct {
 	// DebugTraceHeader returns each decision's trace (JSON) in the x-tandem-trace response header.
 	DebugTraceHeader bool
 	Logger           logr.Logger
-	// Observer, when non-nil, receives stream, decision and error events for metrics.
+	// Observer, when non-nil, receives stream, decision and error events for metrics. When it
+	// also implements HandoffObserver it receives the "epp" hand-off's watchdog events.
 	Observer Observer
+	// Handoff runs the prefill leg of PD decisions whose Decision.Handoff is "epp". Without
+	// it such decisions are answered 503 naming the setting.
+	Handoff *handoff.Adapters
 }
 
 // Server implements the Endpoint Picker Protocol as an ext_proc ExternalProcessorServer.
@@ -74,7 +80,10 @@ func NewServer(store *pool.Store, sched picker.Scheduler, opts Options) *Server 
 
 // Process runs one ext_proc stream. Request-level failures are answered with an
 // ImmediateResponse; the stream itself ends with an error only when the gateway breaks the
-// protocol or the transport fails.
+// protocol, the transport fails, or an "epp" hand-off must cut a response already under way.
+//
+// Recv runs in its own goroutine feeding a channel, so the loop can also wait on the
+// hand-off's prefill leg (failure, success) and on the decode watchdog's deadline.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	s.obs.StreamOpened()
 	defer s.obs.StreamClosed()
@@ -85,30 +94,72 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 		} else {
 			st.finish(err)
 		}
+		st.endHandoff()
+	}()
+	msgs := make(chan received)
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		for {
+			m, rerr := srv.Recv()
+			select {
+			case msgs <- received{m, rerr}:
+			case <-quit:
+				return
+			}
+			if rerr != nil {
+				return
+			}
+		}
 	}()
 	for {
-		msg, rerr := srv.Recv()
-		if rerr != nil {
-			if rerr == io.EOF {
-				if st.gotHeaders && !st.answered {
-					// A client that half-closes without marking the end of the request still
-					// gets its answer: the half-close is the end of the request.
-					st.reqEnded = true
-					_, err = st.decide(true, true)
-				}
-				return err
+		var (
+			stop bool
+			herr error
+		)
+		select {
+		case r := <-msgs:
+			if r.err != nil {
+				return st.recvFailed(r.err)
 			}
-			if c := status.Code(rerr); c == codes.Canceled || c == codes.DeadlineExceeded {
-				st.finish(rerr)
-				return nil // the client went away: nobody is left to report an error to
-			}
-			return rerr
+			stop, herr = st.handle(r.msg)
+		case aerr := <-st.ho.failed:
+			stop, herr = st.onPrefillFailed(aerr)
+		case <-st.ho.succeeded:
+			st.ho.succeeded = nil
+			st.ho.wd.Arm(time.Now())
+			st.ho.rearm()
+		case <-st.ho.timerC():
+			stop, herr = st.onWatchdog(time.Now())
 		}
-		stop, herr := st.handle(msg)
 		if herr != nil || stop {
 			return herr
 		}
 	}
+}
+
+// received is one Recv result.
+type received struct {
+	msg *extprocv3.ProcessingRequest
+	err error
+}
+
+// recvFailed ends the stream after Recv returned err.
+func (st *stream) recvFailed(rerr error) (err error) {
+	if rerr == io.EOF {
+		if st.gotHeaders && !st.answered {
+			// A client that half-closes without marking the end of the request still
+			// gets its answer: the half-close is the end of the request.
+			st.reqEnded = true
+			_, err = st.decide(true, true)
+		}
+		return err
+	}
+	if c := status.Code(rerr); c == codes.Canceled || c == codes.DeadlineExceeded {
+		st.finish(rerr)
+		return nil // the client went away: nobody is left to report an error to
+	}
+	return rerr
 }
 
 // warnBodyMode logs, once per server, a gateway whose request body mode cannot work: the

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
@@ -50,6 +51,8 @@ type stream struct {
 	lifecycle   picker.Lifecycle
 	respHeaders bool // response headers seen (Lifecycle.ResponseHeaders is called at most once)
 	finished    bool
+
+	ho eppHandoff // the "epp" hand-off, when the decision has one
 }
 
 // violation is a gRPC error for a gateway that breaks the ext_proc protocol: not a
@@ -72,6 +75,10 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) (stop bool, err error
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		return false, st.onResponseBody(m.ResponseBody)
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		if err := st.flushHeld(); err != nil {
+			return true, err
+		}
+		st.ho.stop()
 		st.finish(nil)
 		return false, st.send(trailersAnswer(true))
 	}
@@ -248,10 +255,22 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 	destination := strings.Join(hostPorts, ",")
 	set := []*corev3.HeaderValueOption{headerOption(HeaderDestination, destination)}
 	setKeys := map[string]bool{HeaderDestination: true}
+	mode := handoffMode(d, hasBody)
+	var prefillTarget string // sidecar hand-off: also in the envoy.lb metadata
+	if mode == config.HandoffSidecar {
+		prefillTarget = d.Prefill[0].HostPort()
+		if _, ok := d.SetHeaders[HeaderPrefillerHostPort]; !ok {
+			set = append(set, headerOption(HeaderPrefillerHostPort, prefillTarget))
+			setKeys[HeaderPrefillerHostPort] = true
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(d.SetHeaders)) {
 		lk := strings.ToLower(k)
 		if setKeys[lk] {
 			continue // the destination is the protocol's, not a strategy's, to set
+		}
+		if mode == config.HandoffEPP && lk == HeaderPrefillerHostPort {
+			continue // Tandem runs the prefill leg: the decode pod must not prefill again
 		}
 		setKeys[lk] = true
 		set = append(set, headerOption(lk, d.SetHeaders[k]))
@@ -260,11 +279,25 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 	if d.Body != nil {
 		if hasBody {
 			body = d.Body
-			set = append(set, headerOption("content-length", strconv.Itoa(len(body))))
-			setKeys["content-length"] = true
 		} else {
 			st.log.V(1).Info("ignoring a body mutation for a request without a body", "strategy", d.Strategy)
 		}
+	}
+	decided := time.Since(start)
+	if mode == config.HandoffEPP {
+		st.body = body
+		st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
+			Latency: decided, Candidates: len(cands)})
+		decodeBody, aerr := st.startHandoff(req, d, cands)
+		if aerr != nil {
+			st.body = nil
+			return st.failRouted(aerr)
+		}
+		body = decodeBody
+	}
+	if hasBody && (d.Body != nil || mode == config.HandoffEPP) {
+		set = append(set, headerOption("content-length", strconv.Itoa(len(body))))
+		setKeys["content-length"] = true
 	}
 	if st.srv.opts.ConformanceMode {
 		set = append(set, headerOption(HeaderEchoSetHeader, HeaderTestServed+":"+hostPorts[0]))
@@ -276,8 +309,10 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 		}
 	}
 
-	st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
-		Latency: time.Since(start), Candidates: len(cands)})
+	if mode != config.HandoffEPP {
+		st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
+			Latency: decided, Candidates: len(cands)})
+	}
 	if l := st.log.V(1); l.Enabled() { // the hot path: build no log arguments unless asked
 		l.Info("routed", "destination", destination, "strategy", d.Strategy, "step", d.Step,
 			"api", req.API, "model", req.Model, "bodyBytes", len(st.body))
@@ -285,7 +320,10 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 
 	st.answered = true
 	st.body = nil
-	if err := st.send(routeAnswer(destination, set, remove)); err != nil {
+	if st.ho.active() {
+		st.ho.rearm() // sync engines: the prefill leg already succeeded, the watchdog is armed
+	}
+	if err := st.send(routeAnswer(destination, prefillTarget, set, remove)); err != nil {
 		return true, err
 	}
 	if hasBody {
@@ -329,7 +367,18 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 		}
 		set = append(set, headerOption(HeaderTestServed, served))
 	}
-	if err := st.send(responseHeadersAnswer(set)); err != nil {
+	answer := responseHeadersAnswer(set)
+	if st.ho.active() && !st.ho.sent && st.ho.held == nil {
+		st.ho.h.DecodeResponded()
+		if !h.GetEndOfStream() {
+			st.ho.held = answer // until the first body chunk: see eppHandoff.held
+			return nil
+		}
+		st.ho.sent = true
+		st.ho.wd.Headers()
+		st.ho.stop()
+	}
+	if err := st.send(answer); err != nil {
 		return err
 	}
 	if h.GetEndOfStream() {
@@ -340,8 +389,17 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 
 // onResponseBody passes each chunk through at once: a streamed token must never wait for the next.
 func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
+	if st.ho.active() {
+		if err := st.flushHeld(); err != nil {
+			return err
+		}
+	}
 	if err := st.send(streamedBody(true, b.GetBody(), b.GetEndOfStream())); err != nil {
 		return err
+	}
+	if st.ho.active() {
+		st.ho.wd.Chunk(time.Now(), b.GetEndOfStream())
+		st.ho.rearm()
 	}
 	if st.lifecycle != nil && !st.finished {
 		st.lifecycle.ResponseBody(len(b.GetBody()), b.GetEndOfStream())

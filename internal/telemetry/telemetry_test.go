@@ -124,18 +124,28 @@ func TestDocsTable(t *testing.T) {
 		t.Fatalf("gathered %d families but %d are defined: exercise() misses some", len(got), len(m.Defs()))
 	}
 
-	raw, err := os.ReadFile(docsPath())
+	for _, path := range []string{docsPath(), readmePath()} {
+		checkDocsTable(t, m, got, path)
+	}
+}
+
+// readmePath is the README, which carries the same table between the same markers.
+func readmePath() string { return filepath.Join(filepath.Dir(docsPath()), "..", "README.md") }
+
+func checkDocsTable(t *testing.T, m *Metrics, got map[string]family, path string) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	doc := string(raw)
 	i, j := strings.Index(doc, tableStart), strings.Index(doc, tableEnd)
 	if i < 0 || j < i {
-		t.Fatalf("docs/metrics.md lacks the %s … %s markers", tableStart, tableEnd)
+		t.Fatalf("%s lacks the %s … %s markers", path, tableStart, tableEnd)
 	}
 	if *update {
 		doc = doc[:i+len(tableStart)] + "\n" + renderTable(m.Defs()) + doc[j:]
-		if err := os.WriteFile(docsPath(), []byte(doc), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		i, j = strings.Index(doc, tableStart), strings.Index(doc, tableEnd)
@@ -160,16 +170,16 @@ func TestDocsTable(t *testing.T) {
 		d, ok := documented[name]
 		switch {
 		case !ok:
-			t.Errorf("%s is exported but not in docs/metrics.md", name)
+			t.Errorf("%s is exported but not in %s", name, path)
 		case d.typ != f.typ:
-			t.Errorf("%s: docs say %s, registry has %s", name, d.typ, f.typ)
+			t.Errorf("%s: %s says %s, registry has %s", name, path, d.typ, f.typ)
 		case strings.Join(d.labels, ",") != strings.Join(f.labels, ","):
 			t.Errorf("%s: docs list labels %v, registry has %v", name, d.labels, f.labels)
 		}
 	}
 	for name := range documented {
 		if _, ok := got[name]; !ok {
-			t.Errorf("docs/metrics.md lists %s, which Tandem does not export", name)
+			t.Errorf("%s lists %s, which Tandem does not export", path, name)
 		}
 	}
 }

@@ -1,0 +1,214 @@
+package extproc
+
+import (
+	"net/http"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/handoff"
+	"github.com/tandem-epp/tandem/internal/pd"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
+)
+
+// HandoffObserver is implemented by an Observer that also counts the "epp" hand-off's decode
+// watchdog (gateway_pd_decode_watchdog_total). Prefill outcomes and aborts are reported by the
+// handoff package's own Observer; failed requests by Lifecycle.Done with an *apierror.Error.
+type HandoffObserver interface {
+	// DecodeWatchdog reports one firing: phase is "first_response" or "stream_idle".
+	DecodeWatchdog(model, phase string)
+}
+
+// ReasonDecodeWatchdog is the apierror reason of a request the decode watchdog ended (the
+// seed's gateway_request_model_fail_total status label).
+const ReasonDecodeWatchdog = "pd_decode_watchdog"
+
+// eppHandoff is a stream's "epp" hand-off: Tandem ran (or is running) the prefill leg and
+// watches the decode leg. Its zero value (no hand-off) has nil channels, which never fire in
+// the stream loop's select.
+type eppHandoff struct {
+	h         *handoff.Handoff
+	wd        *handoff.Watchdog
+	model     string
+	failed    <-chan *apierror.Error
+	succeeded <-chan struct{}
+	timer     *time.Timer
+	timerOn   bool
+	// held is the response headers answer, held back until the first response body chunk:
+	// until it goes out the client has no status, so a watchdog firing or a prefill failure
+	// can still be answered with a clean error instead of a cut stream.
+	held *extprocv3.ProcessingResponse
+	sent bool // the response headers answer went out
+}
+
+func (e *eppHandoff) active() bool { return e.h != nil }
+
+func (e *eppHandoff) timerC() <-chan time.Time {
+	if !e.timerOn {
+		return nil
+	}
+	return e.timer.C
+}
+
+// rearm sets the timer to the watchdog's next deadline (or stops it).
+func (e *eppHandoff) rearm() {
+	at, ok := e.wd.Deadline()
+	if !ok {
+		if e.timerOn {
+			e.timer.Stop()
+			e.timerOn = false
+		}
+		return
+	}
+	d := time.Until(at)
+	if e.timer == nil {
+		e.timer = time.NewTimer(d)
+	} else {
+		e.timer.Reset(d)
+	}
+	e.timerOn = true
+}
+
+func (e *eppHandoff) stop() {
+	if e.wd != nil {
+		e.wd.Finish()
+	}
+	if e.timer != nil {
+		e.timer.Stop()
+	}
+	e.timerOn = false
+}
+
+// handoffMode says how a decision's prefill leg runs: "" for decisions without one.
+func handoffMode(d *picker.Decision, hasBody bool) string {
+	if d.Outcome != picker.OutcomePD || len(d.Prefill) == 0 {
+		return ""
+	}
+	if d.Handoff == config.HandoffEPP && hasBody {
+		return config.HandoffEPP
+	}
+	return config.HandoffSidecar
+}
+
+// startHandoff runs the "epp" hand-off of a PD decision up to the decode body: it checks that
+// the model's pods agree on one engine, prepares both legs and starts the prefill leg on the
+// stream's context (the client going away cancels it). Sync engines return after the prefill
+// leg; async ones at once, reporting a failure later on st.ho.failed.
+func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands []*pool.Endpoint) ([]byte, *apierror.Error) {
+	adapters := st.srv.opts.Handoff
+	if adapters == nil {
+		return nil, apierror.Unavailable("pd_handoff_unavailable",
+			"the request's profile asks for the epp prefill/decode hand-off but this server runs without one; set TANDEM_PD_HANDOFF=sidecar or routingConfig.handoff: sidecar, or start Tandem with the hand-off enabled")
+	}
+	prefill, decode := d.Prefill[0], d.Destination[0]
+	pods := []*pool.Endpoint{prefill, decode}
+	for _, e := range cands {
+		if e.Model == req.Model && e != prefill && e != decode {
+			pods = append(pods, e)
+		}
+	}
+	if _, err := handoff.EngineOf(pods); err != nil {
+		return nil, apierror.From(err)
+	}
+	in := handoff.Input{
+		Leg: handoff.Leg{RequestID: st.headers["x-request-id"], Path: st.path, API: req.API, Body: st.body,
+			Prefill: prefill, Decode: decode},
+		Headers: st.headers, PD: d.PD,
+	}
+	if po, ok := d.Lifecycle.(pd.PrefillObserver); ok {
+		in.PrefillDone = po.PrefillDone
+	}
+	h, err := adapters.New(st.ctx, in)
+	if err != nil {
+		return nil, apierror.From(err)
+	}
+	st.ho = eppHandoff{h: h, model: req.Model, wd: handoff.NewWatchdog(d.PD, decode.PodKey(), req.Stream)}
+	d.Trace.Add("handoff_epp:" + h.Engine())
+	body, aerr := h.Start(st.ctx)
+	if aerr != nil {
+		return nil, aerr
+	}
+	st.ho.failed, st.ho.succeeded = h.Failed(), h.PrefillSucceeded()
+	return body, nil
+}
+
+// failRouted answers a request that was routed (the decision holds resources) but cannot be
+// served, before the client saw a response status: an ImmediateResponse, and the decision's
+// Lifecycle ends with the error (telemetry counts it by its reason and status).
+func (st *stream) failRouted(e *apierror.Error) (bool, error) {
+	st.log.V(1).Info("request failed", "status", e.Status, "reason", e.Reason, "message", e.Message, "path", st.path)
+	st.rejected, st.answered = true, true
+	st.ho.stop()
+	st.finish(e)
+	if err := st.send(errorAnswer(e)); err != nil {
+		return true, err
+	}
+	return st.reqEnded, nil
+}
+
+// onPrefillFailed handles an async prefill leg's failure: an error answer while the client
+// has no status yet, else the stream is reset (the client sees a truncated response).
+func (st *stream) onPrefillFailed(e *apierror.Error) (bool, error) {
+	st.ho.failed = nil
+	if st.finished {
+		return false, nil // the response already completed: nothing left to fail
+	}
+	if !st.ho.sent {
+		_, err := st.failRouted(e)
+		return true, err
+	}
+	st.ho.stop()
+	st.log.Info("prefill leg failed after the response started; resetting the stream", "reason", e.Reason, "message", e.Message)
+	st.finish(e)
+	return true, status.Error(codes.Unavailable, e.Message)
+}
+
+// onWatchdog runs when the watchdog's timer fires.
+func (st *stream) onWatchdog(now time.Time) (bool, error) {
+	st.ho.timerOn = false
+	v, fired := st.ho.wd.Expired(now)
+	if !fired {
+		st.ho.rearm()
+		return false, nil
+	}
+	if o, ok := st.srv.obs.(HandoffObserver); ok {
+		o.DecodeWatchdog(st.ho.model, string(v.Phase))
+	}
+	st.ho.h.AbortDecode(v.AbortReason)
+	st.log.Info("decode watchdog fired", "phase", v.Phase, "timeout", v.Timeout.String(), "path", st.path,
+		"headersSent", st.ho.sent)
+	if v.Error != nil && !st.ho.sent {
+		_, err := st.failRouted(v.Error)
+		return true, err
+	}
+	e := &apierror.Error{Status: http.StatusGatewayTimeout, Type: "timeout", Header: apierror.HeaderPDDecode,
+		Reason:  ReasonDecodeWatchdog,
+		Message: "decode pod stalled (" + string(v.Phase) + " after " + v.Timeout.String() + "); response cut short"}
+	st.finish(e)
+	return true, status.Error(codes.DeadlineExceeded, e.Message)
+}
+
+// flushHeld sends the held response headers answer, if any.
+func (st *stream) flushHeld() error {
+	if st.ho.held == nil {
+		return nil
+	}
+	held := st.ho.held
+	st.ho.held, st.ho.sent = nil, true
+	st.ho.wd.Headers()
+	return st.send(held)
+}
+
+// endHandoff ends the hand-off on every path (cancelling a prefill leg still running).
+func (st *stream) endHandoff() {
+	if st.ho.active() {
+		st.ho.stop()
+		st.ho.h.Done()
+	}
+}
