@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,7 +26,6 @@ type traffic struct {
 	results []outcome
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
-	done    atomic.Int64
 }
 
 func startTraffic(ctx context.Context, s *stack, workers, tokens, maxTokens int) *traffic {
@@ -45,14 +45,26 @@ func startTraffic(ctx context.Context, s *stack, workers, tokens, maxTokens int)
 				tr.mu.Lock()
 				tr.results = append(tr.results, outcome{marker: m, epoch: ep, r: r})
 				tr.mu.Unlock()
-				tr.done.Add(1)
 			}
 		}()
 	}
 	return tr
 }
 
-// stop ends the run and returns every finished request.
+// finished counts the requests sent in epoch that have finished.
+func (tr *traffic) finished(epoch int64) int {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	n := 0
+	for _, o := range tr.results {
+		if o.epoch == epoch {
+			n++
+		}
+	}
+	return n
+}
+
+// stop ends the run and returns every finished request; calling it again is harmless.
 func (tr *traffic) stop() []outcome {
 	tr.cancel()
 	tr.wg.Wait()
@@ -70,11 +82,12 @@ func TestDecodePodKilledMidTraffic(t *testing.T) {
 	// 40 output tokens at 10 ms (model) each, time scale 0.02: ~8 ms per request, so some
 	// are always in flight on each decode pod.
 	tr := startTraffic(ctx, s, 4, 100, 40)
+	t.Cleanup(func() { tr.stop() })
 
 	// Mid-traffic: both rolesets have served, then decode-b crashes.
 	for _, n := range []string{"decode-a", "decode-b"} {
 		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := s.pods[n].WaitRequest(wctx, func(r sim.Recorded) bool { return r.Seq >= 10 })
+		_, err := s.pods[n].WaitRequest(wctx, func(r sim.Recorded) bool { return r.Seq >= 20 }) // each request is recorded twice (sidecar)
 		cancel()
 		if err != nil {
 			tr.stop()
@@ -86,9 +99,9 @@ func TestDecodePodKilledMidTraffic(t *testing.T) {
 	s.setPool("prefill-a", "decode-a", "prefill-b")
 	tr.epoch.Store(2) // sent from here on: Tandem has the new pool
 	prefillB := countReceived(s.pods["prefill-b"])
-	startAfter := tr.done.Load()
-	eventually(t, "60 requests after the reload", func() (bool, string) {
-		return tr.done.Load()-startAfter >= 60, ""
+	eventually(t, "60 requests sent after the reload to finish", func() (bool, string) {
+		n := tr.finished(2)
+		return n >= 60, fmt.Sprintf("%d finished", n)
 	})
 	results := tr.stop()
 

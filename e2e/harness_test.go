@@ -269,9 +269,9 @@ type stack struct {
 	seq      atomic.Int64
 }
 
-// defaultEnv is the Tandem environment of every test: scrape the pods every 100 ms.
+// defaultEnv is the Tandem environment of every test: scrape the pods every 200 ms.
 func defaultEnv(extra map[string]string) map[string]string {
-	env := map[string]string{"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS": "100"}
+	env := map[string]string{"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS": "200"}
 	for k, v := range extra {
 		env[k] = v
 	}
@@ -359,9 +359,16 @@ func prompt(marker string, tokens int) string {
 	return p[:max(tokens*4, len(marker)+1)]
 }
 
+// hasMarker reports whether body carries the prompt that starts with marker.
+func hasMarker(body []byte, marker string) bool { return bytes.Contains(body, []byte(marker+" ")) }
+
 // chatBody is a chat completion request asking for maxTokens tokens.
 func chatBody(prompt string, maxTokens int, stream bool) []byte {
-	m := map[string]any{"model": modelName, "messages": []map[string]string{{"role": "user", "content": prompt}},
+	return chatBodyFor(modelName, prompt, maxTokens, stream)
+}
+
+func chatBodyFor(model, prompt string, maxTokens int, stream bool) []byte {
+	m := map[string]any{"model": model, "messages": []map[string]string{{"role": "user", "content": prompt}},
 		"max_tokens": maxTokens}
 	if stream {
 		m["stream"] = true
@@ -373,7 +380,11 @@ func chatBody(prompt string, maxTokens int, stream bool) []byte {
 
 // completionBody is a legacy completion request.
 func completionBody(prompt string, maxTokens int, stream bool) []byte {
-	m := map[string]any{"model": modelName, "prompt": prompt, "max_tokens": maxTokens, "stream": stream}
+	return completionBodyFor(modelName, prompt, maxTokens, stream)
+}
+
+func completionBodyFor(model, prompt string, maxTokens int, stream bool) []byte {
+	m := map[string]any{"model": model, "prompt": prompt, "max_tokens": maxTokens, "stream": stream}
 	b, _ := json.Marshal(m)
 	return b
 }
@@ -444,7 +455,7 @@ func okCompletion(r reply, stream bool) error {
 func received(p *pod, marker string) []sim.Recorded {
 	var out []sim.Recorded
 	for _, r := range p.Requests() {
-		if bytes.Contains(r.Body, []byte(marker)) && r.Header.Get(sim.HeaderSidecarLeg) == "" {
+		if hasMarker(r.Body, marker) && r.Header.Get(sim.HeaderSidecarLeg) == "" {
 			out = append(out, r)
 		}
 	}
@@ -468,7 +479,7 @@ func waitReceived(t *testing.T, p *pod, marker string) sim.Recorded {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	r, err := p.WaitRequest(ctx, func(r sim.Recorded) bool {
-		return bytes.Contains(r.Body, []byte(marker)) && r.Header.Get(sim.HeaderSidecarLeg) == ""
+		return hasMarker(r.Body, marker) && r.Header.Get(sim.HeaderSidecarLeg) == ""
 	})
 	if err != nil {
 		t.Fatalf("pod %s never received request %s: %v", p.name, marker, err)

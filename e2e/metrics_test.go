@@ -22,6 +22,7 @@ func makeBusy(t *testing.T, p *pod, n, promptTokens int) *busy {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &busy{cancel: cancel}
+	t.Cleanup(b.release)
 	c := newClient()
 	c.Timeout = 0 // held until release
 	for i := 0; i < n; i++ {
@@ -43,6 +44,7 @@ func makeBusy(t *testing.T, p *pod, n, promptTokens int) *busy {
 	return b
 }
 
+// release ends the held requests and waits for them; calling it again is harmless.
 func (b *busy) release() {
 	b.cancel()
 	b.wg.Wait()

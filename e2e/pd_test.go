@@ -105,6 +105,28 @@ func TestPDPairAndPrefillTargetDelivered(t *testing.T) {
 	t.Logf("PD requests per roleset (no hint): %v", used)
 }
 
+// With the sidecar hand-off (the default) Tandem only names the prefill pod: a decode pod
+// without the routing sidecar serves the request alone, and the prefill pod gets nothing.
+func TestSidecarHandoffLeavesThePrefillLegToThePod(t *testing.T) {
+	specs := pdPods("a")
+	specs[1].sidecar = false
+	s := newFileStack(t, nil, specs...)
+	ctx := testCtx(t, 30*time.Second)
+	for i := 0; i < 4; i++ {
+		m := s.marker("nosidecar")
+		r := s.post(ctx, "/v1/chat/completions", chatBody(prompt(m, 200), 8, i%2 == 0), nil)
+		if err := okCompletion(r, i%2 == 0); err != nil || r.pod != "decode-a" {
+			t.Fatalf("want 200 from decode-a: %v", r)
+		}
+		if got := waitReceived(t, s.pods["decode-a"], m).Header.Get(prefillerHeader); got != s.pods["prefill-a"].HostPort() {
+			t.Fatalf("%s = %q, want prefill-a at %s", prefillerHeader, got, s.pods["prefill-a"].HostPort())
+		}
+	}
+	if n := countReceived(s.pods["prefill-a"]); n != 0 {
+		t.Fatalf("prefill-a received %d requests; in sidecar hand-off mode Tandem must not run the prefill leg", n)
+	}
+}
+
 // 2. With prompt-length bucketing, a prompt outside every PD bucket goes to the standard
 // (combined) pod; prompts inside go PD. Pod annotations as in the seed's Complete Example.
 func TestOutOfBucketPromptsGoToStandardPod(t *testing.T) {
@@ -217,8 +239,8 @@ func TestNoDecodePodsIs503(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.Error.Code != 503 || e.Error.Type != "service_unavailable" || !strings.Contains(e.Error.Message, "decode pods 0") {
-			t.Errorf("error body %s: want code 503, type service_unavailable and a message counting 0 decode pods", r.body)
+		if e.Error.Code != 503 || e.Error.Type != "service_unavailable" || !strings.Contains(e.Error.Message, "decode") || !strings.Contains(e.Error.Message, "roleset") {
+			t.Errorf("error body %s: want code 503, type service_unavailable and a message about the missing decode side of the rolesets", r.body)
 		}
 	}
 	if after := countReceived(s.pods["prefill-a"]) + countReceived(s.pods["prefill-b"]); after != before {

@@ -46,6 +46,7 @@ type options struct {
 	scrape    float64
 	workers   int
 	validate  bool
+	reps      int
 	params    sim.Params
 }
 
@@ -69,7 +70,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	seed := fs.Uint64("seed", 1, "seed for prompt text (the only randomness the bench owns)")
 	wl := fs.String("workloads", "conv,code,mix,mooncake", "workloads: conv, code, mix, mooncake")
 	loads := fs.String("loads", "0.5,0.8,1.0,1.2", "offered loads as fractions of the measured capacity")
-	clusters := fs.String("clusters", "4x1p1d+2s", "cluster shapes <rolesets>x<prefill>p<decode>d[+<standard>s], comma-separated (e.g. 4x1p1d+2s,1x8p8d)")
+	clusters := fs.String("clusters", "4x1p1d+2s,1x8p8d", "cluster shapes <rolesets>x<prefill>p<decode>d[+<standard>s], comma-separated (e.g. 4x1p1d+2s,1x8p8d)")
 	pols := fs.String("policies", "", "policies to compare (default all): "+policyNames())
 	reqs := fs.Int("requests", 0, "requests per workload (0: conv 1500, code 1500, mix 2000, mooncake 600)")
 	out := fs.String("out", "", "output directory (default bench/quality/out under the repository)")
@@ -78,6 +79,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	scrape := fs.Duration("scrape", time.Second, "metric scrape interval (the gateway default is 1s)")
 	workers := fs.Int("workers", min(2, runtime.NumCPU()), "runs simulated in parallel")
 	validate := fs.Bool("validate", true, "compare the virtual-time engine with the real-time simulator first")
+	reps := fs.Int("reps", 3, "repetitions per run with seeds seed, seed+1, …; their requests are pooled")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -85,7 +87,10 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	o := &options{seed: *seed, outDir: *out, docsDir: *docs, dataDir: *data, scrape: scrape.Seconds(),
-		workers: max(1, *workers), validate: *validate, params: sim.DefaultParams(), requests: map[string]int{}}
+		workers: max(1, *workers), validate: *validate, reps: *reps, params: sim.DefaultParams(), requests: map[string]int{}}
+	if o.reps < 1 || o.reps > 100 {
+		return nil, fmt.Errorf("-reps=%d: want 1..100", o.reps)
+	}
 	if o.scrape <= 0 {
 		return nil, fmt.Errorf("-scrape=%v: must be positive", *scrape)
 	}
@@ -253,7 +258,7 @@ func run(o *options, stdout io.Writer) error {
 						rate := j.load * cp
 						mult := traceRate / rate
 						cl := cell{workload: wn, cluster: c.name, policy: j.pol.name, load: j.load, rate: rate}
-						res, err := simulate(w, c, j.pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, timeMult: mult})
+						res, err := simulateReps(w, c, j.pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, timeMult: mult}, o.reps)
 						if err != nil {
 							if _, ok := err.(errNotRegistered); ok {
 								cl.skipped = err.Error()
@@ -302,4 +307,25 @@ func repoRoot() (string, error) {
 			return "", fmt.Errorf("no go.mod above %s; run from the repository or pass -out DIR", dir)
 		}
 	}
+}
+
+// simulateReps runs the policy reps times, seeding the picker's random source with seed,
+// seed+1, …, and pools the requests (the span adds up, so goodput stays a rate).
+func simulateReps(w *workload, c clusterSpec, pol policy, o runOpts, reps int) (*runResult, error) {
+	all := &runResult{}
+	for k := 0; k < reps; k++ {
+		ok := o
+		ok.seed = o.seed + uint64(k)
+		res, err := simulate(w, c, pol, ok)
+		if err != nil {
+			return nil, err
+		}
+		all.recs = append(all.recs, res.recs...)
+		all.span += res.span
+		all.bucketSteps += res.bucketSteps
+		if all.note == "" {
+			all.note = res.note
+		}
+	}
+	return all, nil
 }

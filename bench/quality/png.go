@@ -21,11 +21,11 @@ var palette = []color.RGBA{
 }
 
 const (
-	plotW, plotH = 720, 440
-	marginL      = 40
-	marginB      = 30
-	marginT      = 12
-	marginR      = 12
+	plotW, plotH = 800, 480
+	marginL      = 56
+	marginB      = 28
+	marginT      = 24
+	marginR      = 16
 )
 
 type canvas struct {
@@ -120,6 +120,72 @@ func (c *canvas) poly(xs, ys []float64, col color.RGBA) {
 	}
 }
 
+// text writes s (upper-cased) with its top-left corner at pixel (x, y), 2× scaled when big.
+func (c *canvas) text(x, y int, s string, col color.RGBA, big bool) {
+	k := 1
+	if big {
+		k = 2
+	}
+	for _, r := range strings.ToUpper(s) {
+		g, ok := font5x7[r]
+		if ok {
+			for row := 0; row < 7; row++ {
+				for bit := 0; bit < 5; bit++ {
+					if g[row]&(1<<(4-bit)) != 0 {
+						for u := 0; u < k; u++ {
+							for v := 0; v < k; v++ {
+								c.set(x+bit*k+u, y+row*k+v, col)
+							}
+						}
+					}
+				}
+			}
+		}
+		x += 6 * k
+	}
+}
+
+// textWidth is the pixel width of s at scale 1.
+func textWidth(s string) int { return 6 * len([]rune(s)) }
+
+// xlabel centres a tick label under the x axis at data x.
+func (c *canvas) xlabel(x float64, s string) {
+	px, _ := c.px(x, c.y0)
+	c.text(px-textWidth(s)/2, marginT+c.innerH+6, s, c.axis, false)
+}
+
+// ylabel right-aligns a tick label left of the y axis at data y.
+func (c *canvas) ylabel(y float64, s string) {
+	_, py := c.px(c.x0, y)
+	c.text(marginL-6-textWidth(s), py-3, s, c.axis, false)
+}
+
+// legend lists names with their colours in a white box whose top-left corner is (x, y).
+func (c *canvas) legend(x, y int, names []string, cols []color.RGBA) {
+	w := 0
+	for _, n := range names {
+		w = max(w, textWidth(n))
+	}
+	h := 12*len(names) + 6
+	for i := x; i < x+w+26; i++ {
+		for j := y; j < y+h; j++ {
+			c.set(i, j, color.RGBA{255, 255, 255, 255})
+		}
+	}
+	c.line(x, y, x+w+26, y, c.grid, 1)
+	c.line(x, y+h, x+w+26, y+h, c.grid, 1)
+	c.line(x, y, x, y+h, c.grid, 1)
+	c.line(x+w+26, y, x+w+26, y+h, c.grid, 1)
+	for i, n := range names {
+		for u := 0; u < 12; u++ {
+			for v := 0; v < 7; v++ {
+				c.set(x+5+u, y+5+12*i+v, cols[i])
+			}
+		}
+		c.text(x+21, y+5+12*i, n, c.axis, false)
+	}
+}
+
 func (c *canvas) save(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -158,6 +224,13 @@ func (r *report) pictures(md *strings.Builder, wi wlInfo) error {
 	name := fmt.Sprintf("%s_%s", wi.w.name, strings.NewReplacer("+", "_", "x", "x").Replace(wi.cluster))
 	cdf := newCanvas(0.01, 100, 0, 1, true)
 	cdf.frame([]float64{0.01, 0.1, 1, 10, 100}, []float64{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1})
+	for i, l := range []string{"10ms", "100ms", "1s", "10s", "100s"} {
+		cdf.xlabel([]float64{0.01, 0.1, 1, 10, 100}[i], l)
+	}
+	for _, y := range []float64{0, 0.5, 1} {
+		cdf.ylabel(y, fmt.Sprintf("%.1f", y))
+	}
+	cdf.text(marginL, 4, fmt.Sprintf("TTFT CDF  %s  %s  load %.0f%%", wi.w.name, wi.cluster, resultLoad*100), cdf.axis, false)
 	maxG := 0.0
 	for _, c := range r.cells {
 		if c.workload == wi.w.name && c.cluster == wi.cluster && c.skipped == "" {
@@ -175,6 +248,15 @@ func (r *report) pictures(md *strings.Builder, wi wlInfo) error {
 		xt = append(xt, l)
 	}
 	gp.frame(xt, []float64{maxG / 4, maxG / 2, maxG * 3 / 4, maxG})
+	for _, l := range r.o.loads {
+		gp.xlabel(l, fmt.Sprintf("%.0f%%", l*100))
+	}
+	for _, y := range []float64{0, maxG / 4, maxG / 2, maxG * 3 / 4, maxG} {
+		gp.ylabel(y, fmt.Sprintf("%.3g", y))
+	}
+	gp.text(marginL, 4, fmt.Sprintf("SLO goodput (req/s) vs offered load  %s  %s", wi.w.name, wi.cluster), gp.axis, false)
+	var names []string
+	var cols []color.RGBA
 	var legend []string
 	for i, p := range r.o.policies {
 		col := palette[i%len(palette)]
@@ -204,9 +286,12 @@ func (r *report) pictures(md *strings.Builder, wi wlInfo) error {
 			drawn = true
 		}
 		if drawn {
+			names, cols = append(names, p.name), append(cols, col)
 			legend = append(legend, fmt.Sprintf("<span style=\"color:%s\">■</span> %s (%s)", colorHex(col), p.name, colorHex(col)))
 		}
 	}
+	cdf.legend(plotW-marginR-200, marginT+cdf.innerH-12*len(names)-16, names, cols)
+	gp.legend(marginL+10, marginT+10, names, cols)
 	cdfFile, gpFile := "ttft_cdf_"+name+".png", "goodput_"+name+".png"
 	for _, dir := range []string{r.o.outDir, r.o.docsDir} {
 		if dir == "" {

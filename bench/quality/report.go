@@ -173,7 +173,7 @@ func (r *report) write(stdout io.Writer) error {
 				}
 				if c.skipped != "" {
 					if l == r.o.loads[0] {
-						skipped = append(skipped, fmt.Sprintf("%s (%s)", p.name, c.skipped))
+						skipped = append(skipped, fmt.Sprintf("%s not compared: not registered in this tree (%s)", p.name, c.skipped))
 					}
 					continue
 				}
@@ -188,11 +188,15 @@ func (r *report) write(stdout io.Writer) error {
 				continue
 			}
 			if c := r.find(w.name, wi.cluster, p.name, resultLoad); c != nil && c.bucketSteps == 0 {
-				skipped = append(skipped, fmt.Sprintf("%s ran but bucket serving never narrowed a pick (no `bucket_serve` step: the planner is not wired into the cascade in this tree), so it equals its base policy", p.name))
+				why := "the planner did not band any prompt length"
+				if strings.HasPrefix(wi.cluster, "1x") {
+					why = "with a single roleset there is nothing to band"
+				}
+				skipped = append(skipped, fmt.Sprintf("%s ran, but bucket serving never narrowed a pick (no `bucket_serve` step: %s), so it differs from its base policy only by prompt-length bucketing", p.name, why))
 			}
 		}
 		for _, s := range skipped {
-			fmt.Fprintf(&md, "\nNot compared: %s.\n", s)
+			fmt.Fprintf(&md, "\nNote: %s.\n", s)
 		}
 		// RESULT lines and the headline at 100 % load.
 		if len(r.workloads) > 0 && wi.cluster == r.o.clusters[0].name {
@@ -219,7 +223,7 @@ func (r *report) write(stdout io.Writer) error {
 				if sd != nil {
 					fmt.Fprintf(&md, ", %+.0f%% vs seed-default (%s ms, goodput %.2f)", -(1-bestC.s.ttftP99/sd.s.ttftP99)*100, ms(sd.s.ttftP99), sd.s.goodput)
 				}
-				if nl := r.find(w.name, wi.cluster, "least-request", resultLoad); nl != nil {
+				if nl := r.find(w.name, wi.cluster, "least-request-nopd", resultLoad); nl != nil {
 					fmt.Fprintf(&md, ", %+.0f%% vs the non-PD least-request strategy (%s ms)", -(1-bestC.s.ttftP99/nl.s.ttftP99)*100, ms(nl.s.ttftP99))
 				}
 				md.WriteString(".\n")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strconv"
 	"strings"
@@ -63,7 +64,7 @@ type policy struct {
 var allPolicies = []policy{
 	{name: "random", strategy: picker.StrategyRandom},
 	{name: "round-robin", rr: true},
-	{name: "least-request", strategy: picker.StrategyLeastRequest},
+	{name: "least-request-nopd", strategy: picker.StrategyLeastRequest},
 	{name: "least_request", strategy: pd.StrategyName, prefill: "least_request", decode: "least_request"},
 	{name: "seed-default", strategy: pd.StrategyName, prefill: "prefix_cache", decode: "load_balancing"},
 	{name: "conductor", strategy: pd.StrategyName, prefill: "conductor", decode: "conductor"},
@@ -225,6 +226,9 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 		// Warm the prefix index synchronously: production's warmer applies warms within
 		// microseconds, which in virtual time is "before the next request".
 		dp.Warmer = nil
+		// Every random choice of the picker (ties, the random strategy) draws from a
+		// source seeded by the run's seed, so a run is reproducible.
+		dp.Rand = rand.New(rand.NewPCG(o.seed, 0x7a4d3e)).IntN
 		sched, deps = router, dp
 	}
 

@@ -24,6 +24,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/bucketserve"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
+	"github.com/tandem-epp/tandem/internal/handoff"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger"
 	"github.com/tandem-epp/tandem/internal/load"
@@ -66,6 +67,8 @@ type App struct {
 	store    *pool.Store
 	gw       config.Gateway
 	deps     *picker.Deps
+	cascade  *pd.Cascade
+	handoff  *handoff.Adapters
 	router   *picker.Router
 	tokens   *pd.TokenLoad
 	shared   *redisledger.Shared
@@ -111,7 +114,12 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.router, a.deps, a.tokens = pk.Router, pk.Deps, pk.Tokens
+	a.router, a.deps, a.tokens, a.cascade = pk.Router, pk.Deps, pk.Tokens, pk.Cascade
+	// The "epp" hand-off (TANDEM_PD_HANDOFF / routingConfig.handoff): Tandem runs prefill legs.
+	a.handoff, err = handoff.NewAdapters(gw.PD, handoff.Options{Observer: tel.handoffObserver(), Log: log.WithName("handoff")})
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
 	if opts.RedisAddr != "" && gw.PD.TokenLoadSharedLedger {
 		a.shared, err = redisledger.New(redisledger.Options{Addr: opts.RedisAddr, Password: opts.RedisPassword,
 			TLS: opts.RedisTLS, TLSSkipVerify: opts.RedisTLSSkipVerify, Clock: a.deps.Clock,
@@ -170,6 +178,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	ext := extproc.NewServer(a.store, sched, extproc.Options{
 		MaxBodyBytes: opts.MaxBodyBytes, ConformanceMode: opts.Conformance,
 		DebugTraceHeader: opts.DebugTraceHeader, Logger: log, Observer: tel.extprocObserver(),
+		Handoff: a.handoff,
 	})
 	a.serving, err = serving.New(serving.Config{
 		Host: opts.BindAddress, GRPCPort: opts.GRPCPort, HealthPort: opts.GRPCHealthPort,
@@ -239,6 +248,7 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.log.Info("tandem started", "extproc", a.ExtProcAddr(), "health", a.HealthAddr(), "metrics", a.MetricsAddr())
 	wg.Wait()
+	a.handoff.Close()
 	return res
 }
 
@@ -283,6 +293,8 @@ type Picker struct {
 	Router *picker.Router
 	Deps   *picker.Deps
 	Tokens *pd.TokenLoad
+	// Cascade is the PD strategy (its prefill and pending-decode trackers).
+	Cascade *pd.Cascade
 }
 
 // BuildPicker assembles the PD cascade (with the token-load policies and adaptive bucket
@@ -328,7 +340,7 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Picker{Router: router, Deps: deps, Tokens: tokens}, nil
+	return &Picker{Router: router, Deps: deps, Tokens: tokens, Cascade: cascade}, nil
 }
 
 // BuildRouter is BuildPicker on the system clock, for callers that need only the router.

@@ -151,7 +151,11 @@ func (l *timedLifecycle) ResponseBody(size int, eos bool) {
 }
 
 func (l *timedLifecycle) Done(err error) {
-	if l.status >= 400 {
+	var ae *apierror.Error
+	if errors.As(err, &ae) && ae.Status >= 400 {
+		// Tandem ended the request itself (PD hand-off: prefill failure, decode watchdog).
+		l.m.RequestModelFail(l.model, ae.Reason, ae.Status)
+	} else if l.status >= 400 {
 		l.m.RequestModelFail(l.model, "upstream_error", l.status)
 	} else if err != nil && !errors.Is(err, context.Canceled) {
 		l.m.RequestModelFail(l.model, "stream_error", 500)

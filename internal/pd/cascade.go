@@ -107,9 +107,16 @@ func New(o Options) *Cascade {
 	if o.Fallbacks <= 0 {
 		o.Fallbacks = defaultFallbacks
 	}
+	deps := o.Deps
+	intn := func(n int) int { // read late: a simulation may seed deps.Rand after New
+		if deps.Rand != nil {
+			return deps.Rand(n)
+		}
+		return rand.IntN(n)
+	}
 	return &Cascade{
 		deps: o.Deps, policies: o.Policies, gwPrefill: o.Gateway.PrefillScorePolicy, prefer: o.Preference,
-		fallbacks: o.Fallbacks, log: o.Logger, rand: rand.IntN,
+		fallbacks: o.Fallbacks, log: o.Logger, rand: intn,
 		prefill: load.NewTracker(), pending: load.NewTracker(),
 		nonInference: picker.NewLeastRequestStrategy(o.Deps),
 	}

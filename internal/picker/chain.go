@@ -32,6 +32,9 @@ func (s *Chain) Name() string { return s.StrategyName }
 
 // Pick implements Strategy.
 func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
+	if s.Deps != nil && s.Deps.Rand != nil {
+		c.intn = s.Deps.Rand
+	}
 	done := map[string]*ProfileResult{}
 	for round := 0; ; round++ {
 		next := s.Handler.Next(ctx, c, s.Profiles, done)

@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 
 	"github.com/tandem-epp/tandem/internal/config"
@@ -83,6 +84,18 @@ type Cycle struct {
 	// PodRouting returns an endpoint's routingConfig for this request's profile.
 	PodRouting func(*pool.Endpoint) config.RoutingConfig
 	State      *CycleState
+
+	// intn is the random source of this cycle's picks (Deps.Rand, set by Chain.Pick);
+	// nil means math/rand/v2's global source.
+	intn func(n int) int
+}
+
+// randN returns a random int in [0, n) from the cycle's source.
+func (c *Cycle) randN(n int) int {
+	if c != nil && c.intn != nil {
+		return c.intn(n)
+	}
+	return rand.IntN(n)
 }
 
 // CycleState is per-request scratch shared by the plugins of one cycle. Safe for
@@ -124,6 +137,11 @@ type Deps struct {
 	// without it they are applied synchronously after the pick.
 	Warmer *prefix.Warmer
 	Clock  load.Clock
+	// Rand, when set, is the source of every random choice the strategies built on these
+	// deps make (ties, random picks): a virtual-time simulation seeds it so a run is
+	// reproducible. It is called inside picks, so a source that is not safe for concurrent
+	// use must not serve concurrent picks. Nil (production) uses math/rand/v2's global source.
+	Rand func(n int) int
 }
 
 // NewDeps returns Deps with fresh counters, an empty metrics store and a prefix index

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 
@@ -155,14 +154,14 @@ type MaxScorePicker struct {
 }
 
 // Pick implements Picker.
-func (p *MaxScorePicker) Pick(_ context.Context, _ *Cycle, scored []ScoredEndpoint) []*pool.Endpoint {
+func (p *MaxScorePicker) Pick(_ context.Context, c *Cycle, scored []ScoredEndpoint) []*pool.Endpoint {
 	type ranked struct {
 		ScoredEndpoint
-		tie uint32
+		tie int
 	}
 	rs := make([]ranked, len(scored))
 	for i, s := range scored {
-		rs[i] = ranked{s, rand.Uint32()}
+		rs[i] = ranked{s, c.randN(1 << 30)}
 	}
 	slices.SortFunc(rs, func(a, b ranked) int {
 		if c := cmp.Compare(b.Score, a.Score); c != 0 {
@@ -185,12 +184,15 @@ type RandomPicker struct {
 }
 
 // Pick implements Picker.
-func (p *RandomPicker) Pick(_ context.Context, _ *Cycle, scored []ScoredEndpoint) []*pool.Endpoint {
+func (p *RandomPicker) Pick(_ context.Context, c *Cycle, scored []ScoredEndpoint) []*pool.Endpoint {
 	out := make([]*pool.Endpoint, len(scored))
 	for i, s := range scored {
 		out[i] = s.Endpoint
 	}
-	rand.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	for i := len(out) - 1; i > 0; i-- { // Fisher–Yates from the cycle's source
+		j := c.randN(i + 1)
+		out[i], out[j] = out[j], out[i]
+	}
 	return out[:min(len(out), p.MaxFallbacks+1)]
 }
 
