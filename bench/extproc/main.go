@@ -28,11 +28,12 @@ func main() {
 	concurrency := flag.Int("concurrency", 32, "concurrent streams")
 	requests := flag.Int("requests", 6000, "requests per system per round")
 	rounds := flag.Int("rounds", 4, "alternating rounds")
+	bodySize := flag.Int("body-bytes", 4096, "size of the chat body")
 	only := flag.String("only", "", "run one system only (tandem or lwepp), e.g. with -cpuprofile")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured rounds to this file")
 	flag.Parse()
 
-	body := chatBody(4096)
+	body := chatBody(*bodySize)
 	systems := []system{
 		{name: "tandem", server: newTandem(*endpoints)},
 		{name: "lwepp", server: newLWEPP(*endpoints)},

@@ -96,7 +96,6 @@ type vpod struct {
 	lanes    int            // prefill lanes in use
 	laneQ    []func()
 	cache    lru
-	decodeQ  int   // decode legs pulling their KV
 	gen      int64 // output tokens generated
 	prefillS float64
 	prefillN int

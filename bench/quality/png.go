@@ -243,11 +243,7 @@ func (r *report) pictures(md *strings.Builder, wi wlInfo) error {
 		loMax = max(loMax, l)
 	}
 	gp := newCanvas(0, loMax*1.05, 0, maxG, false)
-	var xt []float64
-	for _, l := range r.o.loads {
-		xt = append(xt, l)
-	}
-	gp.frame(xt, []float64{maxG / 4, maxG / 2, maxG * 3 / 4, maxG})
+	gp.frame(r.o.loads, []float64{maxG / 4, maxG / 2, maxG * 3 / 4, maxG})
 	for _, l := range r.o.loads {
 		gp.xlabel(l, fmt.Sprintf("%.0f%%", l*100))
 	}

@@ -48,8 +48,6 @@ func parseCluster(s string) (clusterSpec, error) {
 	return c, nil
 }
 
-func (c clusterSpec) pods() int { return c.rolesets*(c.prefill+c.decode) + c.standard }
-
 // policy is one routing configuration compared in a run.
 type policy struct {
 	name     string

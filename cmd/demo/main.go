@@ -36,6 +36,7 @@ func run(args []string) error {
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway address (a free port is used if taken)")
 	eppBin := fs.String("epp-binary", "", "Tandem binary to run (default: build ./cmd/epp)")
 	handoff := fs.String("handoff", "", "PD hand-off: sidecar (the decode pod's llm-d-style sidecar runs the prefill leg) or epp (Tandem runs it); empty keeps Tandem's default (TANDEM_PD_HANDOFF)")
+	engines := fs.Bool("engine-check", true, "after the replay, run one vLLM, one SGLang and one TensorRT-LLM prefill/decode pair with the epp hand-off (Tandem runs the prefill leg)")
 	stay := fs.Bool("stay", false, "keep everything up after the summary until Ctrl-C, to curl it by hand")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -79,12 +80,16 @@ func run(args []string) error {
 	}
 	logPath := filepath.Join(os.TempDir(), "tandem-demo-epp.log")
 	fmt.Fprintf(os.Stderr, "Tandem's log: %s\n", logPath)
+	var engineCheck demo.EPPRunner
+	if *engines {
+		engineCheck = demo.ProcessEPP(bin, filepath.Join(os.TempDir(), "tandem-demo-engines-epp.log"), env)
+	}
 	return demo.Run(ctx, demo.Options{
 		DataDir: *data,
 		Mix: demo.Mix{Conv: *conv, Code: *code, Mooncake: *mooncake, Window: *window,
 			MaxPromptTokens: *maxPrompt, MaxOutputTokens: *maxOutput},
 		TimeScale: *scale, Listen: *listen, Stay: *stay,
-		RunEPP: demo.ProcessEPP(bin, logPath, env), Out: os.Stdout, Progress: os.Stderr, ProgressTTY: isTerminal(os.Stderr),
+		RunEPP: demo.ProcessEPP(bin, logPath, env), EngineCheckEPP: engineCheck, Out: os.Stdout, Progress: os.Stderr, ProgressTTY: isTerminal(os.Stderr),
 	})
 }
 

@@ -14,7 +14,7 @@ import (
 // client and the pods must see.
 type failureCase struct {
 	name   string
-	fault  string            // X-Sim-Fault: role-prefixed so it hits one leg only
+	fault  string // X-Sim-Fault: role-prefixed so it hits one leg only
 	pd     string // the profile's routingConfig.pd overrides (JSON, seconds)
 	stream bool
 	// wantStatus is the client's status; 200 with cut means a truncated stream.
@@ -29,10 +29,11 @@ type failureCase struct {
 	sglangAborts int
 }
 
-const fast = `{"prefillRequestTimeout":0.3}`
+// Timeouts are whole seconds (the seed's settings are integers).
+const fast = `{"prefillRequestTimeout":1}`
 
 var failureCases = []failureCase{
-	{name: "prefill 5xx", fault: "prefill-503", pd: `{"decodeAbortRetryDelay":0.05}`,
+	{name: "prefill 5xx", fault: "prefill-503", pd: `{"decodeAbortRetryDelay":1}`,
 		wantStatus: 503, wantHeader: "x-error-pd-prefill", wantMsg: "prefill request failed (http_status)",
 		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_prefill_http_status", "status_code": "503"},
 		sglangAborts: 2},
@@ -45,17 +46,17 @@ var failureCases = []failureCase{
 		metric: "gateway_pd_prefill_failure_total", labels: map[string]string{"class": "timeout", "stage": "before_response"},
 		sglangAborts: 1},
 	{name: "decode hang before first token, streaming", fault: "decode-hang", stream: true,
-		pd:         `{"decodeFirstResponseTimeout":0.3}`,
+		pd:         `{"decodeFirstResponseTimeout":1}`,
 		wantStatus: 504, wantHeader: "x-error-pd-decode", wantMsg: "did not start responding",
 		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_decode_watchdog", "status_code": "504"},
 		sglangAborts: 1},
 	{name: "decode hang before first token, whole answer", fault: "decode-hang",
-		pd:         `{"decodeResponseTimeout":0.3}`,
+		pd:         `{"decodeResponseTimeout":1}`,
 		wantStatus: 504, wantHeader: "x-error-pd-decode", wantMsg: "did not finish responding",
 		metric: "gateway_pd_decode_watchdog_total", labels: map[string]string{"phase": "first_response"},
 		sglangAborts: 1},
 	{name: "decode stall mid-stream", fault: "decode-hang-after-3", stream: true,
-		pd:         `{"decodeStreamIdleTimeout":0.3}`,
+		pd:         `{"decodeStreamIdleTimeout":1}`,
 		wantStatus: 200, cut: true,
 		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_decode_watchdog", "status_code": "504"},
 		sglangAborts: 1},
@@ -68,6 +69,7 @@ func TestEPPHandoffFailures(t *testing.T) {
 	for _, v := range failureVariants {
 		for _, fc := range failureCases {
 			t.Run(v.name+"/"+fc.name, func(t *testing.T) {
+				t.Parallel() // most of each case is waiting for a timeout
 				// The profile, not the gateway, asks for the epp hand-off and the short timeouts.
 				env := eppEnv(v.env)
 				delete(env, "TANDEM_PD_HANDOFF")
@@ -132,7 +134,9 @@ func TestEPPHandoffClientCancel(t *testing.T) {
 			reqCtx, cancelReq := context.WithCancel(ctx)
 			done := make(chan reply, 1)
 			c := clientCase{chat: true, stream: true}
-			go func() { done <- st.post(reqCtx, c.path(), c.body(), map[string]string{sim.HeaderFault: "prefill-hang"}) }()
+			go func() {
+				done <- st.post(reqCtx, c.path(), c.body(), map[string]string{sim.HeaderFault: "prefill-hang"})
+			}()
 			// The prefill leg is running (and hangs) once the prefill pod admitted it.
 			if _, err := st.prefill.WaitStats(ctx, func(s sim.Stats) bool { return s.Running == 1 }); err != nil {
 				t.Fatal(err)

@@ -21,10 +21,14 @@ type Options struct {
 	TimeScale float64
 	Listen    string
 	// Stay keeps the stack up after the summary until ctx ends (for curl by hand).
-	Stay     bool
-	RunEPP   EPPRunner
-	Out      io.Writer // summary
-	Progress io.Writer // live progress line
+	Stay   bool
+	RunEPP EPPRunner
+	// EngineCheckEPP, when set, starts the Tandems of the engine check that follows the
+	// replay: one vLLM, one SGLang and one TensorRT-LLM prefill/decode pair with the "epp"
+	// hand-off (see CheckEngines). Nil skips it.
+	EngineCheckEPP EPPRunner
+	Out            io.Writer // summary
+	Progress       io.Writer // live progress line
 	// ProgressTTY redraws the progress line in place (\r) four times a second; otherwise a
 	// line is printed every five seconds.
 	ProgressTTY bool
@@ -86,12 +90,23 @@ func Run(ctx context.Context, o Options) error {
 	}
 	decisions, derr := ScrapeDecisions(st.MetricsURL)
 	Report(o.Out, st, results, elapsed, decisions, derr)
+	var engineErr error
+	if o.EngineCheckEPP != nil {
+		fmt.Fprintf(o.Progress, "Checking the epp hand-off on a vLLM, an SGLang and a TensorRT-LLM pair …\n")
+		engineErr = ReportEngines(o.Out, CheckEngines(ctx, o.EngineCheckEPP, o.TimeScale, o.Logger))
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
 	CurlHint(o.Out, st.GatewayURL)
 	if o.Stay {
 		fmt.Fprintln(o.Out, "The stack stays up until Ctrl-C.")
 		<-ctx.Done()
 	} else {
 		fmt.Fprintln(o.Out, "(Run with --stay to keep the stack up for that; everything is stopped now.)")
+	}
+	if engineErr != nil {
+		return fmt.Errorf("demo: engine check: %w", engineErr)
 	}
 	return nil
 }

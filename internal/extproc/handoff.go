@@ -43,8 +43,9 @@ type eppHandoff struct {
 	// held is the response headers answer, held back until the first response body chunk:
 	// until it goes out the client has no status, so a watchdog firing or a prefill failure
 	// can still be answered with a clean error instead of a cut stream.
-	held *extprocv3.ProcessingResponse
-	sent bool // the response headers answer went out
+	held      *extprocv3.ProcessingResponse
+	holdUntil time.Time // the held answer goes out by then at the latest
+	sent      bool      // the response headers answer went out
 }
 
 func (e *eppHandoff) active() bool { return e.h != nil }
@@ -56,9 +57,13 @@ func (e *eppHandoff) timerC() <-chan time.Time {
 	return e.timer.C
 }
 
-// rearm sets the timer to the watchdog's next deadline (or stops it).
+// rearm sets the timer to the watchdog's next deadline or the end of the response headers
+// hold, whichever comes first (or stops it).
 func (e *eppHandoff) rearm() {
 	at, ok := e.wd.Deadline()
+	if e.held != nil && (!ok || e.holdUntil.Before(at)) {
+		at, ok = e.holdUntil, true
+	}
 	if !ok {
 		if e.timerOn {
 			e.timer.Stop()
@@ -169,9 +174,15 @@ func (st *stream) onPrefillFailed(e *apierror.Error) (bool, error) {
 	return true, status.Error(codes.Unavailable, e.Message)
 }
 
-// onWatchdog runs when the watchdog's timer fires.
+// onWatchdog runs when the hand-off's timer fires: the response headers hold ended, or the
+// watchdog's deadline passed.
 func (st *stream) onWatchdog(now time.Time) (bool, error) {
 	st.ho.timerOn = false
+	if st.ho.held != nil && !now.Before(st.ho.holdUntil) {
+		if err := st.flushHeld(); err != nil {
+			return true, err
+		}
+	}
 	v, fired := st.ho.wd.Expired(now)
 	if !fired {
 		st.ho.rearm()

@@ -43,7 +43,17 @@ type Options struct {
 	// Handoff runs the prefill leg of PD decisions whose Decision.Handoff is "epp". Without
 	// it such decisions are answered 503 naming the setting.
 	Handoff *handoff.Adapters
+	// ResponseHeaderHold is how long, in the epp hand-off, the decode pod's response headers
+	// may be held back waiting for its first body chunk, so that a decode pod that sends
+	// headers and then stalls (SGLang streams do) still gets the client a clean 504 from the
+	// watchdog rather than a cut stream. Keep it below the gateway's ext_proc message timeout.
+	// Zero means DefaultResponseHeaderHold; negative disables holding.
+	ResponseHeaderHold time.Duration
 }
+
+// DefaultResponseHeaderHold is Options.ResponseHeaderHold when zero: under the 10s ext_proc
+// message timeout of the Envoy Gateway manifests.
+const DefaultResponseHeaderHold = 5 * time.Second
 
 // Server implements the Endpoint Picker Protocol as an ext_proc ExternalProcessorServer.
 // Each Process call handles one HTTP request; calls run concurrently and share nothing
@@ -70,6 +80,9 @@ func NewServer(store *pool.Store, sched picker.Scheduler, opts Options) *Server 
 	}
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.ResponseHeaderHold == 0 {
+		opts.ResponseHeaderHold = DefaultResponseHeaderHold
 	}
 	obs := opts.Observer
 	if obs == nil {

@@ -164,7 +164,14 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 		st.body = nil
 		return st.reject(apierror.TooLarge(limit))
 	}
-	st.body = append(st.body, b.GetBody()...)
+	if st.body == nil {
+		// Most bodies arrive in one chunk: keep the received bytes (the message is not reused)
+		// rather than copying them.
+		// The full slice expression makes a later append copy instead of writing past it.
+		st.body = b.GetBody()[:len(b.GetBody()):len(b.GetBody())]
+	} else {
+		st.body = append(st.body, b.GetBody()...)
+	}
 	if st.reqEnded {
 		return st.decide(true, true)
 	}
@@ -370,13 +377,17 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 	answer := responseHeadersAnswer(set)
 	if st.ho.active() && !st.ho.sent && st.ho.held == nil {
 		st.ho.h.DecodeResponded()
-		if !h.GetEndOfStream() {
-			st.ho.held = answer // until the first body chunk: see eppHandoff.held
+		if hold := st.srv.opts.ResponseHeaderHold; hold > 0 && !h.GetEndOfStream() {
+			// Until the first body chunk, at most hold: see eppHandoff.held.
+			st.ho.held, st.ho.holdUntil = answer, time.Now().Add(hold)
+			st.ho.rearm()
 			return nil
 		}
 		st.ho.sent = true
 		st.ho.wd.Headers()
-		st.ho.stop()
+		if h.GetEndOfStream() {
+			st.ho.stop() // no body: the response is complete
+		}
 	}
 	if err := st.send(answer); err != nil {
 		return err

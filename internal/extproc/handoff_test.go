@@ -1,0 +1,105 @@
+package extproc
+
+import (
+	"testing"
+
+	"github.com/tidwall/gjson"
+
+	"github.com/tandem-epp/tandem/conformance/envoy"
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/handoff"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// pdPair routes as a PD decision: the second candidate decodes, the first prefills.
+func pdPair(lc picker.Lifecycle, mode string) *stubScheduler {
+	return firstWith(lc, func(d *picker.Decision) {
+		d.Outcome = picker.OutcomePD
+		d.Prefill = d.Destination[:1]
+		d.Destination = d.Destination[1:]
+		d.Handoff, d.PD = mode, config.DefaultPD()
+		d.SetHeaders = map[string]string{HeaderPrefillerHostPort: d.Prefill[0].HostPort()}
+	})
+}
+
+// TestSidecarHandoffNamesThePrefillTargetInHeaderAndMetadata: the sidecar hand-off sets
+// x-prefiller-host-port and the same value in the envoy.lb dynamic metadata.
+func TestSidecarHandoffNamesThePrefillTargetInHeaderAndMetadata(t *testing.T) {
+	for _, mode := range []string{config.HandoffSidecar, ""} {
+		c := serve(t, NewServer(twoPods(), pdPair(&recLifecycle{}, mode), Options{}))
+		s, err := c.Open(testCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SendRequest(envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)}); err != nil {
+			t.Fatal(err)
+		}
+		msg, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := map[string]string{}
+		for _, h := range msg.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
+			set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
+		}
+		lb := msg.GetDynamicMetadata().GetFields()[MetadataNamespaceLB].GetStructValue().GetFields()
+		if set[HeaderPrefillerHostPort] != "10.0.0.1:8000" || lb[MetadataKeyPrefiller].GetStringValue() != "10.0.0.1:8000" ||
+			lb[MetadataKeyDestination].GetStringValue() != "10.0.0.2:8000" {
+			t.Errorf("mode %q: headers %v, envoy.lb metadata %v", mode, set, lb)
+		}
+	}
+}
+
+// TestEPPHandoffRefusedBeforeAnythingIsSent: an epp decision that cannot run its hand-off is a
+// 503 naming the problem, and the decision's lifecycle ends once.
+func TestEPPHandoffRefusedBeforeAnythingIsSent(t *testing.T) {
+	adapters, err := handoff.NewAdapters(config.DefaultPD(), handoff.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adapters.Close()
+	mixed := pool.NewStore()
+	mixed.Publish(pool.Info{Name: "p"}, []*pool.Endpoint{
+		pool.NewEndpoint("ns", "a", "10.0.0.1", 8000, 0, map[string]string{pool.LabelEngine: "vllm"}, nil),
+		pool.NewEndpoint("ns", "b", "10.0.0.2", 8000, 0, map[string]string{pool.LabelEngine: "sglang"}, nil),
+	}, true)
+	cases := []struct {
+		name     string
+		store    *pool.Store
+		adapters *handoff.Adapters
+		reason   string
+	}{
+		{"no hand-off configured", twoPods(), nil, "pd_handoff_unavailable"},
+		{"pods of the model disagree on the engine", mixed, adapters, "engine_mismatch"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lc := &recLifecycle{}
+			c := serve(t, NewServer(tc.store, pdPair(lc, config.HandoffEPP), Options{Handoff: tc.adapters}))
+			s, err := c.Open(testCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)}
+			if err := s.SendRequest(req); err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.ReadRoute(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Immediate == nil || r.Immediate.Status != 503 || r.Immediate.Details != "tandem_"+tc.reason {
+				t.Fatalf("answer %+v, want a 503 with reason %s", r.Immediate, tc.reason)
+			}
+			if msg := gjson.GetBytes(r.Immediate.Body, "error.message").Str; msg == "" {
+				t.Errorf("no error message: %s", r.Immediate.Body)
+			}
+			_ = s.CloseSend()
+			_, _ = s.Recv()
+			if _, dones, err := lc.snapshot(); dones != 1 || err == nil {
+				t.Errorf("lifecycle Done called %d times with %v, want once with the error", dones, err)
+			}
+		})
+	}
+}
