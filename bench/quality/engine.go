@@ -12,12 +12,16 @@ import (
 )
 
 // The virtual-time engine. Every latency comes from internal/sim's model functions
-// (PrefillSeconds, InterTokenSeconds, TransferSeconds, CachedTokens, BlockHashes); the
-// scheduling rules mirror internal/sim's real-time server (run.go, engine.go):
+// (PrefillChunk, PrefillChunkSeconds, StepSeconds, InterTokenSeconds, TransferSeconds,
+// CachedTokens, BlockHashes); the scheduling rules mirror internal/sim's real-time server
+// (run.go, engine.go):
 //   - a request reserves prompt+output KV tokens and a running slot, FIFO, head of queue only;
-//   - a plain or prefill leg then queues FIFO for one of PrefillLanes prefill lanes and
-//     computes PrefillSeconds(uncached tokens); its first token is out at the end of prefill;
-//   - every further token takes InterTokenSeconds(running sequences on the pod);
+//   - a plain or prefill leg then queues FIFO for one of PrefillLanes prefill lanes (counted as
+//     waiting, as vLLM does) and computes its uncached tokens in chunks of PrefillChunkTokens;
+//     each chunk's iteration takes StepSeconds(sequences decoding on the pod, chunk cost); its
+//     first token is out at the end of the last chunk;
+//   - every further token takes StepSeconds(running batch, prefill chunk computing on the pod
+//     when the step starts): decodes on a combined pod stall behind prefills;
 //   - a decode leg pulls the KV (freeing it on the prefill pod), takes a slot, pays
 //     TransferSeconds(prompt tokens) and then one inter-token step per token, the first too;
 //   - computed blocks enter an LRU prefix cache bounded by the KV that reservations leave free.
@@ -95,6 +99,8 @@ type vpod struct {
 	queue    []*admitWaiter // FIFO; only the head may be admitted
 	lanes    int            // prefill lanes in use
 	laneQ    []func()
+	decoding int     // sequences generating tokens
+	chunk    float64 // model seconds of the prefill chunks computing now
 	cache    lru
 	gen      int64 // output tokens generated
 	prefillS float64
@@ -155,6 +161,9 @@ func (v *vpod) lane(fn func()) {
 	v.laneQ = append(v.laneQ, fn)
 }
 
+// active is vLLM's running count: admitted sequences not queued for a prefill lane.
+func (v *vpod) active() int { return v.running - len(v.laneQ) }
+
 func (v *vpod) releaseLane() {
 	if len(v.laneQ) > 0 {
 		fn := v.laneQ[0]
@@ -171,16 +180,44 @@ func (v *vpod) remember(hashes []uint64) {
 	v.cache.insert(hashes, max(0, (v.p.KVTokens-v.kvUsed)/v.p.BlockSize))
 }
 
-// itl is the current inter-token latency.
-func (v *vpod) itl() float64 { return sim.InterTokenSeconds(v.p, v.running) }
+// itl is how long a decode step starting now takes: the running batch's step plus the
+// prefill chunk computing on the pod, if any.
+func (v *vpod) itl() float64 { return sim.StepSeconds(v.p, max(1, v.active()), v.chunk) }
+
+// prefill computes uncached prompt tokens chunk by chunk, each iteration also carrying the
+// decode step of the sequences decoding on the pod, then calls done with the model seconds
+// it took (PrefillSeconds(uncached) on an idle pod). The caller holds a prefill lane.
+func (v *vpod) prefill(uncached int, done func(total float64)) {
+	total := 0.0
+	var chunk func(at int)
+	chunk = func(at int) {
+		if at >= uncached {
+			done(total)
+			return
+		}
+		n := sim.PrefillChunk(v.p, uncached-at)
+		c := sim.PrefillChunkSeconds(v.p, at, n)
+		step := sim.StepSeconds(v.p, v.decoding, c)
+		v.chunk += c
+		total += step
+		v.d.after(step, func() {
+			v.chunk -= c
+			if v.chunk < 1e-12 {
+				v.chunk = 0
+			}
+			chunk(at + n)
+		})
+	}
+	chunk(0)
+}
 
 // sample is what a vLLM scrape of this pod would publish now: the gauges, the generation
 // throughput derived from the token counter between two scrapes, the mean of the
 // prefill-time histogram.
 func (v *vpod) sample() *metrics.Sample {
 	s := &metrics.Sample{
-		Running: float64(v.running), HasRunning: true,
-		Waiting: float64(len(v.queue)), HasWaiting: true,
+		Running: float64(v.active()), HasRunning: true,
+		Waiting: float64(len(v.queue) + len(v.laneQ)), HasWaiting: true,
 		KVUsage: float64(v.kvUsed) / float64(v.p.KVTokens), HasKVUsage: true,
 		BlockSize: v.p.BlockSize, NumGPUBlocks: v.p.KVTokens / v.p.BlockSize,
 		UpdatedAt: v.d.clock.Now(),

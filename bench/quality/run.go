@@ -300,9 +300,8 @@ func runPlain(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, finish
 	v.admit(need, func() {
 		v.lane(func() {
 			cached := sim.CachedTokens(v.p, q.prompt, v.cache.match(q.hashes))
-			compute := sim.PrefillSeconds(v.p, q.prompt-cached)
-			rec.prefillC = compute
-			d.after(compute, func() {
+			rec.prefillC = sim.PrefillSeconds(v.p, q.prompt-cached)
+			v.prefill(q.prompt-cached, func(compute float64) {
 				v.releaseLane()
 				v.remember(q.hashes)
 				v.prefillS += compute
@@ -320,9 +319,8 @@ func runPD(d *des, q *wreq, rec *record, pf, dc *vpod, lc picker.Lifecycle, fini
 	pf.admit(pneed, func() {
 		pf.lane(func() {
 			cached := sim.CachedTokens(pf.p, q.prompt, pf.cache.match(q.hashes))
-			compute := sim.PrefillSeconds(pf.p, q.prompt-cached)
-			rec.prefillC = compute
-			d.after(compute, func() {
+			rec.prefillC = sim.PrefillSeconds(pf.p, q.prompt-cached)
+			pf.prefill(q.prompt-cached, func(compute float64) {
 				pf.releaseLane()
 				pf.remember(q.hashes)
 				pf.prefillS += compute
@@ -354,6 +352,7 @@ func runPD(d *des, q *wreq, rec *record, pf, dc *vpod, lc picker.Lifecycle, fini
 // each next one an inter-token step later at the pod's current batch.
 func generate(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, decodeLeg bool, need int, finish func()) {
 	i := 0
+	v.decoding++
 	var tok func()
 	tok = func() {
 		v.gen++
@@ -370,6 +369,7 @@ func generate(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, decode
 		i++
 		if last {
 			rec.done = d.now
+			v.decoding--
 			v.leave(true, need)
 			if lc != nil {
 				lc.Done(nil)

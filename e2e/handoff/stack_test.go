@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -144,7 +145,10 @@ func startTandem(t *testing.T, args []string, env map[string]string) *app.App {
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
+	// app.New sets controller-runtime's global logger: one at a time in parallel tests.
+	newAppMu.Lock()
 	a, err := app.New(context.Background(), opts, app.Env{Getenv: getenv, Environ: environ})
+	newAppMu.Unlock()
 	if err != nil {
 		t.Fatalf("tandem: %v", err)
 	}
@@ -165,6 +169,8 @@ func startTandem(t *testing.T, args []string, env map[string]string) *app.App {
 	waitServing(t, a.HealthAddr(), done)
 	return a
 }
+
+var newAppMu sync.Mutex
 
 // waitServing watches gRPC health until "inference-extension" is SERVING (the pool is loaded).
 func waitServing(t *testing.T, addr string, exited <-chan error) {

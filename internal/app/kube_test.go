@@ -28,8 +28,8 @@ func TestBadAnnotationGetsAKubernetesEvent(t *testing.T) {
 	pool := &infv1.InferencePool{
 		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: ns},
 		Spec: infv1.InferencePoolSpec{
-			Selector:    infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{"app": "vllm"}},
-			TargetPorts: []infv1.Port{{Number: 8000}},
+			Selector:          infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{"app": "vllm"}},
+			TargetPorts:       []infv1.Port{{Number: 8000}},
 			EndpointPickerRef: &infv1.EndpointPickerRef{Name: "epp", Port: &infv1.Port{Number: 9002}},
 		},
 	}

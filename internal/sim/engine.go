@@ -8,14 +8,19 @@ import (
 
 // engine is one pod's scheduler: a running batch of at most MaxRunning sequences, a FIFO
 // waiting queue, KV capacity in tokens and a prefix cache of blocks with LRU eviction.
+// Admitted requests still queued for a prefill lane count as waiting, not running, as in
+// vLLM (a request is "running" once the scheduler gives it tokens to compute).
 type engine struct {
 	p Params
 	// lanes admits PrefillLanes prefills at a time; channel senders are served in order.
 	lanes chan struct{}
 
 	mu       sync.Mutex
-	running  int
-	kvUsed   int // tokens reserved by admitted requests and KV held for decode legs
+	running  int     // admitted: holds a slot, including laneWait
+	laneWait int     // admitted requests queued for a prefill lane (reported as waiting)
+	decoding int     // sequences generating tokens (their steps share an iteration with any prefill chunk)
+	chunk    float64 // model seconds of the prefill chunks computing now (0: none)
+	kvUsed   int     // tokens reserved by admitted requests and KV held for decode legs
 	queue    list.List
 	cache    prefixCache
 	changed  chan struct{} // closed and replaced on every state change
@@ -38,8 +43,12 @@ func newEngine(p Params) *engine {
 
 // Stats is a snapshot of a pod's scheduler.
 type Stats struct {
-	Running      int // sequences in the running batch
-	Waiting      int // requests in the FIFO queue
+	// Running is vLLM's num_requests_running: admitted sequences that are prefilling or decoding
+	// (or holding a slot), not those still queued for a prefill lane.
+	Running int
+	// Waiting is vLLM's num_requests_waiting: requests queued for admission (a slot and KV)
+	// plus admitted requests queued for a prefill lane.
+	Waiting      int
 	KVUsedTokens int // reserved KV tokens
 	KVTokens     int // KV capacity
 	CachedBlocks int // blocks in the prefix cache
@@ -54,7 +63,7 @@ type Stats struct {
 func (e *engine) stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{Running: e.running, Waiting: e.queue.Len(), KVUsedTokens: e.kvUsed, KVTokens: e.p.KVTokens,
+	return Stats{Running: e.running - e.laneWait, Waiting: e.queue.Len() + e.laneWait, KVUsedTokens: e.kvUsed, KVTokens: e.p.KVTokens,
 		CachedBlocks: e.cache.len(), PrefillBootstrap: e.prefillQ, DecodePrealloc: e.decodeQ, Generated: e.gen}
 }
 
@@ -136,21 +145,63 @@ func (e *engine) dispatchLocked() {
 	}
 }
 
-// prefillLane waits for a free prefill lane; release it with the returned function.
+// prefillLane waits for a free prefill lane; release it with the returned function. While
+// it waits, the request counts as waiting.
 func (e *engine) prefillLane(ctx context.Context) (release func(), err error) {
+	release = func() { <-e.lanes }
 	select {
 	case e.lanes <- struct{}{}:
-		return func() { <-e.lanes }, nil
+		return release, nil
+	default:
+	}
+	e.addLaneWait(1)
+	defer e.addLaneWait(-1)
+	select {
+	case e.lanes <- struct{}{}:
+		return release, nil
 	case <-ctx.Done():
 		return nil, context.Cause(ctx)
 	}
 }
 
-// batch is the running batch size that sets the inter-token latency.
-func (e *engine) batch() int {
+func (e *engine) addLaneWait(d int) {
+	e.mu.Lock()
+	e.laneWait += d
+	e.notifyLocked()
+	e.mu.Unlock()
+}
+
+// beginChunk starts computing a prefill chunk of c model seconds and returns how long its
+// iteration takes: StepSeconds with the decode step of the sequences decoding now.
+func (e *engine) beginChunk(c float64) float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.running
+	e.chunk += c
+	return StepSeconds(e.p, e.decoding, c)
+}
+
+func (e *engine) endChunk(c float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.chunk -= c
+	if e.chunk < 1e-12 {
+		e.chunk = 0
+	}
+}
+
+// step is how long a decode step starting now takes: InterTokenSeconds of the running batch,
+// plus the prefill chunk computing on the pod, if any (it shares the iteration).
+func (e *engine) step() float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return StepSeconds(e.p, max(1, e.running-e.laneWait), e.chunk)
+}
+
+// addDecoding moves the count of sequences generating tokens.
+func (e *engine) addDecoding(d int) {
+	e.mu.Lock()
+	e.decoding += d
+	e.mu.Unlock()
 }
 
 // leaveBatch frees the running slot but keeps the KV (a prefill leg's KV waiting to be pulled).

@@ -28,6 +28,12 @@ type Params struct {
 	// PrefillLanes is how many prefills compute at once. Prefill is compute-bound, so a GPU
 	// runs about one at a time: concurrent prompts on one pod queue for the lane (FIFO).
 	PrefillLanes int `json:"prefill_lanes"` // default 1
+	// PrefillChunkTokens is the most uncached prompt tokens one engine iteration prefills
+	// (vLLM's max_num_batched_tokens with chunked prefill, 2048 by default). A longer prompt
+	// takes several iterations. 0 means no chunking: the whole prompt is one iteration. The
+	// iteration that carries a chunk also carries the pod's decode step, so decodes on the
+	// same pod stall for the chunk (StepSeconds): prefill–decode interference.
+	PrefillChunkTokens int `json:"prefill_chunk_tokens"` // default 2048
 	// KVTokens is the KV capacity; a request reserves prompt + output tokens while it runs.
 	KVTokens int `json:"kv_tokens"` // default 131072
 	// BlockSize is the KV block (and prefix-cache block) size in tokens.
@@ -50,7 +56,7 @@ func DefaultParams() Params {
 		PrefillBase: 0.010, PrefillPerToken: 0.00005, PrefillQuadratic: 1e-8,
 		DecodeBase: 0.010, DecodePerSeq: 0.0002,
 		TransferBase: 0.002, TransferPerToken: 0.000002,
-		MaxRunning: 64, PrefillLanes: 1, KVTokens: 131072, BlockSize: 16, DefaultMaxTokens: 16,
+		MaxRunning: 64, PrefillLanes: 1, PrefillChunkTokens: 2048, KVTokens: 131072, BlockSize: 16, DefaultMaxTokens: 16,
 		KVHold: 480, BootstrapTimeout: 300,
 	}
 }
@@ -70,6 +76,48 @@ func InterTokenSeconds(p Params, batch int) float64 {
 		batch = 1
 	}
 	return p.DecodeBase + p.DecodePerSeq*float64(batch)
+}
+
+// PrefillChunk is the size of the next prefill chunk when remaining uncached prompt tokens
+// are left to compute: at most PrefillChunkTokens (all of them when chunking is off).
+func PrefillChunk(p Params, remaining int) int {
+	if remaining <= 0 {
+		return 0
+	}
+	if p.PrefillChunkTokens > 0 && remaining > p.PrefillChunkTokens {
+		return p.PrefillChunkTokens
+	}
+	return remaining
+}
+
+// PrefillChunkSeconds is the compute cost of uncached prompt tokens [done, done+n): the
+// per-token term for n tokens plus the attention term of those tokens over everything before
+// them, (done+n)² − done². PrefillBase is paid once, with the first chunk. So the chunks of
+// a prompt add up exactly to PrefillSeconds(uncached): on an idle pod chunking changes nothing.
+func PrefillChunkSeconds(p Params, done, n int) float64 {
+	if n <= 0 {
+		return 0
+	}
+	d, e := float64(done), float64(done+n)
+	s := p.PrefillPerToken*float64(n) + p.PrefillQuadratic*(e*e-d*d)
+	if done == 0 {
+		s += p.PrefillBase
+	}
+	return s
+}
+
+// StepSeconds is one engine iteration that carries a decode step for decodeBatch running
+// sequences (none if decodeBatch is 0) and a prefill chunk costing chunkSeconds (0 if none):
+// InterTokenSeconds(decodeBatch) + chunkSeconds. This is the interference: every sequence
+// decoding on a pod waits for the chunk, and the chunk waits for the decode step.
+// Prefill-role pods decode nothing (no decode term); decode-role pods prefill nothing (no
+// chunk term); a combined pod pays both.
+func StepSeconds(p Params, decodeBatch int, chunkSeconds float64) float64 {
+	s := chunkSeconds
+	if decodeBatch > 0 {
+		s += InterTokenSeconds(p, decodeBatch)
+	}
+	return s
 }
 
 // TransferSeconds is the model time a decode leg spends pulling tokens of KV from its prefill pod.

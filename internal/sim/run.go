@@ -87,11 +87,11 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 		}
 		a.queue = time.Since(arrived).Seconds() / s.scale
 		a.cached = CachedTokens(s.p, len(q.ids), s.eng.lookup(hashes))
-		compute = PrefillSeconds(s.p, len(q.ids)-a.cached)
-		a.prefill = compute
 		s.met.cacheQueries.Add(int64(len(q.ids)))
 		s.met.cacheHits.Add(int64(a.cached))
-		done := s.sleep(ctx, compute)
+		var done bool
+		compute, done = s.prefill(ctx, len(q.ids)-a.cached)
+		a.prefill = compute
 		lane()
 		if !done {
 			s.fail(ctx, w, nil)
@@ -125,6 +125,27 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 	s.generate(ctx, a, out, lg.kind == legDecode, f, arrived)
 }
 
+// prefill computes uncached prompt tokens chunk by chunk (PrefillChunk). Each chunk's
+// iteration also carries the decode step of the sequences decoding on the pod (StepSeconds),
+// and those sequences' steps wait for the chunk. It returns the model seconds it took, which
+// on an idle pod are exactly PrefillSeconds(uncached), and false if ctx ended.
+func (s *Server) prefill(ctx context.Context, uncached int) (float64, bool) {
+	total := 0.0
+	for done := 0; done < uncached; {
+		n := PrefillChunk(s.p, uncached-done)
+		c := PrefillChunkSeconds(s.p, done, n)
+		step := s.eng.beginChunk(c)
+		ok := s.sleep(ctx, step)
+		s.eng.endChunk(c)
+		if !ok {
+			return total, false
+		}
+		total += step
+		done += n
+	}
+	return total, true
+}
+
 // meetPeer waits for the other leg: a decode leg pulls its KV (returning its size), an SGLang
 // prefill leg waits for its decode leg to join. Both wait outside the running batch.
 func (s *Server) meetPeer(ctx context.Context, lg *leg) (int, *httpError) {
@@ -143,9 +164,14 @@ func (s *Server) meetPeer(ctx context.Context, lg *leg) (int, *httpError) {
 
 // generate streams or collects out tokens at the batch's inter-token latency. A decode leg
 // pays one step for its first token; elsewhere the prefill produced it.
+//
+// A step lasts StepSeconds(running batch, prefill chunk computing on the pod when it starts):
+// on a combined pod, decodes stall behind prefills.
 func (s *Server) generate(ctx context.Context, a *answer, out int, decodeLeg bool, f Faults, arrived time.Time) {
+	s.eng.addDecoding(1)
+	defer s.eng.addDecoding(-1)
 	for i := 0; i < out; i++ {
-		if (i > 0 || decodeLeg) && !s.sleep(ctx, InterTokenSeconds(s.p, s.eng.batch())) {
+		if (i > 0 || decodeLeg) && !s.sleep(ctx, s.eng.step()) {
 			a.interrupted(ctx)
 			return
 		}

@@ -237,6 +237,8 @@ func (p Params) validate() error {
 		return fmt.Errorf("params.max_running %d: must be ≥ 1", p.MaxRunning)
 	case p.PrefillLanes < 1:
 		return fmt.Errorf("params.prefill_lanes %d: must be ≥ 1", p.PrefillLanes)
+	case p.PrefillChunkTokens < 0:
+		return fmt.Errorf("params.prefill_chunk_tokens %d: must be ≥ 0 (0 turns chunking off)", p.PrefillChunkTokens)
 	case p.BlockSize < 1:
 		return fmt.Errorf("params.block_size %d: must be ≥ 1", p.BlockSize)
 	case p.KVTokens < p.BlockSize:
