@@ -46,6 +46,7 @@ type options struct {
 	scrape    float64
 	workers   int
 	validate  bool
+	valScale  float64
 	reps      int
 	params    sim.Params
 }
@@ -79,6 +80,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	scrape := fs.Duration("scrape", time.Second, "metric scrape interval (the gateway default is 1s)")
 	workers := fs.Int("workers", min(2, runtime.NumCPU()), "runs simulated in parallel")
 	validate := fs.Bool("validate", true, "compare the virtual-time engine with the real-time simulator first")
+	valScale := fs.Float64("validate-scale", valTimeScale, "time scale of the real-time simulator in the check (wall = model × scale)")
 	reps := fs.Int("reps", 3, "repetitions per run with seeds seed, seed+1, …; their requests are pooled")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -87,9 +89,12 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	o := &options{seed: *seed, outDir: *out, docsDir: *docs, dataDir: *data, scrape: scrape.Seconds(),
-		workers: max(1, *workers), validate: *validate, reps: *reps, params: sim.DefaultParams(), requests: map[string]int{}}
+		workers: max(1, *workers), validate: *validate, valScale: *valScale, reps: *reps, params: sim.DefaultParams(), requests: map[string]int{}}
 	if o.reps < 1 || o.reps > 100 {
 		return nil, fmt.Errorf("-reps=%d: want 1..100", o.reps)
+	}
+	if o.valScale <= 0 || o.valScale > 10 {
+		return nil, fmt.Errorf("-validate-scale=%v: want a time scale in (0, 10], e.g. 0.5", o.valScale)
 	}
 	if o.scrape <= 0 {
 		return nil, fmt.Errorf("-scrape=%v: must be positive", *scrape)

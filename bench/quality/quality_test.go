@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tandem-epp/tandem/internal/sim"
@@ -168,5 +169,65 @@ func TestPrefixSharingFollowsTheTrace(t *testing.T) {
 	az := tinyWorkload(t, "conv", 20)
 	if slices.Equal(az.reqs[0].hashes[:1], az.reqs[1].hashes[:1]) {
 		t.Fatal("two Azure prompts share a first block")
+	}
+}
+
+// The virtual engine's prefill–decode interference, worked by hand. Model: no prefill base
+// or attention term, 0.0001 s per prompt token, 1000-token chunks, decode step 0.01 s.
+// A (100 prompt tokens, 4 out) arrives at 0 on an idle combined pod: prefill 0.01, first
+// token at 0.01, second at 0.02. B (2500 prompt tokens, 1 out) arrives at 0.015 and
+// prefills in chunks of 1000, 1000, 500 tokens (0.1, 0.1, 0.05 s), each iteration also
+// carrying A's decode step: ends at 0.125, 0.235, 0.295, so B's TTFT is 0.28 (0.25 alone).
+// A's step starting at 0.02 rides B's first chunk: 0.01 + 0.1, third token at 0.13; the
+// next rides the second chunk: fourth token at 0.24 (0.04 alone). B's third chunk starts at
+// 0.235, while A still decodes.
+func TestPrefillStallsDecodeOnCombinedPod(t *testing.T) {
+	p := sim.DefaultParams()
+	p.PrefillBase, p.PrefillPerToken, p.PrefillQuadratic = 0, 0.0001, 0
+	p.DecodeBase, p.DecodePerSeq, p.PrefillChunkTokens = 0.01, 0, 1000
+	c, _ := parseCluster("1x1p1d+1s")
+	var std *vpod
+	d := newDES()
+	for _, e := range c.endpoints(false) {
+		if strings.HasPrefix(e.Name, "standard-") {
+			std = newPod(d, e, p)
+		}
+	}
+	a := &wreq{id: 1, prompt: 100, out: 4}
+	b := &wreq{id: 2, at: 0.015, prompt: 2500, out: 1}
+	var ra, rb record
+	fin := 0
+	d.at(0, func() { ra.arrive = 0; runPlain(d, a, &ra, std, nil, func() { fin++ }) })
+	d.at(0.015, func() { rb.arrive = 0.015; runPlain(d, b, &rb, std, nil, func() { fin++ }) })
+	d.run()
+	if fin != 2 {
+		t.Fatalf("%d of 2 requests finished", fin)
+	}
+	near := func(got, want float64) bool { return got-want < 1e-9 && want-got < 1e-9 }
+	for _, c := range []struct {
+		what      string
+		got, want float64
+	}{
+		{"A first token", ra.first, 0.01},
+		{"A done", ra.done, 0.24},
+		{"B TTFT", rb.ttft(), 0.28},
+		{"B own prefill compute", rb.prefillC, 0.25},
+	} {
+		if !near(c.got, c.want) {
+			t.Errorf("%s = %.9f, want %.9f", c.what, c.got, c.want)
+		}
+	}
+	// What a scrape sees while B is queued behind another prefill: vLLM's waiting count.
+	d2 := newDES()
+	v := newPod(d2, std.ep, p)
+	var seen [2]float64
+	d2.at(0, func() {
+		v.admit(1000, func() { v.lane(func() {}) }) // holds the lane, never releases it
+		v.admit(1000, func() { v.lane(func() {}) }) // admitted, queued for the lane
+	})
+	d2.at(1, func() { s := v.sample(); seen = [2]float64{s.Running, s.Waiting} })
+	d2.run()
+	if seen != [2]float64{1, 1} {
+		t.Fatalf("running, waiting = %v, want [1 1]: a request queued for the prefill lane counts as waiting", seen)
 	}
 }

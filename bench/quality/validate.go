@@ -27,7 +27,7 @@ import (
 
 const (
 	valRequests  = 60
-	valTimeScale = 0.5 // wall = model × 0.5
+	valTimeScale = 0.5 // default wall = model × 0.5 (-validate-scale)
 	valRate      = 2.0 // requests per model second
 )
 
@@ -38,7 +38,11 @@ type validation struct {
 	virtP50, realP50     float64 // TTFT
 	virtP99, realP99     float64
 	virtE2E99, realE2E99 float64
-	wall                 time.Duration
+	// E2E mean |real−virtual| ÷ real per path: [0] whole on the standard pod (where
+	// prefill–decode interference acts), [1] PD pair.
+	e2eRelPath [2]float64
+	scale      float64
+	wall       time.Duration
 }
 
 // fixedScheduler routes request i (x-request-id) as validation says.
@@ -63,6 +67,10 @@ func validateEngine(o *options) (*validation, error) {
 	if err != nil {
 		return nil, err
 	}
+	scale := o.valScale
+	if scale <= 0 {
+		scale = valTimeScale
+	}
 	mult := (float64(len(w.reqs)-1) / w.span) / valRate
 	c := clusterSpec{name: "1x1p1d+1s", rolesets: 1, prefill: 1, decode: 1, standard: 1}
 	eps := c.endpoints(false)
@@ -81,7 +89,7 @@ func validateEngine(o *options) (*validation, error) {
 	defer cancel()
 	start := func(name, role string, sidecar bool) (*sim.Server, error) {
 		return sim.Start(ctx, sim.PodConfig{Name: name, Engine: "vllm", Role: role, Addr: "127.0.0.1:0", KVAddr: "127.0.0.1:0",
-			Model: modelName, Params: o.params, TimeScale: valTimeScale, RoutingSidecar: sidecar})
+			Model: modelName, Params: o.params, TimeScale: scale, RoutingSidecar: sidecar})
 	}
 	pf, err := start("prefill", "prefill", false)
 	if err != nil {
@@ -109,7 +117,7 @@ func validateEngine(o *options) (*validation, error) {
 	t0 := time.Now()
 	for i := range w.reqs {
 		q := &w.reqs[i]
-		at := t0.Add(sim.Wall(q.at*mult, valTimeScale))
+		at := t0.Add(sim.Wall(q.at*mult, scale))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -154,12 +162,13 @@ func validateEngine(o *options) (*validation, error) {
 				got[q.id].err = fmt.Errorf("request %d: %d tokens streamed, want %d", q.id, tokens, q.out)
 				return
 			}
-			got[q.id].ttft = first.Seconds() / valTimeScale
-			got[q.id].e2e = time.Since(sent).Seconds() / valTimeScale
+			got[q.id].ttft = first.Seconds() / scale
+			got[q.id].e2e = time.Since(sent).Seconds() / scale
 		}()
 	}
 	wg.Wait()
-	v := &validation{n: len(w.reqs), wall: time.Since(t0)}
+	v := &validation{n: len(w.reqs), wall: time.Since(t0), scale: scale}
+	var pathN [2]float64
 	var vt, rt, ve, re []float64
 	for i, g := range got {
 		if g.err != nil {
@@ -170,10 +179,15 @@ func validateEngine(o *options) (*validation, error) {
 		v.e2eMAE += math.Abs(g.e2e - r.e2e())
 		v.ttftRel += math.Abs(g.ttft-r.ttft()) / g.ttft
 		v.e2eRel += math.Abs(g.e2e-r.e2e()) / g.e2e
+		v.e2eRelPath[i%2] += math.Abs(g.e2e-r.e2e()) / g.e2e
+		pathN[i%2]++
 		vt, rt, ve, re = append(vt, r.ttft()), append(rt, g.ttft), append(ve, r.e2e()), append(re, g.e2e)
 	}
 	n := float64(len(got))
 	v.ttftMAE, v.e2eMAE, v.ttftRel, v.e2eRel = v.ttftMAE/n, v.e2eMAE/n, v.ttftRel/n, v.e2eRel/n
+	for k := range pathN {
+		v.e2eRelPath[k] /= max(1, pathN[k])
+	}
 	for _, xs := range [][]float64{vt, rt, ve, re} {
 		slices.Sort(xs)
 	}
@@ -184,9 +198,9 @@ func validateEngine(o *options) (*validation, error) {
 
 func (v *validation) text() string {
 	return fmt.Sprintf("validation vs internal/sim (%d requests, time scale %g, %s wall): TTFT p50 virtual %s ms / real %s ms, p99 %s / %s ms, "+
-		"E2E p99 %s / %s ms; mean |Δ| TTFT %s ms (%.1f%%), E2E %s ms (%.1f%%)\n",
-		v.n, valTimeScale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
-		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100)
+		"E2E p99 %s / %s ms; mean |Δ| TTFT %s ms (%.1f%%), E2E %s ms (%.1f%%; standard pod %.1f%%, PD pair %.1f%%)\n",
+		v.n, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
+		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100)
 }
 
 func (v *validation) markdown() string {
@@ -195,8 +209,9 @@ func (v *validation) markdown() string {
 		"even requests whole on the standard pod, odd ones as a PD pair (fixed routing, so only the engines differ). "+
 		"Real: internal/sim HTTP servers on 127.0.0.1 at time scale %g (%s of wall time), streamed; times below are model time.\n\n"+
 		"| | virtual | real |\n|---|---|---|\n| TTFT p50 (ms) | %s | %s |\n| TTFT p99 (ms) | %s | %s |\n| E2E p99 (ms) | %s | %s |\n\n"+
-		"Per request, mean |real − virtual|: TTFT %s ms (%.1f%% of the real value), E2E %s ms (%.1f%%). "+
+		"Per request, mean |real − virtual|: TTFT %s ms (%.1f%% of the real value), E2E %s ms (%.1f%%: %.1f%% for the requests on the standard pod, "+
+		"where prefill–decode interference acts, %.1f%% for the PD pairs). "+
 		"The real servers add HTTP, JSON and timer overheads (divided by the time scale, so magnified %g×); the virtual engine has none.\n\n",
-		v.n, valRate, valTimeScale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
-		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, 1/valTimeScale)
+		v.n, valRate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
+		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100, 1/v.scale)
 }

@@ -119,6 +119,10 @@ func TestEPPHandoffFailures(t *testing.T) {
 							t.Errorf("abort for rid %q, the decode leg's rid is %q", got, rid)
 						}
 					}
+					ok := map[string]string{"result": "ok"}
+					if !eventually(func() bool { return st.counter("gateway_pd_decode_abort_total", ok) == 1 }) {
+						t.Errorf("gateway_pd_decode_abort_total{result=ok} = %v, want 1", st.counter("gateway_pd_decode_abort_total", ok))
+					}
 				}
 			})
 		}

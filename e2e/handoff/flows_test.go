@@ -115,6 +115,17 @@ func TestEPPHandoffFlows(t *testing.T) {
 					v.check(t, st, c, gjson.ParseBytes(pre[0].Body), gjson.ParseBytes(dec[0].Body))
 				})
 			}
+			// The token_load policies charged their ledgers (so the release check at the end
+			// of the test has something to check).
+			for _, g := range []string{"pd_token_load_active_tokens", "pd_token_load_decode_tokens"} {
+				if st.series(g) == 0 {
+					t.Errorf("%s has no series: the token-load ledgers were never charged", g)
+				}
+			}
+			want := float64(len(clientCases))
+			if !eventually(func() bool { return st.counter("gateway_prefill_request_success_total", nil) == want }) {
+				t.Errorf("gateway_prefill_request_success_total = %v, want %v", st.counter("gateway_prefill_request_success_total", nil), want)
+			}
 		})
 	}
 }

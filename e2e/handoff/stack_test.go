@@ -352,6 +352,21 @@ func (st *stack) counter(name string, labels map[string]string) float64 {
 	return sum
 }
 
+// series is how many label sets a Tandem metric has.
+func (st *stack) series(name string) int {
+	st.t.Helper()
+	mfs, err := st.app.Gatherer().Gather()
+	if err != nil {
+		st.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}
+
 func matches(m *dto.Metric, want map[string]string) bool {
 	n := 0
 	for _, lp := range m.GetLabel() {

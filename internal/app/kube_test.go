@@ -38,7 +38,7 @@ func TestBadAnnotationGetsAKubernetesEvent(t *testing.T) {
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "standard-0", Namespace: ns, Labels: map[string]string{"app": "vllm", "model.aibrix.ai/name": "m"},
-			Annotations: map[string]string{"model.aibrix.ai/config": `{"profiles":{"default":{"routingStrategy":"pd","routingConfig":{"prefillScorePolicy":"fastest"}}}}`}},
+			Annotations: map[string]string{"model.aibrix.ai/config": `{"profiles":{"default":{"routingStrategy":"pd","routingConfig":{"combined":true,"prefillScorePolicy":"fastest"}}}}`}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
 	}
 	if err := c.Create(ctx, pod); err != nil {

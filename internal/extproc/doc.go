@@ -1,6 +1,10 @@
 // Package extproc owns the Endpoint Picker Protocol over Envoy ext_proc: the per-stream
 // state machine (headers → body chunks → decide → answers → response pass-through), the
-// candidate set (subset hint, conformance test selection), header hygiene, and rendering
-// request-level errors as ImmediateResponses. It must not schedule (picker does) nor
-// listen on sockets (serving does).
+// candidate set (subset hint, conformance test selection), header hygiene, rendering
+// request-level errors as ImmediateResponses, and driving a PD decision's hand-off: in
+// sidecar mode it names the prefill pod (x-prefiller-host-port header and envoy.lb metadata);
+// in epp mode it runs the prefill leg through internal/handoff, forwards the rewritten decode
+// body, and watches the decode leg (prefill failures, decode watchdog, client cancel). It must
+// not schedule (picker does), build engine bodies (handoff does) nor listen on sockets
+// (serving does).
 package extproc

@@ -1,9 +1,16 @@
 package extproc
 
 import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/tidwall/gjson"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tandem-epp/tandem/conformance/envoy"
 	"github.com/tandem-epp/tandem/internal/config"
@@ -101,5 +108,80 @@ func TestEPPHandoffRefusedBeforeAnythingIsSent(t *testing.T) {
 				t.Errorf("lifecycle Done called %d times with %v, want once with the error", dones, err)
 			}
 		})
+	}
+}
+
+// TestGenerationFirstPrefillFailureAfterTheResponseStartedResetsTheStream: with TensorRT-LLM
+// generation_first the context leg runs beside the generation leg; when it fails after the
+// client already has the status and a first chunk, the stream is reset (a gRPC error), which
+// the gateway turns into a cut response, and the lifecycle ends with the failure.
+func TestGenerationFirstPrefillFailureAfterTheResponseStartedResetsTheStream(t *testing.T) {
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	ctxWorker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/server_info" {
+			_, _ = io.WriteString(w, `{"disaggregated_params":{"ctx_info_endpoint":"tcp://127.0.0.1:1","ctx_dp_rank":0}}`)
+			return
+		}
+		arrived <- struct{}{}
+		select {
+		case <-release:
+			http.Error(w, `{"error":"context worker failed"}`, http.StatusInternalServerError)
+		case <-r.Context().Done():
+		}
+	}))
+	defer ctxWorker.Close()
+	pd := config.DefaultPD()
+	pd.TRTScheduleStyle = handoff.ScheduleGenerationFirst
+	adapters, err := handoff.NewAdapters(pd, handoff.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adapters.Close()
+	host, port, _ := net.SplitHostPort(ctxWorker.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	trt := map[string]string{pool.LabelEngine: pool.EngineTRTLLM}
+	store := pool.NewStore()
+	store.Publish(pool.Info{Name: "p"}, []*pool.Endpoint{
+		pool.NewEndpoint("ns", "ctx-0", host, int32(p), 0, trt, nil),
+		pool.NewEndpoint("ns", "gen-0", "127.0.0.2", 8000, 0, trt, nil),
+	}, true)
+	lc := &recLifecycle{}
+	c := serve(t, NewServer(store, pdPair(lc, config.HandoffEPP), Options{Handoff: adapters}))
+	s, err := c.Open(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := envoy.Request{Method: "POST", Path: "/v1/completions", Body: []byte(`{"model":"m","prompt":"hi","stream":true}`)}
+	if err := s.SendRequest(req); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ReadRoute(req)
+	if err != nil || r.Immediate != nil {
+		t.Fatalf("route: %v %+v", err, r.Immediate)
+	}
+	if dp := gjson.GetBytes(r.Body, "disaggregated_params"); dp.Get("request_type").Str != "generation_only" || dp.Get("schedule_style").Raw != "1" {
+		t.Fatalf("decode body %s", r.Body)
+	}
+	if r.Headers.Set[HeaderPrefillerHostPort] != "" {
+		t.Errorf("epp route sets %s", HeaderPrefillerHostPort)
+	}
+	<-arrived // the context leg is running
+	if err := s.SendResponseHeaders(200, nil, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SendResponseBody([]byte("data: {}\n\n"), false); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 { // the held headers answer, then the chunk
+		if _, err := s.Recv(); err != nil {
+			t.Fatalf("answer %d: %v", i, err)
+		}
+	}
+	close(release)
+	if _, err := s.Recv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("after the context leg failed: %v, want the stream reset (Unavailable)", err)
+	}
+	if _, dones, err := lc.snapshot(); dones != 1 || err == nil {
+		t.Errorf("lifecycle Done called %d times with %v, want once with the failure", dones, err)
 	}
 }

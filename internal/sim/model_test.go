@@ -95,3 +95,62 @@ func TestTokenizeAndBlockHashes(t *testing.T) {
 		t.Errorf("31 tokens make %d full blocks, want 1", got)
 	}
 }
+
+// Chunked prefill and the interference it causes, with numbers a reader can check by hand:
+// b = 0.0001 s/token, c = 1e-6 s/token², a = 0.01 s paid with the first chunk only.
+func TestChunkedPrefillAndStep(t *testing.T) {
+	p := Params{PrefillBase: 0.01, PrefillPerToken: 0.0001, PrefillQuadratic: 1e-6,
+		DecodeBase: 0.01, DecodePerSeq: 0.001, PrefillChunkTokens: 1000}
+	chunks := []struct{ remaining, want int }{
+		{0, 0}, {1, 1}, {999, 999}, {1000, 1000}, {1001, 1000}, {5000, 1000},
+	}
+	for _, c := range chunks {
+		if got := PrefillChunk(p, c.remaining); got != c.want {
+			t.Errorf("PrefillChunk(%d) = %d, want %d", c.remaining, got, c.want)
+		}
+	}
+	off := p
+	off.PrefillChunkTokens = 0 // no chunking: the whole prompt in one iteration
+	if got := PrefillChunk(off, 5000); got != 5000 {
+		t.Errorf("PrefillChunk without chunking = %d, want 5000", got)
+	}
+	seconds := []struct {
+		done, n int
+		want    float64
+	}{
+		{0, 0, 0},
+		{0, 1000, 1.11},   // 0.01 + 0.1 + 1e-6·1000²: the same as PrefillSeconds(1000)
+		{1000, 1000, 3.1}, // 0.1 + 1e-6·(2000² − 1000²) = 0.1 + 3: the later chunk attends to more
+		{2000, 500, 2.3},  // 0.05 + 1e-6·(2500² − 2000²) = 0.05 + 2.25
+		{0, 100, 0.03},    // 0.01 + 0.01 + 0.01
+	}
+	for _, c := range seconds {
+		if got := PrefillChunkSeconds(p, c.done, c.n); !near(got, c.want) {
+			t.Errorf("PrefillChunkSeconds(done %d, n %d) = %v, want %v", c.done, c.n, got, c.want)
+		}
+	}
+	// The chunks of a 2500-token prompt add up to its unchunked prefill: 1.11 + 3.1 + 2.3 =
+	// 6.51 = 0.01 + 0.25 + 6.25.
+	if sum, whole := 1.11+3.1+2.3, PrefillSeconds(p, 2500); !near(sum, whole) {
+		t.Errorf("chunks add up to %v, PrefillSeconds(2500) = %v", sum, whole)
+	}
+	steps := []struct {
+		decode int
+		chunk  float64
+		want   float64
+	}{
+		{0, 0, 0},         // idle
+		{0, 1.11, 1.11},   // prefill-role pod: the chunk alone, no decode step
+		{10, 0, 0.02},     // decode-role pod: the decode step alone, 0.01 + 10·0.001
+		{10, 1.11, 1.13},  // combined pod: one iteration carries both; every decode waits 1.13 s
+		{64, 0.03, 0.104}, // 0.074 + 0.03
+	}
+	for _, c := range steps {
+		if got := StepSeconds(p, c.decode, c.chunk); !near(got, c.want) {
+			t.Errorf("StepSeconds(decode %d, chunk %v) = %v, want %v", c.decode, c.chunk, got, c.want)
+		}
+	}
+	if d := DefaultParams(); d.PrefillChunkTokens != 2048 {
+		t.Errorf("default prefill_chunk_tokens = %d, want 2048 (vLLM's max_num_batched_tokens)", d.PrefillChunkTokens)
+	}
+}

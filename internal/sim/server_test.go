@@ -1,18 +1,23 @@
 package sim
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestStartValidatesConfig(t *testing.T) {
 	bad := DefaultParams()
 	bad.BlockSize = 0
+	badChunk := DefaultParams()
+	badChunk.PrefillChunkTokens = -1
 	for _, c := range []struct {
 		cfg  PodConfig
 		want string
@@ -23,6 +28,7 @@ func TestStartValidatesConfig(t *testing.T) {
 		{PodConfig{Engine: EngineVLLM, Model: "m", TimeScale: -1}, "time_scale"},
 		{PodConfig{Engine: EngineSGLang, Model: "m", RoutingSidecar: true}, "routing_sidecar"},
 		{PodConfig{Engine: EngineVLLM, Model: "m", Params: bad}, "block_size"},
+		{PodConfig{Engine: EngineVLLM, Model: "m", Params: badChunk}, "prefill_chunk_tokens"},
 		{PodConfig{Engine: EngineVLLM, Model: "m", Faults: Faults{ErrorRate: 2}}, "error_rate"},
 		{PodConfig{Engine: EngineVLLM, Model: "m", Addr: "127.0.0.1:notaport"}, "addr"},
 	} {
@@ -298,5 +304,93 @@ func TestQueueingAtMaxRunning(t *testing.T) {
 	}
 	if _, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Running == 0 && st.Waiting == 0 && st.KVUsedTokens == 0 }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A request admitted but queued behind another request's prefill counts as waiting, as vLLM
+// reports it (vllm:num_requests_waiting), not as running.
+func TestPrefillLaneQueueCountsAsWaiting(t *testing.T) {
+	p := testParams()
+	p.PrefillPerToken = 0.01 // 1000 tokens = 10 s of model time: the first prefill holds the lane
+	s := startPod(t, PodConfig{Engine: EngineVLLM, Params: p, TimeScale: 1})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.URL()+"/v1/completions",
+			strings.NewReader(`{"model":"sim-model","prompt":"`+strings.Repeat("long", 1000)+`","max_tokens":1}`))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	if _, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Running == 1 && st.Waiting == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	ctx2, cancel2 := context.WithCancel(testCtx(t))
+	defer cancel2()
+	go func() {
+		req, _ := http.NewRequestWithContext(ctx2, http.MethodPost, s.URL()+"/v1/completions",
+			strings.NewReader(`{"model":"sim-model","prompt":"second","max_tokens":1}`))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	// Both hold a slot and their KV; only the first computes.
+	st, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Waiting == 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Running != 1 {
+		t.Fatalf("stats %+v: want running 1 (the prefilling request), waiting 1 (the one queued for the lane)", st)
+	}
+	m := get(t, s.URL()+"/metrics")
+	if !strings.Contains(string(m.body), `vllm:num_requests_waiting{engine="0",model_name="sim-model"} 1`) ||
+		!strings.Contains(string(m.body), `vllm:num_requests_running{engine="0",model_name="sim-model"} 1`) {
+		t.Fatalf("metrics while queued for the prefill lane:\n%s", m.body)
+	}
+	cancel2() // the queued client leaves: it stops waiting
+	if _, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Running == 1 && st.Waiting == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if _, err := s.WaitStats(testCtx(t), func(st Stats) bool { return st.Running == 0 && st.Waiting == 0 && st.KVUsedTokens == 0 }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// On a combined pod a prefill stalls the decode steps of the sequences running there, and
+// their decode steps lengthen the prefill's iterations. Model (no quadratic term, no base):
+// a 2000-token prompt is two chunks of 1000 tokens, each 0.5 s; a decode step is 0.01 s.
+func TestPrefillStallsDecodeOnCombinedPod(t *testing.T) {
+	p := testParams()
+	p.PrefillBase, p.PrefillPerToken, p.PrefillQuadratic = 0, 0.0005, 0
+	p.DecodeBase, p.DecodePerSeq, p.PrefillChunkTokens = 0.01, 0, 1000
+	s := startPod(t, PodConfig{Engine: EngineVLLM, Params: p, TimeScale: 1})
+	req, _ := http.NewRequestWithContext(testCtx(t), http.MethodPost, s.URL()+"/v1/completions",
+		strings.NewReader(`{"model":"sim-model","prompt":"short","max_tokens":20,"stream":true}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	br := bufio.NewReader(resp.Body)
+	if _, err := br.ReadString('\n'); err != nil { // the first token: the stream is decoding now
+		t.Fatal(err)
+	}
+	first := time.Now()
+	long := post(t, s.URL(), "/v1/completions", mustJSON(t, map[string]any{"model": testModel, "prompt": strings.Repeat("abcd", 2000), "max_tokens": 1}))
+	mustStatus(t, long, 200)
+	// Each chunk's iteration carries the stream's decode step: 2 × (0.5 + 0.01) = 1.02 s
+	// (alone on the pod it would be 1.0 s). The stream has 19 steps left, so it is still
+	// decoding when the second chunk starts.
+	if got := header(t, long, "X-Sim-Prefill-Seconds"); !near(got, 1.02) {
+		t.Fatalf("prefill beside a decoding stream took %v model s, want 1.02", got)
+	}
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		t.Fatal(err)
+	}
+	// The stream's 19 remaining steps are 0.19 s alone; at least one step starts during each
+	// chunk and lasts 0.5 + 0.01 s, so they take at least 0.19 + 2·0.5 = 1.19 s.
+	if d := time.Since(first); d < 1100*time.Millisecond {
+		t.Fatalf("the stream's last 19 tokens took %v beside a 1 s prefill: its decode steps did not wait for the chunks", d)
 	}
 }
