@@ -20,13 +20,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/app"
+	"github.com/tandem-epp/tandem/internal/app/apptest"
 	"github.com/tandem-epp/tandem/internal/gateway"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/sim"
@@ -165,69 +163,7 @@ func writePoolFile(t *testing.T, path string, pods ...*pod) {
 // with env as its whole environment, until the test ends; it returns once health is SERVING.
 func startTandem(t *testing.T, args []string, env map[string]string, rc *rest.Config) *app.App {
 	t.Helper()
-	getenv := func(k string) string { return env[k] }
-	base := []string{"--grpc-port=0", "--grpc-health-port=0", "--metrics-port=0", "--bind-address=127.0.0.1",
-		"--zap-log-level=error"}
-	opts, err := app.ParseFlags(append(base, args...), io.Discard, getenv)
-	if err != nil {
-		t.Fatalf("tandem flags: %v", err)
-	}
-	opts.ServeMetricsOnFreePort()
-	var environ []string
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
-	}
-	a, err := app.New(context.Background(), opts, app.Env{Getenv: getenv, Environ: environ, RestConfig: rc})
-	if err != nil {
-		t.Fatalf("tandem: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("tandem Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("tandem did not stop within 15s")
-		}
-	})
-	waitServing(t, a.HealthAddr(), done)
-	return a
-}
-
-// waitServing watches Tandem's gRPC health until "inference-extension" is SERVING (the pool
-// source has published a synced pool).
-func waitServing(t *testing.T, addr string, exited <-chan error) {
-	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "inference-extension"})
-	if err != nil {
-		t.Fatalf("health watch on %s: %v", addr, err)
-	}
-	for {
-		r, err := w.Recv()
-		if err != nil {
-			select {
-			case e := <-exited:
-				t.Fatalf("tandem exited before SERVING: %v", e)
-			default:
-			}
-			t.Fatalf("tandem health on %s not SERVING within %v: %v", addr, waitLimit, err)
-		}
-		if r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-	}
+	return apptest.Start(t, apptest.Options{Args: args, Env: env, RestConfig: rc, Limit: waitLimit})
 }
 
 // startGateway serves the local gateway on a free loopback port in front of the EPP at

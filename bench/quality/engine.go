@@ -100,6 +100,8 @@ type vpod struct {
 	lanes    int            // prefill lanes in use
 	laneQ    []func()
 	decoding int     // sequences generating tokens
+	steps    int     // decode steps taken
+	stalled  int     // of which rode a prefill chunk's iteration
 	chunk    float64 // model seconds of the prefill chunks computing now
 	cache    lru
 	gen      int64 // output tokens generated
@@ -181,8 +183,14 @@ func (v *vpod) remember(hashes []uint64) {
 }
 
 // itl is how long a decode step starting now takes: the running batch's step plus the
-// prefill chunk computing on the pod, if any.
-func (v *vpod) itl() float64 { return sim.StepSeconds(v.p, max(1, v.active()), v.chunk) }
+// prefill chunk computing on the pod, if any. It counts the steps and the stalled ones.
+func (v *vpod) itl() float64 {
+	v.steps++
+	if v.chunk > 0 {
+		v.stalled++
+	}
+	return sim.StepSeconds(v.p, max(1, v.active()), v.chunk)
+}
 
 // prefill computes uncached prompt tokens chunk by chunk, each iteration also carrying the
 // decode step of the sequences decoding on the pod, then calls done with the model seconds

@@ -219,12 +219,14 @@ func run(o *options, stdout io.Writer) error {
 	}
 	rep := &report{o: o, started: start}
 	if o.validate {
-		v, err := validateEngine(o)
+		vs, err := validateEngine(o)
 		if err != nil {
 			return fmt.Errorf("validation against internal/sim: %w", err)
 		}
-		rep.validation = v
-		fmt.Fprint(stdout, v.text())
+		rep.validation = vs
+		for _, v := range vs {
+			fmt.Fprint(stdout, v.text())
+		}
 	}
 	for _, c := range o.clusters {
 		for _, wn := range o.workloads {

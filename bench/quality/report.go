@@ -96,7 +96,7 @@ type report struct {
 	o          *options
 	started    time.Time
 	elapsed    time.Duration
-	validation *validation
+	validation []*validation
 	workloads  []wlInfo
 	cells      []cell
 }
@@ -140,8 +140,11 @@ func (r *report) write(stdout io.Writer) error {
 	fmt.Fprintf(&md, "SLO for goodput: TTFT ≤ max(%.0f s, %.0f× the request's own prefill time on an idle pod) and TPOT ≤ %.0f ms. "+
 		"Goodput = requests meeting both ÷ arrival span (req/s). Times in ms. PD/comb = share of requests routed as a prefill/decode pair / to a combined (standard) pod; the rest went whole to one pod.\n\n",
 		sloTTFT, sloTTFTPrefill, sloTPOT*1000)
-	if r.validation != nil {
-		md.WriteString(r.validation.markdown())
+	if len(r.validation) > 0 {
+		md.WriteString("## Engine model check against the real-time simulator\n\n")
+	}
+	for _, v := range r.validation {
+		md.WriteString(v.markdown())
 	}
 	fmt.Fprintf(&md, "## Policies\n\n")
 	for _, p := range r.o.policies {

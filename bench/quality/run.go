@@ -180,7 +180,9 @@ type runResult struct {
 	recs        []record
 	span        float64 // virtual seconds from first to last arrival
 	bucketSteps int
-	note        string
+	// decode steps, and those that waited for a prefill chunk on the same pod
+	decodeSteps, stalledSteps int
+	note                      string
 }
 
 // rrScheduler is the bench's round-robin: every pod in turn, ignoring roles and load —
@@ -288,6 +290,10 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 		return nil, fmt.Errorf("%s/%s: %d requests never finished (simulation bug)", w.name, pol.name, pending)
 	}
 	res.span = w.span * o.timeMult
+	for _, p := range podList {
+		res.decodeSteps += p.steps
+		res.stalledSteps += p.stalled
+	}
 	return res, nil
 }
 

@@ -28,11 +28,15 @@ import (
 const (
 	valRequests  = 60
 	valTimeScale = 0.5 // default wall = model × 0.5 (-validate-scale)
-	valRate      = 2.0 // requests per model second
 )
+
+// valRates are the offered rates (requests per model second) of the two checks: a light one,
+// and one loading the standard pod enough that prefill–decode interference acts.
+var valRates = []float64{2, 6}
 
 type validation struct {
 	n                    int
+	rate                 float64
 	ttftMAE, e2eMAE      float64 // mean absolute error, model seconds
 	ttftRel, e2eRel      float64 // mean |real−virtual| ÷ real
 	virtP50, realP50     float64 // TTFT
@@ -42,7 +46,10 @@ type validation struct {
 	// prefill–decode interference acts), [1] PD pair.
 	e2eRelPath [2]float64
 	scale      float64
-	wall       time.Duration
+	// share of the virtual run's decode steps that waited for a prefill chunk (all on the
+	// standard pod: the prefill pod decodes nothing, the decode pod prefills nothing)
+	stalledShare float64
+	wall         time.Duration
 }
 
 // fixedScheduler routes request i (x-request-id) as validation says.
@@ -58,7 +65,20 @@ func (f *fixedScheduler) Schedule(_ context.Context, req *request.Request, _ *po
 	return &picker.Decision{Outcome: picker.OutcomePD, Destination: []*pool.Endpoint{f.decode}, Prefill: []*pool.Endpoint{f.prefill}}, nil
 }
 
-func validateEngine(o *options) (*validation, error) {
+// validateEngine runs the check at each of valRates.
+func validateEngine(o *options) ([]*validation, error) {
+	var out []*validation
+	for _, r := range valRates {
+		v, err := validateAt(o, r)
+		if err != nil {
+			return nil, fmt.Errorf("at %g req/s: %w", r, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func validateAt(o *options, valRate float64) (*validation, error) {
 	dataDir, err := findData(o.dataDir)
 	if err != nil {
 		return nil, err
@@ -167,7 +187,7 @@ func validateEngine(o *options) (*validation, error) {
 		}()
 	}
 	wg.Wait()
-	v := &validation{n: len(w.reqs), wall: time.Since(t0), scale: scale}
+	v := &validation{n: len(w.reqs), rate: valRate, wall: time.Since(t0), scale: scale, stalledShare: float64(virt.stalledSteps) / float64(max(1, virt.decodeSteps))}
 	var pathN [2]float64
 	var vt, rt, ve, re []float64
 	for i, g := range got {
@@ -197,21 +217,22 @@ func validateEngine(o *options) (*validation, error) {
 }
 
 func (v *validation) text() string {
-	return fmt.Sprintf("validation vs internal/sim (%d requests, time scale %g, %s wall): TTFT p50 virtual %s ms / real %s ms, p99 %s / %s ms, "+
-		"E2E p99 %s / %s ms; mean |Δ| TTFT %s ms (%.1f%%), E2E %s ms (%.1f%%; standard pod %.1f%%, PD pair %.1f%%)\n",
-		v.n, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
-		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100)
+	return fmt.Sprintf("validation vs internal/sim (%d requests at %g req/s, time scale %g, %s wall): TTFT p50 virtual %s ms / real %s ms, p99 %s / %s ms, "+
+		"E2E p99 %s / %s ms; mean |Δ| TTFT %s ms (%.1f%%), E2E %s ms (%.1f%%; standard pod %.1f%%, PD pair %.1f%%); %.1f%% of decode steps waited for a prefill chunk\n",
+		v.n, v.rate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
+		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100, v.stalledShare*100)
 }
 
 func (v *validation) markdown() string {
-	return fmt.Sprintf("## Engine model check against the real-time simulator\n\n"+
+	return fmt.Sprintf("### At %g req/s\n\n"+
 		"The first %d requests of the Azure conv trace at %.0f req/s, on one prefill pod, one vLLM decode pod running the routing sidecar and one standard pod; "+
 		"even requests whole on the standard pod, odd ones as a PD pair (fixed routing, so only the engines differ). "+
 		"Real: internal/sim HTTP servers on 127.0.0.1 at time scale %g (%s of wall time), streamed; times below are model time.\n\n"+
 		"| | virtual | real |\n|---|---|---|\n| TTFT p50 (ms) | %s | %s |\n| TTFT p99 (ms) | %s | %s |\n| E2E p99 (ms) | %s | %s |\n\n"+
 		"Per request, mean |real − virtual|: TTFT %s ms (%.1f%% of the real value), E2E %s ms (%.1f%%: %.1f%% for the requests on the standard pod, "+
 		"where prefill–decode interference acts, %.1f%% for the PD pairs). "+
+		"In the virtual run %.1f%% of all decode steps waited for a prefill chunk on their pod. "+
 		"The real servers add HTTP, JSON and timer overheads (divided by the time scale, so magnified %g×); the virtual engine has none.\n\n",
-		v.n, valRate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
-		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100, 1/v.scale)
+		v.rate, v.n, v.rate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
+		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100, v.stalledShare*100, 1/v.scale)
 }

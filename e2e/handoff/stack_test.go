@@ -11,18 +11,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/tidwall/gjson"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/app"
+	"github.com/tandem-epp/tandem/internal/app/apptest"
 	"github.com/tandem-epp/tandem/internal/gateway"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/sim"
@@ -131,75 +128,11 @@ func newStack(t *testing.T, o stackOptions) *stack {
 	return st
 }
 
-// startTandem runs Tandem in-process on free loopback ports with env as its whole environment.
+// startTandem runs Tandem in-process (internal/app, as cmd/epp does) on free loopback ports,
+// with env as its whole environment, until the test ends; it returns once health is SERVING.
 func startTandem(t *testing.T, args []string, env map[string]string) *app.App {
 	t.Helper()
-	getenv := func(k string) string { return env[k] }
-	base := []string{"--grpc-port=0", "--grpc-health-port=0", "--metrics-port=0", "--bind-address=127.0.0.1",
-		"--zap-log-level=error"}
-	opts, err := app.ParseFlags(append(base, args...), io.Discard, getenv)
-	if err != nil {
-		t.Fatalf("tandem flags: %v", err)
-	}
-	var environ []string
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
-	}
-	// app.New sets controller-runtime's global logger: one at a time in parallel tests.
-	newAppMu.Lock()
-	a, err := app.New(context.Background(), opts, app.Env{Getenv: getenv, Environ: environ})
-	newAppMu.Unlock()
-	if err != nil {
-		t.Fatalf("tandem: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("tandem Run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Error("tandem did not stop within 15s")
-		}
-	})
-	waitServing(t, a.HealthAddr(), done)
-	return a
-}
-
-var newAppMu sync.Mutex
-
-// waitServing watches gRPC health until "inference-extension" is SERVING (the pool is loaded).
-func waitServing(t *testing.T, addr string, exited <-chan error) {
-	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
-	defer cancel()
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "inference-extension"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		r, err := w.Recv()
-		if err != nil {
-			select {
-			case e := <-exited:
-				t.Fatalf("tandem exited before SERVING: %v", e)
-			default:
-			}
-			t.Fatalf("health watch on %s: %v", addr, err)
-		}
-		if r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return
-		}
-	}
+	return apptest.Start(t, apptest.Options{Args: args, Env: env, RestConfig: nil, Limit: waitLimit})
 }
 
 func startGateway(t *testing.T, eppAddr string) string {
