@@ -31,6 +31,7 @@ func main() {
 	bodySize := flag.Int("body-bytes", 4096, "size of the chat body")
 	only := flag.String("only", "", "run one system only (tandem or lwepp), e.g. with -cpuprofile")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the measured rounds to this file")
+	memprofile := flag.String("memprofile", "", "write an allocation profile of the measured rounds to this file")
 	flag.Parse()
 
 	body := chatBody(*bodySize)
@@ -71,6 +72,16 @@ func main() {
 		}
 		p := percentiles(lat[s.name])
 		fmt.Printf("%-7s p50 %7.1f µs  p90 %7.1f µs  p99 %7.1f µs\n", s.name, p[0], p[1], p[2])
+	}
+	if *memprofile != "" {
+		f, err := os.Create(*memprofile)
+		if err != nil {
+			fail(err)
+		}
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			fail(err)
+		}
+		f.Close()
 	}
 	if *only != "" {
 		return
