@@ -46,6 +46,7 @@ type options struct {
 	scrape    float64
 	workers   int
 	validate  bool
+	args      string // the command-line flags, for the report
 	valScale  float64
 	reps      int
 	params    sim.Params
@@ -63,6 +64,25 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-quality:", err)
 		os.Exit(1)
 	}
+}
+
+// reportArgs is the command line for the report, without -out and -data, whose values are
+// paths on this machine.
+func reportArgs(args []string) string {
+	var keep []string
+	for i := 0; i < len(args); i++ {
+		name := strings.TrimLeft(args[i], "-")
+		if k, _, ok := strings.Cut(name, "="); ok {
+			if k == "out" || k == "data" {
+				continue
+			}
+		} else if name == "out" || name == "data" {
+			i++ // and its value
+			continue
+		}
+		keep = append(keep, args[i])
+	}
+	return strings.Join(keep, " ")
 }
 
 func parseFlags(args []string, errOut io.Writer) (*options, error) {
@@ -88,7 +108,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	o := &options{seed: *seed, outDir: *out, docsDir: *docs, dataDir: *data, scrape: scrape.Seconds(),
+	o := &options{args: reportArgs(args), seed: *seed, outDir: *out, docsDir: *docs, dataDir: *data, scrape: scrape.Seconds(),
 		workers: max(1, *workers), validate: *validate, valScale: *valScale, reps: *reps, params: sim.DefaultParams(), requests: map[string]int{}}
 	if o.reps < 1 || o.reps > 100 {
 		return nil, fmt.Errorf("-reps=%d: want 1..100", o.reps)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -229,5 +230,22 @@ func TestPrefillStallsDecodeOnCombinedPod(t *testing.T) {
 	d2.run()
 	if seen != [2]float64{1, 1} {
 		t.Fatalf("running, waiting = %v, want [1 1]: a request queued for the prefill lane counts as waiting", seen)
+	}
+}
+
+// The report names the command that produced it, without this machine's paths.
+func TestReportArgsDropPaths(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"", ""},
+		{"-clusters 2x3p1d+2s -docs docs/quality", "-clusters 2x3p1d+2s -docs docs/quality"},
+		{"-out /tmp/x -clusters 1x8p8d", "-clusters 1x8p8d"},
+		{"--data=/somewhere/data -loads 0.8 -out=/tmp/y", "-loads 0.8"},
+	} {
+		if got := reportArgs(strings.Fields(c.in)); got != c.want {
+			t.Errorf("reportArgs(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if _, err := parseFlags([]string{"-validate-scale", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-validate-scale") {
+		t.Errorf("-validate-scale 0: error %v, want one naming -validate-scale", err)
 	}
 }

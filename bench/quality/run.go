@@ -180,7 +180,8 @@ type runResult struct {
 	recs        []record
 	span        float64 // virtual seconds from first to last arrival
 	bucketSteps int
-	// decode steps, and those that waited for a prefill chunk on the same pod
+	// decode steps on the standard (combined) pods, and those that waited for a prefill
+	// chunk there (prefill pods decode nothing, decode pods prefill nothing)
 	decodeSteps, stalledSteps int
 	note                      string
 }
@@ -291,6 +292,9 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	}
 	res.span = w.span * o.timeMult
 	for _, p := range podList {
+		if !strings.HasPrefix(p.ep.Name, "standard-") {
+			continue
+		}
 		res.decodeSteps += p.steps
 		res.stalledSteps += p.stalled
 	}

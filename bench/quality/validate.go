@@ -30,12 +30,17 @@ const (
 	valTimeScale = 0.5 // default wall = model × 0.5 (-validate-scale)
 )
 
-// valRates are the offered rates (requests per model second) of the two checks: a light one,
-// and one loading the standard pod enough that prefill–decode interference acts.
-var valRates = []float64{2, 6}
+// valChecks are the two checks: a light one on the Azure conv trace (long answers), and the
+// Azure code trace (long prompts) at a rate that keeps the standard pod's prefill lane busy
+// about half the time, so prefill–decode interference acts.
+var valChecks = []struct {
+	workload string
+	rate     float64 // requests per model second
+}{{"conv", 2}, {"code", 6}}
 
 type validation struct {
 	n                    int
+	workload             string
 	rate                 float64
 	ttftMAE, e2eMAE      float64 // mean absolute error, model seconds
 	ttftRel, e2eRel      float64 // mean |real−virtual| ÷ real
@@ -68,22 +73,22 @@ func (f *fixedScheduler) Schedule(_ context.Context, req *request.Request, _ *po
 // validateEngine runs the check at each of valRates.
 func validateEngine(o *options) ([]*validation, error) {
 	var out []*validation
-	for _, r := range valRates {
-		v, err := validateAt(o, r)
+	for _, c := range valChecks {
+		v, err := validateAt(o, c.workload, c.rate)
 		if err != nil {
-			return nil, fmt.Errorf("at %g req/s: %w", r, err)
+			return nil, fmt.Errorf("%s at %g req/s: %w", c.workload, c.rate, err)
 		}
 		out = append(out, v)
 	}
 	return out, nil
 }
 
-func validateAt(o *options, valRate float64) (*validation, error) {
+func validateAt(o *options, workload string, valRate float64) (*validation, error) {
 	dataDir, err := findData(o.dataDir)
 	if err != nil {
 		return nil, err
 	}
-	w, err := loadWorkload(dataDir, "conv", valRequests, o.params, o.seed)
+	w, err := loadWorkload(dataDir, workload, valRequests, o.params, o.seed)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +192,7 @@ func validateAt(o *options, valRate float64) (*validation, error) {
 		}()
 	}
 	wg.Wait()
-	v := &validation{n: len(w.reqs), rate: valRate, wall: time.Since(t0), scale: scale, stalledShare: float64(virt.stalledSteps) / float64(max(1, virt.decodeSteps))}
+	v := &validation{n: len(w.reqs), workload: workload, rate: valRate, wall: time.Since(t0), scale: scale, stalledShare: float64(virt.stalledSteps) / float64(max(1, virt.decodeSteps))}
 	var pathN [2]float64
 	var vt, rt, ve, re []float64
 	for i, g := range got {
@@ -217,22 +222,22 @@ func validateAt(o *options, valRate float64) (*validation, error) {
 }
 
 func (v *validation) text() string {
-	return fmt.Sprintf("validation vs internal/sim (%d requests at %g req/s, time scale %g, %s wall): TTFT p50 virtual %s ms / real %s ms, p99 %s / %s ms, "+
-		"E2E p99 %s / %s ms; mean |Δ| TTFT %s ms (%.1f%%), E2E %s ms (%.1f%%; standard pod %.1f%%, PD pair %.1f%%); %.1f%% of decode steps waited for a prefill chunk\n",
-		v.n, v.rate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
+	return fmt.Sprintf("validation vs internal/sim (%d %s requests at %g req/s, time scale %g, %s wall): TTFT p50 virtual %s ms / real %s ms, p99 %s / %s ms, "+
+		"E2E p99 %s / %s ms; mean |Δ| TTFT %s ms (%.1f%%), E2E %s ms (%.1f%%; standard pod %.1f%%, PD pair %.1f%%); %.1f%% of the standard pod's decode steps waited for a prefill chunk\n",
+		v.n, v.workload, v.rate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
 		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100, v.stalledShare*100)
 }
 
 func (v *validation) markdown() string {
-	return fmt.Sprintf("### At %g req/s\n\n"+
-		"The first %d requests of the Azure conv trace at %.0f req/s, on one prefill pod, one vLLM decode pod running the routing sidecar and one standard pod; "+
+	return fmt.Sprintf("### Azure %s at %g req/s\n\n"+
+		"The first %d requests of the Azure %s trace at %.0f req/s, on one prefill pod, one vLLM decode pod running the routing sidecar and one standard pod; "+
 		"even requests whole on the standard pod, odd ones as a PD pair (fixed routing, so only the engines differ). "+
 		"Real: internal/sim HTTP servers on 127.0.0.1 at time scale %g (%s of wall time), streamed; times below are model time.\n\n"+
 		"| | virtual | real |\n|---|---|---|\n| TTFT p50 (ms) | %s | %s |\n| TTFT p99 (ms) | %s | %s |\n| E2E p99 (ms) | %s | %s |\n\n"+
 		"Per request, mean |real − virtual|: TTFT %s ms (%.1f%% of the real value), E2E %s ms (%.1f%%: %.1f%% for the requests on the standard pod, "+
 		"where prefill–decode interference acts, %.1f%% for the PD pairs). "+
-		"In the virtual run %.1f%% of all decode steps waited for a prefill chunk on their pod. "+
+		"In the virtual run %.1f%% of the standard pod's decode steps waited for a prefill chunk. "+
 		"The real servers add HTTP, JSON and timer overheads (divided by the time scale, so magnified %g×); the virtual engine has none.\n\n",
-		v.rate, v.n, v.rate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
+		v.workload, v.rate, v.n, v.workload, v.rate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
 		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100, v.stalledShare*100, 1/v.scale)
 }
