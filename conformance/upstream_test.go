@@ -18,9 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +30,7 @@ import (
 
 	"github.com/tandem-epp/tandem/conformance/envoy"
 	"github.com/tandem-epp/tandem/internal/app"
+	"github.com/tandem-epp/tandem/internal/demo"
 	"github.com/tandem-epp/tandem/internal/testenv"
 )
 
@@ -146,40 +144,12 @@ func upstreamRunEPP(t *testing.T, upstreamArgs, want []string) {
 	defer stop()
 
 	// Health: inference-extension must turn SERVING once the pool has synced.
-	hconn, err := grpc.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(healthPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hconn.Close()
-	hctx, hcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer hcancel()
-	serving := make(chan error, 1)
-	go func() {
-		w, err := healthpb.NewHealthClient(hconn).Watch(hctx, &healthpb.HealthCheckRequest{Service: upstreamHealthService}, grpc.WaitForReady(true))
-		if err != nil {
-			serving <- err
-			return
+	if err := demo.WaitServing(ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(healthPort)), done, 30*time.Second); err != nil {
+		if errors.Is(err, demo.ErrExited) {
+			stopped = true
+			t.Fatalf("Tandem exited before it was healthy: %v", err)
 		}
-		for {
-			r, err := w.Recv()
-			if err != nil {
-				serving <- err
-				return
-			}
-			if r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-				serving <- nil
-				return
-			}
-		}
-	}()
-	select {
-	case err := <-serving:
-		if err != nil {
-			t.Fatalf("health %q never turned SERVING: %v", upstreamHealthService, err)
-		}
-	case err := <-done:
-		stopped = true
-		t.Fatalf("Tandem exited before it was healthy: %v", err)
+		t.Fatalf("health %q never turned SERVING: %v", upstreamHealthService, err)
 	}
 
 	// Picks, over real ext_proc streams with TLS (--secure-serving defaults to true, as in lwepp).

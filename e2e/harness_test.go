@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,10 +20,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/app/apptest"
+	"github.com/tandem-epp/tandem/internal/demo"
 	"github.com/tandem-epp/tandem/internal/gateway"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/sim"
@@ -102,12 +101,7 @@ func startPods(t *testing.T, specs ...podSpec) map[string]*pod {
 		if sp.params != nil {
 			cfg.Params = *sp.params
 		}
-		s, err := sim.Start(context.Background(), cfg)
-		if err != nil {
-			t.Fatalf("starting pod %s: %v", sp.name, err)
-		}
-		t.Cleanup(s.Close)
-		pods[sp.name] = &pod{podSpec: sp, Server: s}
+		pods[sp.name] = &pod{podSpec: sp, Server: sim.StartForTest(t, cfg)}
 	}
 	return pods
 }
@@ -124,37 +118,15 @@ func pdPods(rolesets ...string) []podSpec {
 	return out
 }
 
-// fileEntry is one entry of the file pool source's YAML (internal/pool/file).
-type fileEntry struct {
-	Name        string            `json:"name"`
-	Address     string            `json:"address"`
-	Port        int32             `json:"port"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations"`
-}
-
 // writePoolFile replaces the endpoints file with the given pods, atomically (write + rename),
 // as a ConfigMap update or a careful editor would.
 func writePoolFile(t *testing.T, path string, pods ...*pod) {
 	t.Helper()
-	doc := struct {
-		Pool      map[string]string `json:"pool"`
-		Endpoints []fileEntry       `json:"endpoints"`
-	}{Pool: map[string]string{"name": "e2e", "namespace": "default"}, Endpoints: []fileEntry{}}
+	f := demo.EndpointsFile{Pool: map[string]string{"name": "e2e", "namespace": "default"}}
 	for _, p := range pods {
-		host, _, _ := net.SplitHostPort(p.HostPort())
-		doc.Endpoints = append(doc.Endpoints, fileEntry{Name: p.name, Address: host, Port: p.port(),
-			Labels: p.labels(), Annotations: p.annotations()})
+		f.Endpoints = append(f.Endpoints, demo.SimEndpoint(p.name, p.Server, p.labels(), p.annotations()))
 	}
-	b, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := f.Write(path); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,6 +1,7 @@
 // Package manifests_test renders every kustomization under manifests/ and applies the objects to
 // a real kube-apiserver with the Gateway API and InferencePool CRDs installed; the EPP's pool
-// source then runs with the ServiceAccount's permissions only.
+// source then runs with the ServiceAccount's permissions only. It has tests only: it must not
+// write to manifests/ nor grant the EPP anything the manifests do not.
 package manifests_test
 
 import (

@@ -3,6 +3,8 @@
 // and, in the same run and over the same gRPC client and endpoint set, for upstream lwepp's
 // handler (gateway-api-inference-extension v1.6.0 pkg/lwepp/handlers) run in-process.
 // Rounds alternate between the two so machine noise hits both alike. Run with `make bench-extproc`.
+// It is a measurement, not part of Tandem: it must not be imported, and it must not
+// favour either side (same client, endpoints and body for both).
 package main
 
 import (

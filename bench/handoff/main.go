@@ -5,6 +5,7 @@
 // body the same handoff adapter builds. The pods have a zero latency model, so what remains
 // is the path: the gateway hop and Tandem's ext_proc conversation. Both paths alternate
 // request by request so machine noise hits them alike. Run with `make bench-handoff`.
+// It is a measurement, not part of Tandem: it must not be imported.
 package main
 
 import (
@@ -26,13 +27,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/demo"
 	"github.com/tandem-epp/tandem/internal/gateway"
 	"github.com/tandem-epp/tandem/internal/handoff"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -191,7 +189,7 @@ func start(ctx context.Context) (*bench, error) {
 	done := make(chan error, 1)
 	go func() { done <- a.Run(appCtx) }()
 	b.stops = append(b.stops, func() { stopApp(); <-done })
-	if err := waitServing(ctx, a.HealthAddr()); err != nil {
+	if err := demo.WaitServing(ctx, a.HealthAddr(), nil, 30*time.Second); err != nil {
 		b.stop()
 		return nil, err
 	}
@@ -213,50 +211,15 @@ func start(ctx context.Context) (*bench, error) {
 }
 
 func writePool(path string, prefill, decode *sim.Server) error {
-	type ep struct {
-		Name    string            `json:"name"`
-		Address string            `json:"address"`
-		Port    int               `json:"port"`
-		Labels  map[string]string `json:"labels"`
-	}
-	var eps []ep
+	var f demo.EndpointsFile
 	for _, x := range []struct {
 		s    *sim.Server
 		role string
 	}{{prefill, "prefill"}, {decode, "decode"}} {
-		host, port, _ := net.SplitHostPort(x.s.HostPort())
-		n, _ := strconv.Atoi(port)
-		eps = append(eps, ep{Name: x.role + "-0", Address: host, Port: n, Labels: map[string]string{
-			pool.LabelModelName: model, pool.LabelEngine: "vllm", "role-name": x.role, "roleset-name": "rs-0"}})
+		f.Endpoints = append(f.Endpoints, demo.SimEndpoint(x.role+"-0", x.s, map[string]string{
+			pool.LabelModelName: model, pool.LabelEngine: "vllm", "role-name": x.role, "roleset-name": "rs-0"}, nil))
 	}
-	out, err := yaml.Marshal(map[string]any{"endpoints": eps})
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, out, 0o600)
-}
-
-func waitServing(ctx context.Context, addr string) error {
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "inference-extension"})
-	if err != nil {
-		return err
-	}
-	for {
-		r, err := w.Recv()
-		if err != nil {
-			return fmt.Errorf("tandem health: %w", err)
-		}
-		if r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return nil
-		}
-	}
+	return f.Write(path)
 }
 
 // measure runs n request pairs on c workers; each worker alternates the two paths.

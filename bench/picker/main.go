@@ -3,7 +3,8 @@
 // and tracker registration — on pools of 16, 128 and 1024 endpoints, through the same
 // Router the ext_proc server calls. Every pool is rolesets of 2 prefill + 2 decode pods with
 // scraped metrics and live load; prompts share long prefixes so matching does real work.
-// It ends with RESULT lines. Run with `make bench-picker`.
+// It ends with RESULT lines. Run with `make bench-picker`. It is a measurement, not part of
+// Tandem: it must not be imported, nor route through anything but the production Router.
 package main
 
 import (

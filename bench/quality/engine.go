@@ -2,7 +2,6 @@ package main
 
 import (
 	"container/heap"
-	"container/list"
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/load"
@@ -13,8 +12,8 @@ import (
 
 // The virtual-time engine. Every latency comes from internal/sim's model functions
 // (PrefillChunk, PrefillChunkSeconds, StepSeconds, InterTokenSeconds, TransferSeconds,
-// CachedTokens, BlockHashes); the scheduling rules mirror internal/sim's real-time server
-// (run.go, engine.go):
+// CachedTokens, BlockHashes), and admission, chunk stepping and the prefix cache are
+// internal/sim's own scheduling core (sim.Batch), the one its real-time server runs:
 //   - a request reserves prompt+output KV tokens and a running slot, FIFO, head of queue only;
 //   - a plain or prefill leg then queues FIFO for one of PrefillLanes prefill lanes (counted as
 //     waiting, as vLLM does) and computes its uncached tokens in chunks of PrefillChunkTokens;
@@ -88,23 +87,20 @@ func (d *des) run() {
 	}
 }
 
-// vpod is one simulated engine pod.
+// vpod is one simulated engine pod: internal/sim's scheduling core (sim.Batch) driven by
+// the event loop, prefill lanes as a counter and a FIFO of continuations, and the counters a
+// scrape and the report read.
 type vpod struct {
 	d  *des
 	ep *pool.Endpoint
 	p  sim.Params
+	b  *sim.Batch
 
-	running  int
-	kvUsed   int
-	queue    []*admitWaiter // FIFO; only the head may be admitted
-	lanes    int            // prefill lanes in use
+	lanes    int // prefill lanes in use
 	laneQ    []func()
-	decoding int     // sequences generating tokens
-	steps    int     // decode steps taken
-	stalled  int     // of which rode a prefill chunk's iteration
-	chunk    float64 // model seconds of the prefill chunks computing now
-	cache    lru
-	gen      int64 // output tokens generated
+	steps    int // decode steps taken
+	stalled  int // of which rode a prefill chunk's iteration
+	gen      int64
 	prefillS float64
 	prefillN int
 
@@ -113,45 +109,17 @@ type vpod struct {
 	scraped   int
 }
 
-type admitWaiter struct {
-	need int
-	fn   func()
-}
-
 func newPod(d *des, ep *pool.Endpoint, p sim.Params) *vpod {
-	v := &vpod{d: d, ep: ep, p: p}
-	v.cache.init()
-	return v
+	return &vpod{d: d, ep: ep, p: p, b: sim.NewBatch(p)}
 }
 
 // admit queues for a running slot and need KV tokens; fn runs once admitted.
 func (v *vpod) admit(need int, fn func()) {
-	v.queue = append(v.queue, &admitWaiter{need: need, fn: fn})
-	v.dispatch()
-}
-
-func (v *vpod) dispatch() {
-	for len(v.queue) > 0 {
-		w := v.queue[0]
-		if v.running >= v.p.MaxRunning || v.kvUsed+w.need > v.p.KVTokens {
-			return
-		}
-		v.queue[0] = nil
-		v.queue = v.queue[1:]
-		v.running++
-		v.kvUsed += w.need
-		v.d.at(v.d.now, w.fn)
-	}
+	v.b.Enqueue(need, func() { v.d.at(v.d.now, fn) })
 }
 
 // leave frees a running slot and kv tokens of KV.
-func (v *vpod) leave(slot bool, kv int) {
-	if slot {
-		v.running--
-	}
-	v.kvUsed -= kv
-	v.dispatch()
-}
+func (v *vpod) leave(slot bool, kv int) { v.b.Leave(slot, kv) }
 
 // lane waits for a prefill lane; the caller releases it with releaseLane.
 func (v *vpod) lane(fn func()) {
@@ -164,7 +132,7 @@ func (v *vpod) lane(fn func()) {
 }
 
 // active is vLLM's running count: admitted sequences not queued for a prefill lane.
-func (v *vpod) active() int { return v.running - len(v.laneQ) }
+func (v *vpod) active() int { return v.b.Running() - len(v.laneQ) }
 
 func (v *vpod) releaseLane() {
 	if len(v.laneQ) > 0 {
@@ -177,24 +145,20 @@ func (v *vpod) releaseLane() {
 	v.lanes--
 }
 
-// remember adds computed blocks to the prefix cache, as internal/sim does.
-func (v *vpod) remember(hashes []uint64) {
-	v.cache.insert(hashes, max(0, (v.p.KVTokens-v.kvUsed)/v.p.BlockSize))
-}
-
-// itl is how long a decode step starting now takes: the running batch's step plus the
-// prefill chunk computing on the pod, if any. It counts the steps and the stalled ones.
+// itl is how long a decode step starting now takes (sim.Batch.Step). It counts the steps
+// and the stalled ones.
 func (v *vpod) itl() float64 {
 	v.steps++
-	if v.chunk > 0 {
+	if v.b.Stalling() {
 		v.stalled++
 	}
-	return sim.StepSeconds(v.p, max(1, v.active()), v.chunk)
+	return v.b.Step(v.active())
 }
 
 // prefill computes uncached prompt tokens chunk by chunk, each iteration also carrying the
-// decode step of the sequences decoding on the pod, then calls done with the model seconds
-// it took (PrefillSeconds(uncached) on an idle pod). The caller holds a prefill lane.
+// decode step of the sequences decoding on the pod (sim.Batch.BeginChunk), then calls done
+// with the model seconds it took (PrefillSeconds(uncached) on an idle pod). The caller holds
+// a prefill lane.
 func (v *vpod) prefill(uncached int, done func(total float64)) {
 	total := 0.0
 	var chunk func(at int)
@@ -205,14 +169,10 @@ func (v *vpod) prefill(uncached int, done func(total float64)) {
 		}
 		n := sim.PrefillChunk(v.p, uncached-at)
 		c := sim.PrefillChunkSeconds(v.p, at, n)
-		step := sim.StepSeconds(v.p, v.decoding, c)
-		v.chunk += c
+		step := v.b.BeginChunk(c)
 		total += step
 		v.d.after(step, func() {
-			v.chunk -= c
-			if v.chunk < 1e-12 {
-				v.chunk = 0
-			}
+			v.b.EndChunk(c)
 			chunk(at + n)
 		})
 	}
@@ -225,8 +185,8 @@ func (v *vpod) prefill(uncached int, done func(total float64)) {
 func (v *vpod) sample() *metrics.Sample {
 	s := &metrics.Sample{
 		Running: float64(v.active()), HasRunning: true,
-		Waiting: float64(len(v.queue) + len(v.laneQ)), HasWaiting: true,
-		KVUsage: float64(v.kvUsed) / float64(v.p.KVTokens), HasKVUsage: true,
+		Waiting: float64(v.b.Queued() + len(v.laneQ)), HasWaiting: true,
+		KVUsage: float64(v.b.KVUsed()) / float64(v.p.KVTokens), HasKVUsage: true,
 		BlockSize: v.p.BlockSize, NumGPUBlocks: v.p.KVTokens / v.p.BlockSize,
 		UpdatedAt: v.d.clock.Now(),
 	}
@@ -241,43 +201,4 @@ func (v *vpod) sample() *metrics.Sample {
 	v.lastGen, v.lastGenAt = v.gen, v.d.now
 	v.scraped++
 	return s
-}
-
-// lru is an LRU set of block hashes with internal/sim's semantics: a match touches the
-// leading blocks it finds; an insert touches back to front (so shared first blocks are
-// evicted last) and then evicts beyond the limit.
-type lru struct {
-	order list.List
-	index map[uint64]*list.Element
-}
-
-func (c *lru) init() { c.index = map[uint64]*list.Element{} }
-
-func (c *lru) match(hashes []uint64) int {
-	n := 0
-	for _, h := range hashes {
-		el, ok := c.index[h]
-		if !ok {
-			break
-		}
-		c.order.MoveToFront(el)
-		n++
-	}
-	return n
-}
-
-func (c *lru) insert(hashes []uint64, limit int) {
-	for i := len(hashes) - 1; i >= 0; i-- {
-		h := hashes[i]
-		if el, ok := c.index[h]; ok {
-			c.order.MoveToFront(el)
-			continue
-		}
-		c.index[h] = c.order.PushFront(h)
-	}
-	for len(c.index) > limit {
-		el := c.order.Back()
-		delete(c.index, el.Value.(uint64))
-		c.order.Remove(el)
-	}
 }

@@ -307,18 +307,8 @@ const sseChunk = 160
 // runPlain serves a whole request on one pod.
 func runPlain(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, finish func()) {
 	need := q.prompt + q.out
-	v.admit(need, func() {
-		v.lane(func() {
-			cached := sim.CachedTokens(v.p, q.prompt, v.cache.match(q.hashes))
-			rec.prefillC = sim.PrefillSeconds(v.p, q.prompt-cached)
-			v.prefill(q.prompt-cached, func(compute float64) {
-				v.releaseLane()
-				v.remember(q.hashes)
-				v.prefillS += compute
-				v.prefillN++
-				generate(d, q, rec, v, lc, false, need, finish)
-			})
-		})
+	prefillLeg(v, q, rec, need, func() {
+		generate(d, q, rec, v, lc, false, need, finish)
 	})
 }
 
@@ -326,33 +316,42 @@ func runPlain(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, finish
 // order: prefill call first, decode after it returns).
 func runPD(d *des, q *wreq, rec *record, pf, dc *vpod, lc picker.Lifecycle, finish func()) {
 	pneed := q.prompt + 1
-	pf.admit(pneed, func() {
-		pf.lane(func() {
-			cached := sim.CachedTokens(pf.p, q.prompt, pf.cache.match(q.hashes))
-			rec.prefillC = sim.PrefillSeconds(pf.p, q.prompt-cached)
-			pf.prefill(q.prompt-cached, func(compute float64) {
-				pf.releaseLane()
-				pf.remember(q.hashes)
-				pf.prefillS += compute
-				pf.prefillN++
-				pf.gen++
-				// The prefill leg answers its one token and leaves the batch; its KV stays
-				// until the decode leg pulls it.
-				pf.leave(true, 0)
-				if po, ok := lc.(pd.PrefillObserver); ok {
-					po.PrefillDone(nil)
-				}
-				// Decode leg: pull the KV (frees it on the prefill pod), take a slot, pay
-				// the transfer, then one inter-token step per token.
-				pf.leave(false, pneed)
-				need := q.prompt + q.out
-				dc.admit(need, func() {
-					t := sim.TransferSeconds(dc.p, q.prompt)
-					d.after(t, func() {
-						dc.remember(q.hashes)
-						generate(d, q, rec, dc, lc, true, need, finish)
-					})
-				})
+	prefillLeg(pf, q, rec, pneed, func() {
+		pf.gen++
+		// The prefill leg answers its one token and leaves the batch; its KV stays
+		// until the decode leg pulls it.
+		pf.leave(true, 0)
+		if po, ok := lc.(pd.PrefillObserver); ok {
+			po.PrefillDone(nil)
+		}
+		// Decode leg: pull the KV (frees it on the prefill pod), take a slot, pay
+		// the transfer, then one inter-token step per token.
+		pf.leave(false, pneed)
+		need := q.prompt + q.out
+		dc.admit(need, func() {
+			t := sim.TransferSeconds(dc.p, q.prompt)
+			d.after(t, func() {
+				dc.b.Remember(q.hashes)
+				generate(d, q, rec, dc, lc, true, need, finish)
+			})
+		})
+	})
+}
+
+// prefillLeg admits need KV tokens on v, waits for a prefill lane, computes the prompt's
+// uncached tokens, frees the lane, caches the prompt's blocks and calls done, with the slot
+// and the KV still held.
+func prefillLeg(v *vpod, q *wreq, rec *record, need int, done func()) {
+	v.admit(need, func() {
+		v.lane(func() {
+			cached := sim.CachedTokens(v.p, q.prompt, v.b.Lookup(q.hashes))
+			rec.prefillC = sim.PrefillSeconds(v.p, q.prompt-cached)
+			v.prefill(q.prompt-cached, func(compute float64) {
+				v.releaseLane()
+				v.b.Remember(q.hashes)
+				v.prefillS += compute
+				v.prefillN++
+				done()
 			})
 		})
 	})
@@ -362,7 +361,7 @@ func runPD(d *des, q *wreq, rec *record, pf, dc *vpod, lc picker.Lifecycle, fini
 // each next one an inter-token step later at the pod's current batch.
 func generate(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, decodeLeg bool, need int, finish func()) {
 	i := 0
-	v.decoding++
+	v.b.AddDecoding(1)
 	var tok func()
 	tok = func() {
 		v.gen++
@@ -379,7 +378,7 @@ func generate(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, decode
 		i++
 		if last {
 			rec.done = d.now
-			v.decoding--
+			v.b.AddDecoding(-1)
 			v.leave(true, need)
 			if lc != nil {
 				lc.Done(nil)

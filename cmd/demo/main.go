@@ -1,6 +1,7 @@
 // Command demo is the one-command demo (`make demo`): simulated prefill, decode and standard
 // pods, Tandem with a file-sourced pool and the local gateway, all on 127.0.0.1, a slice of
-// real traces replayed through them, then a summary. Ctrl-C stops everything.
+// real traces replayed through them, then a summary. Ctrl-C stops everything. It only parses
+// flags and runs internal/demo; it must not hold demo logic of its own.
 package main
 
 import (

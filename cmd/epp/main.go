@@ -1,6 +1,8 @@
 // Command epp is Tandem, the prefill/decode-aware Endpoint Picker: it serves the Endpoint
 // Picker Protocol over Envoy ext_proc for one InferencePool (or an endpoints file).
 // `epp --help` lists every flag; routing knobs are AIBRIX_* variables (docs/configuration.md).
+// It only hands the command line and environment to internal/app; it must not hold wiring or
+// routing logic of its own.
 package main
 
 import (

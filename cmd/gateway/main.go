@@ -1,6 +1,7 @@
 // Command gateway runs the local test gateway: an HTTP server that asks an Endpoint Picker
 // over ext_proc where each request goes, as Envoy does, then proxies there. Test and demo
-// tooling only; production uses Envoy-based gateways (see internal/gateway/README.md).
+// tooling only; production uses Envoy-based gateways (see internal/gateway/README.md). It
+// only parses flags and serves internal/gateway; it must not hold proxy logic of its own.
 package main
 
 import (

@@ -1,6 +1,7 @@
 // Command sim runs simulated model-server pods (vLLM, SGLang, TensorRT-LLM) on loopback for
 // the demo, end-to-end tests and benchmarks: one pod from flags, or several from a YAML file.
-// It prints one JSON line per pod once it listens, and stops on SIGINT/SIGTERM.
+// It prints one JSON line per pod once it listens, and stops on SIGINT/SIGTERM. It only
+// parses flags and the file and starts internal/sim pods; it must not simulate anything itself.
 package main
 
 import (

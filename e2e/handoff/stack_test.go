@@ -1,13 +1,11 @@
 package handoffe2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,10 +14,10 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/tidwall/gjson"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/app/apptest"
+	"github.com/tandem-epp/tandem/internal/demo"
 	"github.com/tandem-epp/tandem/internal/gateway"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/sim"
@@ -59,47 +57,26 @@ func startPod(t *testing.T, engine, role string, sidecar bool) *sim.Server {
 	t.Helper()
 	p := sim.DefaultParams()
 	p.KVHold, p.BootstrapTimeout = 10000, 10000 // 10 s of wall time at simTimeScale
-	s, err := sim.Start(context.Background(), sim.PodConfig{Name: engine + "-" + role, Engine: engine, Role: role,
+	return sim.StartForTest(t, sim.PodConfig{Name: engine + "-" + role, Engine: engine, Role: role,
 		Model: modelName, Params: p, TimeScale: simTimeScale, RoutingSidecar: sidecar})
-	if err != nil {
-		t.Fatalf("starting %s %s pod: %v", engine, role, err)
-	}
-	t.Cleanup(s.Close)
-	return s
 }
 
-// fileEntry is one entry of the file pool source's YAML (internal/pool/file).
-type fileEntry struct {
-	Name        string            `json:"name"`
-	Address     string            `json:"address"`
-	Port        int               `json:"port"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
-func entry(name string, s *sim.Server, engine, role string, extra, ann map[string]string) fileEntry {
-	host, port, _ := net.SplitHostPort(s.HostPort())
-	n, _ := strconv.Atoi(port)
+// entry is a pod of the pair in the endpoints file: the model, engine and role labels (roleset
+// rs-0) plus extra, and the annotations ann.
+func entry(name string, s *sim.Server, engine, role string, extra, ann map[string]string) demo.FileEndpoint {
 	l := map[string]string{pool.LabelModelName: modelName, pool.LabelEngine: engine,
 		"role-name": role, "roleset-name": "rs-0"}
 	for k, v := range extra {
 		l[k] = v
 	}
-	return fileEntry{Name: name, Address: host, Port: n, Labels: l, Annotations: ann}
+	return demo.SimEndpoint(name, s, l, ann)
 }
 
-func writePool(t *testing.T, entries ...fileEntry) string {
+func writePool(t *testing.T, entries ...demo.FileEndpoint) string {
 	t.Helper()
-	doc := struct {
-		Pool      map[string]string `json:"pool"`
-		Endpoints []fileEntry       `json:"endpoints"`
-	}{Pool: map[string]string{"name": "handoff", "namespace": "default"}, Endpoints: entries}
-	b, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := demo.EndpointsFile{Pool: map[string]string{"name": "handoff", "namespace": "default"}, Endpoints: entries}
 	path := filepath.Join(t.TempDir(), "endpoints.yaml")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
+	if err := f.Write(path); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -183,23 +160,7 @@ func (st *stack) post(ctx context.Context, path string, body []byte, header map[
 }
 
 // text is the generated text of a streamed or whole answer.
-func (r reply) text() string {
-	if !bytes.HasPrefix(bytes.TrimSpace(r.body), []byte("data:")) {
-		c := gjson.GetBytes(r.body, "choices.0")
-		return c.Get("text").Str + c.Get("message.content").Str
-	}
-	var sb strings.Builder
-	sc := bufio.NewScanner(bytes.NewReader(r.body))
-	for sc.Scan() {
-		line := strings.TrimPrefix(sc.Text(), "data: ")
-		if line == "" || line == "[DONE]" || !gjson.Valid(line) {
-			continue
-		}
-		c := gjson.Get(line, "choices.0")
-		sb.WriteString(c.Get("text").Str + c.Get("delta.content").Str)
-	}
-	return sb.String()
-}
+func (r reply) text() string { return sim.AnswerText(r.body) }
 
 // inferences are the completion requests a pod received, oldest first (sidecar-built bodies
 // carry sim.HeaderSidecarLeg).

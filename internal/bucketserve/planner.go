@@ -14,6 +14,10 @@ import (
 const (
 	PlanTTL          = 5 * time.Second
 	MaxPlansPerModel = 8
+	// ModelIdleAfter: a model not routed for this long (20 half-lives: its traffic has
+	// decayed to about 1e-6) is forgotten with its plans. Model names come from request
+	// bodies, so without this the planner would keep every name it was ever sent.
+	ModelIdleAfter = 10 * time.Minute
 )
 
 // Metrics receives the planner's per-roleset series (*telemetry.Metrics implements it):
@@ -41,6 +45,7 @@ type Planner struct {
 	// rolesets counts the cached plans naming each roleset, so its gauge is deleted only
 	// when no plan names it any more.
 	rolesets map[string]int
+	swept    time.Time // the last pass over models for idle ones
 }
 
 type model struct {
@@ -75,6 +80,9 @@ func (p *Planner) Band(modelName string, mode Mode, promptLen int, groups []Grou
 	key := fingerprint(mode, gs)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if now.Sub(p.swept) >= PlanTTL {
+		p.forgetIdle(now)
+	}
 	m := p.models[modelName]
 	if m == nil {
 		m = &model{plans: map[string]*plan{}}
@@ -97,6 +105,21 @@ func (p *Planner) Band(modelName string, mode Mode, promptLen int, groups []Grou
 		}
 	}
 	return Band{}, false
+}
+
+// forgetIdle drops the models not routed for ModelIdleAfter, with their plans' gauges. It
+// runs at most once per PlanTTL, so its cost (one pass over the models) stays off most
+// requests. The caller holds p.mu.
+func (p *Planner) forgetIdle(now time.Time) {
+	p.swept = now
+	for name, m := range p.models {
+		if now.Sub(m.hist.at) >= ModelIdleAfter {
+			for _, pl := range m.plans {
+				p.release(pl)
+			}
+			delete(p.models, name)
+		}
+	}
 }
 
 // replace installs next under key (evicting the oldest plan past the limit) and keeps the

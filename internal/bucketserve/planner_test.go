@@ -127,3 +127,45 @@ func TestPlannerBoundsAndConcurrency(t *testing.T) {
 		t.Fatal("ParseMode")
 	}
 }
+
+// Model names come from request bodies, so the planner must not keep a histogram (2.7 KB)
+// and plans for every name it ever saw: a model not routed for ModelIdleAfter (10 min, 20
+// half-lives: its traffic has decayed to 2^-20 ≈ 1e-6 of what it was) is forgotten, with
+// the gauges only its plans held, at the next request of any model. Worked by hand: model
+// "x" routes one 100-token prompt over rolesets XA [0, 2047] and XB [0, ∞) → bands
+// XA [0, 107], XB [108, 2047] (as in TestPlannerCacheAndMetrics); then, after the idle
+// time, one request of model "y" (rolesets YA, YB).
+func TestPlannerForgetsIdleModels(t *testing.T) {
+	cases := []struct {
+		idle time.Duration
+		kept bool
+	}{
+		{bucketserve.ModelIdleAfter - time.Second, true},
+		{bucketserve.ModelIdleAfter, false},
+	}
+	for _, tc := range cases {
+		reg := prometheus.NewRegistry()
+		m, err := telemetry.New(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clock := load.NewManualClock(time.Unix(1_700_000_000, 0))
+		p := bucketserve.New(clock, m)
+		xs := []bucketserve.Group{{Name: "XA", Max: 2047, Replicas: 1}, {Name: "XB", Max: bucketserve.Unlimited, Replicas: 1}}
+		ys := []bucketserve.Group{{Name: "YA", Max: 2047, Replicas: 1}, {Name: "YB", Max: bucketserve.Unlimited, Replicas: 1}}
+		if b, ok := p.Band("x", bucketserve.Throughput, 100, xs); !ok || b.Roleset != "XA" || b.Max != 107 {
+			t.Fatalf("idle %v: model x band %v %v, want XA [0, 107]", tc.idle, b, ok)
+		}
+		clock.Advance(tc.idle)
+		p.Band("y", bucketserve.Throughput, 100, ys)
+		held := p.Bands("x", bucketserve.Throughput, xs) != nil
+		g := series(t, reg, "pd_bucket_serve_band_max")
+		_, gauge := g["XA"]
+		if held != tc.kept || gauge != tc.kept {
+			t.Errorf("idle %v: model x plan held %v, XA gauge present %v; want both %v (gauges %v)", tc.idle, held, gauge, tc.kept, g)
+		}
+		if g["YA"] != 107 {
+			t.Errorf("idle %v: model y's gauges %v, want YA=107", tc.idle, g)
+		}
+	}
+}

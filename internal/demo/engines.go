@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/gateway"
 	"github.com/tandem-epp/tandem/internal/sim"
@@ -106,7 +105,7 @@ func checkEngine(ctx context.Context, run EPPRunner, timeScale float64, log logr
 			log.Info("Tandem did not stop within 15s; leaving it", "engine", r.Engine)
 		}
 	})
-	if err := waitServing(ctx, fmt.Sprintf("127.0.0.1:%d", ports[1]), eppDone); err != nil {
+	if err := WaitServing(ctx, fmt.Sprintf("127.0.0.1:%d", ports[1]), eppDone, 30*time.Second); err != nil {
 		return fmt.Errorf("starting Tandem: %w", err)
 	}
 	gw, err := gateway.New(gateway.Options{EPPAddr: fmt.Sprintf("127.0.0.1:%d", ports[0]), TLS: true, Logger: log})
@@ -172,24 +171,18 @@ func engineRequest(ctx context.Context, client *http.Client, url, path, body, de
 // default profile, and SGLang's bootstrap port annotation on its prefill pod.
 func writeEngineEndpoints(path, engine string, pods map[string]*sim.Server) error {
 	cfg := `{"profiles":{"default":{"routingStrategy":"pd","routingConfig":{"handoff":"epp"}}}}`
-	f := endpointsFile{Pool: map[string]string{"name": "demo-" + engine, "namespace": "default"}}
+	f := EndpointsFile{Pool: map[string]string{"name": "demo-" + engine, "namespace": "default"}}
 	for _, role := range []string{sim.RolePrefill, sim.RoleDecode} {
 		s := pods[role]
-		host, port, _ := net.SplitHostPort(s.HostPort())
-		n, _ := strconv.Atoi(port)
 		ann := map[string]string{"model.aibrix.ai/config": cfg}
 		if engine == sim.EngineSGLang && role == sim.RolePrefill {
 			ann["model.aibrix.ai/sglang-bootstrap-port"] = strconv.Itoa(s.BootstrapPort())
 		}
-		f.Endpoints = append(f.Endpoints, fileEndpoint{Name: engine + "-" + role, Address: host, Port: n, Annotations: ann,
-			Labels: map[string]string{"model.aibrix.ai/name": Model, "model.aibrix.ai/engine": engine,
-				"role-name": role, "roleset-name": "rs-" + engine}})
+		f.Endpoints = append(f.Endpoints, SimEndpoint(engine+"-"+role, s,
+			map[string]string{"model.aibrix.ai/name": Model, "model.aibrix.ai/engine": engine,
+				"role-name": role, "roleset-name": "rs-" + engine}, ann))
 	}
-	b, err := yaml.Marshal(f)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o600)
+	return f.Write(path)
 }
 
 // ReportEngines prints the engine check; it returns an error when any engine failed.

@@ -2,7 +2,6 @@ package demo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,10 +11,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/gateway"
 	"github.com/tandem-epp/tandem/internal/sim"
@@ -132,7 +127,7 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 			o.Logger.Info("Tandem did not stop within 15s; leaving it")
 		}
 	})
-	if err := waitServing(ctx, fmt.Sprintf("127.0.0.1:%d", healthPort), eppDone); err != nil {
+	if err := WaitServing(ctx, fmt.Sprintf("127.0.0.1:%d", healthPort), eppDone, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("starting Tandem (args %v): %w", args, err)
 	}
 
@@ -161,20 +156,6 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 	return st, nil
 }
 
-// endpointsFile is the file pool source's YAML.
-type endpointsFile struct {
-	Pool      map[string]string `json:"pool"`
-	Endpoints []fileEndpoint    `json:"endpoints"`
-}
-
-type fileEndpoint struct {
-	Name        string            `json:"name"`
-	Address     string            `json:"address"`
-	Port        int               `json:"port"`
-	Labels      map[string]string `json:"labels"`
-	Annotations map[string]string `json:"annotations"`
-}
-
 // profile is the model.aibrix.ai/config annotation: the PD strategy, and the prompt-length
 // bucket each pod serves.
 func profile(role string) string {
@@ -185,23 +166,17 @@ func profile(role string) string {
 }
 
 func writeEndpoints(path string, pods []*Pod) error {
-	f := endpointsFile{Pool: map[string]string{"name": "demo", "namespace": "default"}}
+	f := EndpointsFile{Pool: map[string]string{"name": "demo", "namespace": "default"}}
 	for _, p := range pods {
-		host, port, _ := net.SplitHostPort(p.Server.HostPort())
-		n, _ := strconv.Atoi(port)
 		labels := map[string]string{"model.aibrix.ai/name": Model, "model.aibrix.ai/engine": "vllm"}
 		if p.Role != "standard" {
 			labels["role-name"] = p.Role
 			labels["roleset-name"] = p.Roleset
 		}
-		f.Endpoints = append(f.Endpoints, fileEndpoint{Name: p.Name, Address: host, Port: n, Labels: labels,
-			Annotations: map[string]string{"model.aibrix.ai/config": profile(p.Role)}})
+		f.Endpoints = append(f.Endpoints, SimEndpoint(p.Name, p.Server, labels,
+			map[string]string{"model.aibrix.ai/config": profile(p.Role)}))
 	}
-	b, err := yaml.Marshal(f)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o600)
+	return f.Write(path)
 }
 
 func freePorts(n int) ([]int, error) {
@@ -221,35 +196,4 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// waitServing waits until Tandem's gRPC health service "inference-extension" is SERVING
-// (the pool file is loaded), or Tandem exits, or 30s pass.
-func waitServing(ctx context.Context, addr string, exited <-chan error) error {
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	hc := healthpb.NewHealthClient(conn)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "inference-extension"})
-		if err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING {
-			return nil
-		}
-		select {
-		case err := <-exited:
-			if err == nil {
-				err = errors.New("exited before it was ready")
-			}
-			return err
-		case <-ctx.Done():
-			return fmt.Errorf("not SERVING on %s (gRPC health, service inference-extension) within 30s: last answer %v", addr, err)
-		case <-tick.C:
-		}
-	}
 }

@@ -63,6 +63,15 @@ func violation(format string, args ...any) error {
 
 // handle processes one message. stop means the stream has nothing more to do.
 func (st *stream) handle(msg *extprocv3.ProcessingRequest) (stop bool, err error) {
+	switch msg.Request.(type) {
+	case *extprocv3.ProcessingRequest_ResponseHeaders, *extprocv3.ProcessingRequest_ResponseBody,
+		*extprocv3.ProcessingRequest_ResponseTrailers:
+		if !st.answered {
+			// Nothing was routed yet, so there is no response: taking it as one would end the
+			// stream's accounting before a decision exists, and that decision would never end.
+			return true, violation("a response message before the request was answered")
+		}
+	}
 	switch m := msg.Request.(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		return st.onRequestHeaders(msg, m.RequestHeaders)
@@ -108,18 +117,7 @@ func (st *stream) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv
 		st.srv.warnBodyMode(pc.GetRequestBodyMode())
 	}
 
-	st.headers = make(map[string]string, len(h.GetHeaders().GetHeaders()))
-	for _, hv := range h.GetHeaders().GetHeaders() {
-		key := strings.ToLower(hv.GetKey())
-		val := hv.GetValue()
-		if len(hv.GetRawValue()) > 0 {
-			val = string(hv.GetRawValue())
-		}
-		if prev, ok := st.headers[key]; ok {
-			val = prev + "," + val
-		}
-		st.headers[key] = val
-	}
+	st.headers = joinHeaders(h.GetHeaders().GetHeaders())
 	st.method, st.path = st.headers[":method"], st.headers[":path"]
 	for key := range st.headers {
 		if st.isControlHeader(key) {
@@ -430,4 +428,35 @@ func (st *stream) finish(err error) {
 	if st.lifecycle != nil {
 		st.lifecycle.Done(err)
 	}
+}
+
+// joinHeaders maps lower-cased header names to their values, joining repeated names with ","
+// in the order received. Repeats are collected first and joined once: concatenating as they
+// arrive would copy the growing value on every repeat (quadratic in a hostile message).
+func joinHeaders(hs []*corev3.HeaderValue) map[string]string {
+	out := make(map[string]string, len(hs))
+	var repeated map[string][]string
+	for _, hv := range hs {
+		key := strings.ToLower(hv.GetKey())
+		val := hv.GetValue()
+		if len(hv.GetRawValue()) > 0 {
+			val = string(hv.GetRawValue())
+		}
+		prev, seen := out[key]
+		if !seen {
+			out[key] = val
+			continue
+		}
+		if repeated == nil {
+			repeated = map[string][]string{}
+		}
+		if repeated[key] == nil {
+			repeated[key] = []string{prev}
+		}
+		repeated[key] = append(repeated[key], val)
+	}
+	for key, vals := range repeated {
+		out[key] = strings.Join(vals, ",")
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/tidwall/sjson"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/request"
 )
 
 // Top-level keys the prefill leg of every engine overrides or removes.
@@ -18,6 +19,9 @@ var prefillKeys = []string{"max_tokens", "max_completion_tokens", "stream", "str
 // value Tandem writes into the first one could be silently undone; the seed refuses this for
 // SGLang and Tandem does for every engine, because all adapters edit keys in place.
 func checkControlled(body []byte, keys []string) *apierror.Error {
+	if request.TooDeep(body, request.MaxJSONDepth) { // before gjson, whose recursion would overflow the stack
+		return apierror.BadRequest("bad_body", "", "request body nests arrays or objects more than %d levels deep; flatten it", request.MaxJSONDepth)
+	}
 	if !gjson.ValidBytes(body) {
 		return apierror.BadRequest("bad_body", "", "request body is not valid JSON")
 	}

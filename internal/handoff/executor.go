@@ -15,6 +15,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
 )
 
 // DefaultMaxResponseBytes bounds a prefill response: a one-token answer, plus prompt_token_ids
@@ -113,6 +114,9 @@ func (x *Executor) Do(ctx context.Context, c Call) ([]byte, *Failure) {
 	}
 	if int64(len(body)) > x.maxBytes {
 		return nil, &Failure{Class: ClassBadResponse, Err: fmt.Errorf("%s: response exceeds %d bytes", c.Target.PodKey(), x.maxBytes)}
+	}
+	if request.TooDeep(body, request.MaxJSONDepth) { // before gjson, whose recursion would overflow the stack
+		return nil, &Failure{Class: ClassBadResponse, Err: fmt.Errorf("%s: response nests JSON more than %d levels deep", c.Target.PodKey(), request.MaxJSONDepth)}
 	}
 	if !gjson.ValidBytes(body) {
 		return nil, &Failure{Class: ClassBadResponse, Err: fmt.Errorf("%s: response is not valid JSON: %s", c.Target.PodKey(), snippet(body))}

@@ -9,8 +9,9 @@ import (
 // Decode is the decode token ledger of the token_load decode policy: per decode pod, the
 // prompt tokens of its outstanding requests, their count and the sum of their charge times,
 // so the output generated since routing (rate × Σ(now − routed_at)) is O(1) per pod:
-// rate × (count·now − Σ routed_at). Reads are lock-free; charges and releases serialise on
-// one mutex. A Remote adds other gateway replicas' charges to Load.
+// rate × (count·now − Σ routed_at). Charges, releases and reads of a pod's numbers serialise
+// on one mutex (a read holds it only to copy them). A Remote adds other gateway replicas'
+// charges to Load.
 type Decode struct {
 	o    Options
 	base time.Time // charge times are seconds since base, so sums keep their precision
@@ -149,17 +150,24 @@ func (c *DecodeCharge) releaseLocked(now time.Time) bool {
 
 // Local is this replica's ledger of a pod: prompt tokens, outstanding requests, and
 // Σ(now − routed_at) in seconds.
+//
+// The three fields are read under the ledger's mutex: a release (from a request's Done,
+// outside the selection critical section) updates count, Σ routed_at and tokens one after
+// the other, and a read between them would pair the old count with the new sum, adding
+// the released charge's routed_at — about the ledger's age in seconds — to elapsed.
 func (l *Decode) Local(p Pod) (tokens float64, count int64, elapsed float64) {
 	e := l.pods.get(p)
 	if e == nil {
 		return 0, 0, 0
 	}
-	n := e.count.Load()
-	if n == 0 {
-		return e.tokens.Load(), 0, 0
-	}
 	now := l.seconds(l.o.Clock.Now())
-	return e.tokens.Load(), n, max(float64(n)*now-e.sumAt.Load(), 0)
+	l.mu.Lock()
+	tokens, n, sumAt := e.tokens.Load(), e.count.Load(), e.sumAt.Load()
+	l.mu.Unlock()
+	if n == 0 {
+		return tokens, 0, 0
+	}
+	return tokens, n, max(float64(n)*now-sumAt, 0)
 }
 
 // Load is the token_load decode score of a pod: decode_tokens + generated_tokens, where

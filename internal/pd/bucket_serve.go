@@ -41,10 +41,10 @@ func (b *BucketServe) Prefer(cy *picker.Cycle, rolesets []string) (string, bool)
 // (distinct pods; the ports of one pod count once).
 func rolesetGroups(cy *picker.Cycle) []bucketserve.Group {
 	type acc struct {
-		g              bucketserve.Group
-		decode         bool
-		prefillPods    map[string]struct{}
-		lastPrefillPod string
+		g           bucketserve.Group
+		decode      bool
+		prefillPods map[string]struct{}
+		lastPrefill *pool.Endpoint // ports of one pod are adjacent: count the pod once
 	}
 	idx := map[string]int{}
 	var accs []*acc
@@ -70,9 +70,9 @@ func rolesetGroups(cy *picker.Cycle) []bucketserve.Group {
 			a.decode = true
 			continue
 		}
-		if e.Name != a.lastPrefillPod {
-			a.prefillPods[e.Namespace+"/"+e.Name] = struct{}{}
-			a.lastPrefillPod = e.Name
+		if last := a.lastPrefill; last == nil || last.Name != e.Name || last.Namespace != e.Namespace {
+			a.prefillPods[e.PodKey()] = struct{}{}
+			a.lastPrefill = e
 		}
 	}
 	out := make([]bucketserve.Group, 0, len(accs))

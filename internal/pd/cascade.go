@@ -207,13 +207,14 @@ func (c *Cascade) pruneFor(snap *pool.Snapshot) {
 	if snap == nil {
 		return
 	}
+	c.deps.ForgetGone(snap) // Running and Drain, shared with the other strategies
 	old := c.version.Load()
 	// Only a newer snapshot prunes: a request still holding an older one must not forget
 	// the counters of endpoints that joined since.
 	if snap.Version <= old || !c.version.CompareAndSwap(old, snap.Version) {
 		return
 	}
-	forgetGone(snap, []*load.Tracker{c.prefill, c.pending, c.deps.Running}, []*load.Rate{c.deps.Drain})
+	forgetGone(snap, []*load.Tracker{c.prefill, c.pending}, nil)
 }
 
 func (c *Cascade) matchPrefix(cy *picker.Cycle, s *selection) {
@@ -264,7 +265,7 @@ func (c *Cascade) combinedDecision(s *selection, step string, ranked []*pool.End
 	ranked = ranked[:min(len(ranked), c.fallbacks+1)]
 	s.trace.Add(step)
 	d := &picker.Decision{Outcome: picker.OutcomeCombined, Step: step, Destination: ranked, Trace: s.trace}
-	d.Lifecycle = newCombinedLifecycle(c, ranked[0])
+	d.Lifecycle = newCombinedLifecycle(c, ranked)
 	return d
 }
 

@@ -261,8 +261,8 @@ func (c *Cascade) minPick(v, lo float64, i, pick, seen int) (int, int, float64) 
 
 // scorePrefill scores the prefill candidates and keeps the lowest per roleset. With skip,
 // pods whose in-flight count is above mean + N·(sample std) are left out
-// (N = PrefixCache.StandardDeviationFactor; a negative or NaN N disables the skip).
-// It returns per-roleset best index (-1 none) and score, and max(1, scores).
+// (N = PrefixCache.StandardDeviationFactor; a negative or NaN N disables the skip), and so
+// are pods scored NaN. It returns per-roleset best index (-1 none) and score, and max(1, scores).
 func (c *Cascade) scorePrefill(pol PrefillPolicy, pb *PrefillBatch, rs []int, nRS int, skip bool) ([]int, []float64, float64) {
 	best := make([]int, nRS)
 	score := make([]float64, nRS)
@@ -281,6 +281,9 @@ func (c *Cascade) scorePrefill(pol PrefillPolicy, pb *PrefillBatch, rs []int, nR
 			continue
 		}
 		sc := pol.Score(pb, i)
+		if math.IsNaN(sc) {
+			continue // as on the decode side: a pod its policy cannot score is left out
+		}
 		c.keepBest(best, score, ties, rs[i], i, sc)
 		maxScore = math.Max(maxScore, sc)
 	}

@@ -13,11 +13,14 @@ import (
 // the request as a pending decode on the decode pod until the decode pod starts answering
 // (response headers: in sidecar hand-off the prefill leg is over by then) or the hand-off
 // reports PrefillDone; from then on it counts as running on the decode pod until Done,
-// which also feeds the decode pod's drain rate. Every release is idempotent.
+// which also feeds the decode pod's drain rate. The end of the prefill leg (however it
+// ends) feeds the prefill pod's drain rate, which step 0b divides its backlog by. Every
+// release is idempotent.
 type lifecycle struct {
-	deps *picker.Deps
-	key  string // the destination endpoint's key; the served one once known
-	dest []*pool.Endpoint
+	deps       *picker.Deps
+	key        string // the destination endpoint's key; the served one once known
+	prefillKey string // the prefill endpoint's key; "" for a combined pod
+	dest       []*pool.Endpoint
 
 	mu             sync.Mutex
 	releasePrefill func()
@@ -40,13 +43,13 @@ func (l *lifecycle) charge(prefillDone, requestDone func()) {
 }
 
 func newPairLifecycle(c *Cascade, prefill, decode *pool.Endpoint) *lifecycle {
-	return &lifecycle{deps: c.deps, key: decode.Key(),
+	return &lifecycle{deps: c.deps, key: decode.Key(), prefillKey: prefill.Key(),
 		releasePrefill: c.prefill.Start(prefill.Key()),
 		releasePending: c.pending.Start(decode.Key())}
 }
 
-func newCombinedLifecycle(c *Cascade, e *pool.Endpoint) *lifecycle {
-	return &lifecycle{deps: c.deps, key: e.Key(), releaseRunning: c.deps.Running.Start(e.Key())}
+func newCombinedLifecycle(c *Cascade, ranked []*pool.Endpoint) *lifecycle {
+	return &lifecycle{deps: c.deps, key: ranked[0].Key(), dest: ranked, releaseRunning: c.deps.Running.Start(ranked[0].Key())}
 }
 
 // PrefillDone ends the prefill leg (EPP hand-off calls it when the prefill call returns).
@@ -69,6 +72,9 @@ func (l *lifecycle) prefillDoneLocked() {
 	if l.releasePrefill != nil {
 		l.releasePrefill()
 		l.releasePrefill = nil
+		if l.deps.Drain != nil {
+			l.deps.Drain.Record(l.prefillKey)
+		}
 	}
 	for _, f := range l.chargePrefill {
 		f()
@@ -84,15 +90,21 @@ func (l *lifecycle) ResponseHeaders(_ int, served string) {
 	if l.finished {
 		return
 	}
+	was := l.key
 	for _, e := range l.dest {
 		if served != "" && e.HostPort() == served {
 			l.key = e.Key()
 		}
 	}
 	l.prefillDoneLocked()
-	if l.releasePending != nil {
+	switch {
+	case l.releasePending != nil:
 		l.releasePending()
 		l.releasePending = nil
+		l.releaseRunning = l.deps.Running.Start(l.key)
+	case l.releaseRunning != nil && l.key != was:
+		// A combined pod counted from the pick: a fallback served, so the count moves.
+		l.releaseRunning()
 		l.releaseRunning = l.deps.Running.Start(l.key)
 	}
 }

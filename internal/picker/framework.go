@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/load"
@@ -142,6 +143,41 @@ type Deps struct {
 	// reproducible. It is called inside picks, so a source that is not safe for concurrent
 	// use must not serve concurrent picks. Nil (production) uses math/rand/v2's global source.
 	Rand func(n int) int
+
+	// pruned is the newest snapshot version ForgetGone pruned for.
+	pruned atomic.Uint64
+}
+
+// ForgetGone drops the Running and Drain entries of endpoints not in snap, once per
+// snapshot newer than the last one pruned for: a request still holding an older snapshot
+// must not forget endpoints that joined since. Every strategy calls it, so the shared
+// signals do not keep an entry for every endpoint that ever existed.
+func (d *Deps) ForgetGone(snap *pool.Snapshot) {
+	if d == nil || snap == nil {
+		return
+	}
+	old := d.pruned.Load()
+	if snap.Version <= old || !d.pruned.CompareAndSwap(old, snap.Version) {
+		return
+	}
+	live := make(map[string]struct{}, len(snap.Endpoints))
+	for _, e := range snap.Endpoints {
+		live[e.Key()] = struct{}{}
+	}
+	if d.Running != nil {
+		for _, k := range d.Running.Keys() {
+			if _, ok := live[k]; !ok {
+				d.Running.Forget(k)
+			}
+		}
+	}
+	if d.Drain != nil {
+		for _, k := range d.Drain.Keys() {
+			if _, ok := live[k]; !ok {
+				d.Drain.Forget(k)
+			}
+		}
+	}
 }
 
 // NewDeps returns Deps with fresh counters, an empty metrics store and a prefix index

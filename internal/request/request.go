@@ -91,6 +91,14 @@ func Parse(method, path string, headers map[string]string, raw []byte) (*Request
 	}
 	// Unknown routes are routed whatever their body; only the inference APIs (named by the
 	// path, or unnamed because :path is missing) must be a JSON object.
+	if TooDeep(raw, MaxJSONDepth) {
+		// Checked before gjson reads the body: its recursion would overflow the stack.
+		if api == APIOther {
+			r.API = APIOther
+			return r, nil
+		}
+		return nil, apierror.BadRequest("bad_body", "", "request body nests arrays or objects more than %d levels deep; flatten it", MaxJSONDepth)
+	}
 	if !gjson.ValidBytes(raw) {
 		if api == APIOther {
 			r.API = APIOther

@@ -1,44 +1,31 @@
 package sim
 
 import (
-	"container/list"
 	"context"
 	"sync"
 )
 
-// engine is one pod's scheduler: a running batch of at most MaxRunning sequences, a FIFO
-// waiting queue, KV capacity in tokens and a prefix cache of blocks with LRU eviction.
-// Admitted requests still queued for a prefill lane count as waiting, not running, as in
-// vLLM (a request is "running" once the scheduler gives it tokens to compute).
+// engine is one pod's scheduler in real time: the shared scheduling core (Batch: running
+// batch, KV, FIFO admission, prefill chunks, prefix cache) behind a mutex, prefill lanes as a
+// channel semaphore, and the gauges the metrics endpoint reads. Admitted requests still queued
+// for a prefill lane count as waiting, not running, as in vLLM (a request is "running" once the
+// scheduler gives it tokens to compute).
 type engine struct {
 	p Params
 	// lanes admits PrefillLanes prefills at a time; channel senders are served in order.
 	lanes chan struct{}
 
 	mu       sync.Mutex
-	running  int     // admitted: holds a slot, including laneWait
-	laneWait int     // admitted requests queued for a prefill lane (reported as waiting)
-	decoding int     // sequences generating tokens (their steps share an iteration with any prefill chunk)
-	chunk    float64 // model seconds of the prefill chunks computing now (0: none)
-	kvUsed   int     // tokens reserved by admitted requests and KV held for decode legs
-	queue    list.List
-	cache    prefixCache
+	b        *Batch
+	laneWait int           // admitted requests queued for a prefill lane (reported as waiting)
 	changed  chan struct{} // closed and replaced on every state change
 	prefillQ int           // SGLang prefill legs waiting for their decode leg
 	decodeQ  int           // decode legs waiting for their KV
 	gen      int64         // output tokens generated
 }
 
-type waiter struct {
-	need     int
-	ready    chan struct{}
-	admitted bool
-}
-
 func newEngine(p Params) *engine {
-	e := &engine{p: p, changed: make(chan struct{}), lanes: make(chan struct{}, max(1, p.PrefillLanes))}
-	e.cache.init()
-	return e
+	return &engine{p: p, b: NewBatch(p), changed: make(chan struct{}), lanes: make(chan struct{}, max(1, p.PrefillLanes))}
 }
 
 // Stats is a snapshot of a pod's scheduler.
@@ -63,8 +50,8 @@ type Stats struct {
 func (e *engine) stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{Running: e.running - e.laneWait, Waiting: e.queue.Len() + e.laneWait, KVUsedTokens: e.kvUsed, KVTokens: e.p.KVTokens,
-		CachedBlocks: e.cache.len(), PrefillBootstrap: e.prefillQ, DecodePrealloc: e.decodeQ, Generated: e.gen}
+	return Stats{Running: e.b.Running() - e.laneWait, Waiting: e.b.Queued() + e.laneWait, KVUsedTokens: e.b.KVUsed(), KVTokens: e.p.KVTokens,
+		CachedBlocks: e.b.CachedBlocks(), PrefillBootstrap: e.prefillQ, DecodePrealloc: e.decodeQ, Generated: e.gen}
 }
 
 // notifyLocked wakes whoever waits for a state change.
@@ -104,44 +91,22 @@ type admission struct {
 	once sync.Once
 }
 
-// admit waits, in FIFO order, for a running slot and need tokens of KV. Only the head of
-// the queue may be admitted, as in vLLM's scheduler, so a large request is not starved.
+// admit waits, in FIFO order, for a running slot and need tokens of KV (Batch.Enqueue).
 func (e *engine) admit(ctx context.Context, need int) (*admission, error) {
+	ready := make(chan struct{})
 	e.mu.Lock()
-	w := &waiter{need: need, ready: make(chan struct{})}
-	el := e.queue.PushBack(w)
-	e.dispatchLocked()
+	t := e.b.Enqueue(need, func() { close(ready) })
 	e.notifyLocked()
 	e.mu.Unlock()
 	select {
-	case <-w.ready:
+	case <-ready:
 		return &admission{e: e, slot: true, kv: need}, nil
 	case <-ctx.Done():
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		if w.admitted {
-			e.running--
-			e.kvUsed -= need
-		} else {
-			e.queue.Remove(el)
-		}
-		e.dispatchLocked()
+		e.b.Withdraw(t)
 		e.notifyLocked()
 		return nil, context.Cause(ctx)
-	}
-}
-
-func (e *engine) dispatchLocked() {
-	for e.queue.Len() > 0 {
-		w := e.queue.Front().Value.(*waiter)
-		if e.running >= e.p.MaxRunning || e.kvUsed+w.need > e.p.KVTokens {
-			return
-		}
-		e.queue.Remove(e.queue.Front())
-		e.running++
-		e.kvUsed += w.need
-		w.admitted = true
-		close(w.ready)
 	}
 }
 
@@ -172,35 +137,31 @@ func (e *engine) addLaneWait(d int) {
 }
 
 // beginChunk starts computing a prefill chunk of c model seconds and returns how long its
-// iteration takes: StepSeconds with the decode step of the sequences decoding now.
+// iteration takes (Batch.BeginChunk).
 func (e *engine) beginChunk(c float64) float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.chunk += c
-	return StepSeconds(e.p, e.decoding, c)
+	return e.b.BeginChunk(c)
 }
 
 func (e *engine) endChunk(c float64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.chunk -= c
-	if e.chunk < 1e-12 {
-		e.chunk = 0
-	}
+	e.b.EndChunk(c)
 }
 
-// step is how long a decode step starting now takes: InterTokenSeconds of the running batch,
-// plus the prefill chunk computing on the pod, if any (it shares the iteration).
+// step is how long a decode step starting now takes (Batch.Step), with the admitted
+// requests not queued for a prefill lane as the running batch.
 func (e *engine) step() float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return StepSeconds(e.p, max(1, e.running-e.laneWait), e.chunk)
+	return e.b.Step(e.b.Running() - e.laneWait)
 }
 
 // addDecoding moves the count of sequences generating tokens.
 func (e *engine) addDecoding(d int) {
 	e.mu.Lock()
-	e.decoding += d
+	e.b.AddDecoding(d)
 	e.mu.Unlock()
 }
 
@@ -209,8 +170,7 @@ func (a *admission) leaveBatch() {
 	a.e.mu.Lock()
 	if a.slot {
 		a.slot = false
-		a.e.running--
-		a.e.dispatchLocked()
+		a.e.b.Leave(true, 0)
 		a.e.notifyLocked()
 	}
 	a.e.mu.Unlock()
@@ -225,8 +185,7 @@ func (a *admission) keep() (free func()) {
 	return func() {
 		once.Do(func() {
 			a.e.mu.Lock()
-			a.e.kvUsed -= a.kv
-			a.e.dispatchLocked()
+			a.e.b.Leave(false, a.kv)
 			a.e.notifyLocked()
 			a.e.mu.Unlock()
 		})
@@ -237,12 +196,8 @@ func (a *admission) keep() (free func()) {
 func (a *admission) release() {
 	a.once.Do(func() {
 		a.e.mu.Lock()
-		if a.slot {
-			a.e.running--
-		}
+		a.e.b.Leave(a.slot, a.kv)
 		a.slot = false
-		a.e.kvUsed -= a.kv
-		a.e.dispatchLocked()
 		a.e.notifyLocked()
 		a.e.mu.Unlock()
 	})
@@ -252,55 +207,13 @@ func (a *admission) release() {
 func (e *engine) lookup(hashes []uint64) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.cache.match(hashes)
+	return e.b.Lookup(hashes)
 }
 
-// remember puts computed blocks in the prefix cache, evicting the least recently used
-// blocks beyond the KV that reservations leave free.
+// remember puts computed blocks in the prefix cache (Batch.Remember).
 func (e *engine) remember(hashes []uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	limit := max(0, (e.p.KVTokens-e.kvUsed)/e.p.BlockSize)
-	e.cache.insert(hashes, limit)
+	e.b.Remember(hashes)
 	e.notifyLocked()
-}
-
-// prefixCache is an LRU set of block hashes.
-type prefixCache struct {
-	order list.List // front = most recently used
-	index map[uint64]*list.Element
-}
-
-func (c *prefixCache) init()    { c.index = map[uint64]*list.Element{} }
-func (c *prefixCache) len() int { return len(c.index) }
-
-func (c *prefixCache) match(hashes []uint64) int {
-	n := 0
-	for _, h := range hashes {
-		el, ok := c.index[h]
-		if !ok {
-			break
-		}
-		c.order.MoveToFront(el)
-		n++
-	}
-	return n
-}
-
-// insert touches the blocks back to front, so a prompt's first blocks (the ones other
-// prompts share) are the last of them to be evicted.
-func (c *prefixCache) insert(hashes []uint64, limit int) {
-	for i := len(hashes) - 1; i >= 0; i-- {
-		h := hashes[i]
-		if el, ok := c.index[h]; ok {
-			c.order.MoveToFront(el)
-			continue
-		}
-		c.index[h] = c.order.PushFront(h)
-	}
-	for len(c.index) > limit {
-		el := c.order.Back()
-		delete(c.index, el.Value.(uint64))
-		c.order.Remove(el)
-	}
 }

@@ -111,22 +111,6 @@ func TestKeepHoldsKVAfterTheBatch(t *testing.T) {
 	}
 }
 
-func TestPrefixCacheLRU(t *testing.T) {
-	var c prefixCache
-	c.init()
-	c.insert([]uint64{1, 2, 3}, 3) // touched back to front: 1 is the most recent
-	c.insert([]uint64{4}, 3)       // evicts the least recent: 3
-	if got := c.match([]uint64{1, 2, 3}); got != 2 {
-		t.Fatalf("match after eviction = %d, want 2 (block 3 evicted)", got)
-	}
-	if got := c.match([]uint64{4}); got != 1 {
-		t.Fatalf("match [4] = %d", got)
-	}
-	if got := c.match([]uint64{5, 1}); got != 0 {
-		t.Fatalf("a prefix match stops at the first miss: got %d, want 0", got)
-	}
-}
-
 func TestPrefillLanesSerializePrefills(t *testing.T) {
 	p := DefaultParams() // one lane
 	e := newEngine(p)

@@ -27,12 +27,7 @@ func startPod(t *testing.T, cfg PodConfig) *Server {
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 0.001
 	}
-	s, err := Start(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(s.Close)
-	return s
+	return StartForTest(t, cfg)
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -51,6 +51,8 @@ func newPodMetrics(s *Server) *podMetrics {
 		return h
 	}
 	one := func() float64 { return 1 }
+	blockSize := func() float64 { return float64(s.p.BlockSize) }
+	numBlocks := func() float64 { return float64(s.p.KVTokens / s.p.BlockSize) }
 	gen := func() int64 { return st().Generated }
 	switch s.cfg.Engine {
 	case EngineVLLM:
@@ -77,8 +79,8 @@ func newPodMetrics(s *Server) *podMetrics {
 		gauge("sglang:num_decode_prealloc_queue_reqs", "Decode requests waiting for their KV.", l,
 			func() float64 { return float64(st().DecodePrealloc) })
 		gauge("sglang:cache_config_info", "Cache configuration.", prometheus.Labels{"model_name": model, "page_size": bs, "num_pages": blocks}, one)
-		gauge("sglang:page_size", "Tokens per KV page.", l, func() float64 { return float64(s.p.BlockSize) })
-		gauge("sglang:num_pages", "KV pages.", l, func() float64 { return float64(s.p.KVTokens / s.p.BlockSize) })
+		gauge("sglang:page_size", "Tokens per KV page.", l, blockSize)
+		gauge("sglang:num_pages", "KV pages.", l, numBlocks)
 		counter("sglang:prompt_tokens_total", "Number of prefill tokens processed.", l, m.promptTokens.Load)
 		counter("sglang:generation_tokens_total", "Number of generation tokens processed.", l, gen)
 		m.prefillTime = prometheus.ObserverFunc(func(float64) {})
@@ -88,8 +90,8 @@ func newPodMetrics(s *Server) *podMetrics {
 		gauge("trtllm_num_requests_running", "Number of requests running.", l, running)
 		gauge("trtllm_num_requests_waiting", "Number of requests waiting.", l, waiting)
 		gauge("trtllm_kv_cache_utilization", "KV cache utilization (0-1).", l, kvUsage)
-		gauge("trtllm_kv_cache_tokens_per_block", "Tokens per KV cache block.", l, func() float64 { return float64(s.p.BlockSize) })
-		gauge("trtllm_kv_cache_max_blocks", "Maximum KV cache blocks.", l, func() float64 { return float64(s.p.KVTokens / s.p.BlockSize) })
+		gauge("trtllm_kv_cache_tokens_per_block", "Tokens per KV cache block.", l, blockSize)
+		gauge("trtllm_kv_cache_max_blocks", "Maximum KV cache blocks.", l, numBlocks)
 		counter("trtllm_prompt_tokens_total", "Number of prompt tokens processed.", l, m.promptTokens.Load)
 		counter("trtllm_generation_tokens_total", "Number of generation tokens processed.", l, gen)
 		m.prefillTime = prometheus.ObserverFunc(func(float64) {})

@@ -12,6 +12,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
 )
 
 // Defaults of the /server_info lookup, as the seed states them.
@@ -190,6 +191,9 @@ func (c *ServerInfoCache) fetch(ctx context.Context, ep *pool.Endpoint) (Metadat
 // ParseServerInfo validates a /server_info body and extracts the generation_first metadata.
 func ParseServerInfo(body []byte) (Metadata, error) {
 	const fix = "; generation_first needs TRT-LLM's Python KV transceiver (cache_transceiver_config.transceiver_runtime: PYTHON) on both roles, or set AIBRIX_TRT_SCHEDULE_STYLE=context_first"
+	if request.TooDeep(body, request.MaxJSONDepth) { // before gjson, which recurses per level
+		return Metadata{}, fmt.Errorf("body nests JSON more than %d levels deep%s", request.MaxJSONDepth, fix)
+	}
 	if !gjson.ValidBytes(body) {
 		return Metadata{}, errors.New("body is not valid JSON" + fix)
 	}

@@ -38,6 +38,8 @@ func TestParseServerInfo(t *testing.T) {
 		{name: "rank fractional", body: `{"disaggregated_params":{"ctx_info_endpoint":"e","ctx_dp_rank":1.5}}`, errHas: "ctx_dp_rank"},
 		{name: "rank as string", body: `{"disaggregated_params":{"ctx_info_endpoint":"e","ctx_dp_rank":"1"}}`, errHas: "ctx_dp_rank"},
 		{name: "not JSON", body: `<html>`, errHas: "not valid JSON"},
+		// A /server_info body of MaxServerInfoBytes "[" is read by no recursive parser.
+		{name: "nested too deep", body: strings.Repeat("[", MaxServerInfoBytes), errHas: "levels deep"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
