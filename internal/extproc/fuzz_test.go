@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,6 +153,11 @@ func FuzzServer(f *testing.F) {
 				}
 				msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{
 					RequestHeaders: &extprocv3.HttpHeaders{Headers: envoyHeaderMap(hs), EndOfStream: arg&0x10 != 0}}}
+				if arg&0x40 != 0 { // a subset hint: the fuzzed text and one pool address
+					if msg.MetadataContext, err = envoy.Subset([]string{strings.ToValidUTF8(body, ""), "10.0.0.1"}); err != nil {
+						t.Fatal(err)
+					}
+				}
 				if op == 9 {
 					msg.ProtocolConfig = &extprocv3.ProtocolConfiguration{RequestBodyMode: procmodev3.ProcessingMode_BUFFERED}
 				}
