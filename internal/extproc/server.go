@@ -51,7 +51,7 @@ type Options struct {
 	ResponseHeaderHold time.Duration
 }
 
-// DefaultResponseHeaderHold is Options.ResponseHeaderHold when zero: under the 10s ext_proc
+// DefaultResponseHeaderHold is Options.ResponseHeaderHold when zero: well under the 60s ext_proc
 // message timeout of the Envoy Gateway manifests.
 const DefaultResponseHeaderHold = 5 * time.Second
 
