@@ -368,6 +368,9 @@ func (s *Server) routes() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.HandleFunc("POST /sim/crash", func(w http.ResponseWriter, _ *http.Request) {
+		// An explicit empty length makes the flushed headers the whole answer, so the
+		// crash that follows cannot cut it short (a chunked body would end unterminated).
+		w.Header().Set("Content-Length", "0")
 		w.WriteHeader(http.StatusAccepted)
 		if f, ok := w.(http.Flusher); ok {
 			f.Flush()
