@@ -57,7 +57,7 @@ func TestEveryRequestCompletes(t *testing.T) {
 			mult := (float64(len(w.reqs)-1) / w.span) / 1.0
 			res, err := simulate(w, c, pol, runOpts{params: p, scrape: 1, seed: 7, timeMult: mult})
 			if _, ok := err.(errNotRegistered); ok {
-				t.Skipf("not registered in this tree: %v", err)
+				t.Fatalf("policy not registered: %v", err)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -111,7 +111,7 @@ func TestDeterministicForASeed(t *testing.T) {
 			o := runOpts{params: sim.DefaultParams(), scrape: 1, seed: 7, timeMult: 0.3}
 			a, err := simulate(w, c, pol, o)
 			if _, ok := err.(errNotRegistered); ok {
-				t.Skipf("not registered in this tree: %v", err)
+				t.Fatalf("policy not registered: %v", err)
 			}
 			if err != nil {
 				t.Fatal(err)
