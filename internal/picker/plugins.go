@@ -108,6 +108,11 @@ type PrefixCacheScorer struct {
 	deps        *Deps
 	BlockTokens int
 	MinMatchPct float64
+	// ProfileMinMatch takes the threshold from the request's resolved settings (the gateway's
+	// AIBRIX_MIN_MATCH_PCT with the profile's routingConfig.pd.minMatchPct applied) instead of
+	// MinMatchPct. The built-in prefix-cache strategy sets it; a --config-file plugin with its
+	// own minMatchPct parameter does not.
+	ProfileMinMatch bool
 }
 
 const stateHashes = "prefix.hashes"
@@ -133,8 +138,12 @@ func (s *PrefixCacheScorer) Score(_ context.Context, c *Cycle, eps []*pool.Endpo
 	for i, e := range eps {
 		idx[e.Key()] = i
 	}
+	minPct := s.MinMatchPct
+	if s.ProfileMinMatch {
+		minPct = c.Resolved.PD.MinMatchPct
+	}
 	s.deps.Prefix.Match(c.Req.Model, hashes, func(key string, pct float64) {
-		if i, ok := idx[key]; ok && pct >= s.MinMatchPct {
+		if i, ok := idx[key]; ok && pct >= minPct {
 			out[i] = pct / 100
 		}
 	})

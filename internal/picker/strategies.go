@@ -26,7 +26,7 @@ func NewLeastRequestStrategy(d *Deps) *Chain {
 // (1 − inFlight/max), equally weighted, so a full match beats an idle stranger unless its
 // holder carries the most load of the pool; the destination warms the index.
 func NewPrefixCache(d *Deps, pd config.PD) *Chain {
-	ps := &PrefixCacheScorer{named: nameOr("", TypePrefixCacheScorer), deps: d,
+	ps := &PrefixCacheScorer{named: nameOr("", TypePrefixCacheScorer), deps: d, ProfileMinMatch: true,
 		BlockTokens: pd.PrefixCache.BlockSize, MinMatchPct: pd.MinMatchPct}
 	c := single(StrategyPrefixCache, d,
 		[]WeightedScorer{{ps, 1}, {&LeastRequestScorer{nameOr("", TypeLeastRequestScorer), d}, 1}},
