@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // ReferencePath is where the generated reference lives, relative to the repository root.
@@ -72,8 +74,8 @@ func Reference() []byte {
 	p("3. **Per-model profiles**: the `%s` pod annotation. A bad annotation never stops routing: the bad\n", "model.aibrix.ai/config")
 	p("   field is left out (or, if the value is not usable at all, the pod keeps its last good config, else the gateway\n")
 	p("   defaults) and the problem is reported in the log, a metric and a Kubernetes event on the pod.\n\n")
-	p("Per request, the strategy is chosen by: `lockedRoutingStrategy` > the `%s` header > the profile's\n", HeaderRoutingStrategy)
-	p("`routingStrategy` > `ROUTING_ALGORITHM`. The profile is the one named by the `%s` header, else\n", HeaderConfigProfile)
+	p("Per request, the strategy is chosen by: `lockedRoutingStrategy` > the `%s` header > the profile's\n", wire.HeaderRoutingStrategy)
+	p("`routingStrategy` > `ROUTING_ALGORITHM`. The profile is the one named by the `%s` header, else\n", wire.HeaderConfigProfile)
 	p("`defaultProfile`, else `%s`.\n\n", DefaultProfileName)
 
 	p("## Gateway settings\n\n")
@@ -161,7 +163,7 @@ func Reference() []byte {
 		p("| `%s` | %s |\n", n.Name, cell(n.Description))
 	}
 	p("\nA build may register fewer or more; an unknown name in the environment stops the start, in an annotation\n")
-	p("it is rejected and reported, and in the `%s` header it is a 400 listing the valid strategies.\n\n", HeaderRoutingStrategy)
+	p("it is rejected and reported, and in the `%s` header it is a 400 listing the valid strategies.\n\n", wire.HeaderRoutingStrategy)
 
 	p("## Pod labels and annotations\n\n")
 	p("| Name | Kind | Values | Meaning |\n|---|---|---|---|\n")

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // Any annotation value, however broken, resolves without a panic or an error.
@@ -18,7 +19,7 @@ func FuzzAnnotation(f *testing.F) {
 			t.Fatal(err)
 		}
 		e := pool.NewEndpoint("ns", "p", "10.0.0.1", 8000, 0, nil, map[string]string{pool.AnnotationConfig: raw})
-		if _, err := r.ResolveEndpoints(map[string]string{HeaderConfigProfile: "a"}, []*pool.Endpoint{e}); err != nil {
+		if _, err := r.ResolveEndpoints(map[string]string{wire.HeaderConfigProfile: "a"}, []*pool.Endpoint{e}); err != nil {
 			t.Fatalf("%q: %v", raw, err)
 		}
 		_ = r.PodRouting(e, "a").Covers(100)

@@ -3,7 +3,7 @@ package config
 import (
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/pool"
-	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // Routing strategies the seed and the issue name. The picker's registry is the authority on
@@ -31,16 +31,9 @@ const (
 	HandoffEPP     = "epp"
 )
 
-// Request and response headers Tandem reads or writes. Other packages own the behaviour; the
-// names live here once so the configuration reference is generated from them.
+// The headers Tandem reads or writes are named once in package wire; the reference below
+// documents them.
 const (
-	HeaderRoutingStrategy     = "routing-strategy"
-	HeaderConfigProfile       = "config-profile"
-	HeaderDestination         = "x-gateway-destination-endpoint"
-	HeaderPrefillerHostPort   = "x-prefiller-host-port"
-	HeaderTestEndpointSelect  = "test-epp-endpoint-selection"
-	HeaderConformanceServed   = "x-conformance-test-served-endpoint"
-	HeaderTrace               = "x-tandem-trace"
 	DefaultProfileName        = "default"
 	strategyListSeparator     = ", "
 	maxReportedAnnotationSize = 256
@@ -131,23 +124,23 @@ var labelDocs = []labelDoc{
 type headerDoc struct{ Name, Direction, Description string }
 
 var headerDocs = []headerDoc{
-	{HeaderRoutingStrategy, "request (read), response (written)",
+	{wire.HeaderRoutingStrategy, "request (read), response (written)",
 		"Requests a routing strategy (ignored when the model config sets `lockedRoutingStrategy`); the strategy used is echoed in the response. An unknown name is a 400 listing the valid ones."},
-	{HeaderConfigProfile, "request (read)",
+	{wire.HeaderConfigProfile, "request (read)",
 		"Selects a profile of the model config; a missing or unknown name uses `defaultProfile`, else `default`."},
-	{request.HeaderSessionKey, "request (read)",
+	{wire.HeaderSessionKey, "request (read)",
 		"Caller-owned session key (≤ 256 bytes) for the token-load session-delta charge."},
-	{HeaderDestination, "request (written)",
+	{wire.HeaderDestination, "request (written)",
 		"The chosen endpoint and its fallbacks, `ip:port[,ip:port…]`, for the gateway (Endpoint Picker Protocol). Client-sent values are removed."},
-	{HeaderPrefillerHostPort, "request (written)",
+	{wire.HeaderPrefillerHostPort, "request (written)",
 		"The prefill target `ip:port` for a decode-side sidecar (sidecar hand-off). Client-sent values are removed."},
-	{HeaderTestEndpointSelect, "request (read, conformance mode only)",
+	{wire.HeaderTestSelection, "request (read, conformance mode only)",
 		"Restricts the candidates to the listed IPs or `ip:port`s; removed outside conformance mode."},
-	{HeaderConformanceServed, "response (written, conformance mode only)",
+	{wire.HeaderTestServed, "response (written, conformance mode only)",
 		"The endpoint that served the request, as the conformance suite expects."},
 	{apierror.HeaderRouting, "response (written)", "`true` on a gateway-generated routing error (bad strategy, no endpoint)."},
 	{apierror.HeaderPDPrefill, "response (written)", "`true` when the prefill leg of a PD request failed."},
 	{apierror.HeaderPDDecode, "response (written)", "`true` when the decode watchdog failed the request (504)."},
-	{HeaderTrace, "request (read), response (written); opt-in",
+	{wire.HeaderTrace, "request (read), response (written); opt-in",
 		"When debug tracing is enabled, the decision trace (steps, candidates, scores) as JSON."},
 }

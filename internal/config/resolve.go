@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // StrategySource says which layer chose a request's strategy.
@@ -153,7 +154,7 @@ func (r *Resolver) PodRouting(e *pool.Endpoint, profile string) RoutingConfig {
 }
 
 func (r *Resolver) resolve(headers map[string]string, v *modelView, configPod string) (Resolved, error) {
-	out := Resolved{RequestedProfile: strings.TrimSpace(headers[HeaderConfigProfile])}
+	out := Resolved{RequestedProfile: strings.TrimSpace(headers[wire.HeaderConfigProfile])}
 	var pv *profileView
 	if v != nil {
 		out.ConfigPod = configPod
@@ -161,14 +162,14 @@ func (r *Resolver) resolve(headers map[string]string, v *modelView, configPod st
 	} else {
 		out.ProfileName = DefaultProfileName
 	}
-	header := strings.ToLower(strings.TrimSpace(headers[HeaderRoutingStrategy]))
+	header := strings.ToLower(strings.TrimSpace(headers[wire.HeaderRoutingStrategy]))
 	switch {
 	case v != nil && v.locked != "":
 		out.Strategy, out.StrategySource = v.locked, SourceLocked
 	case header != "":
 		if !r.strategies[header] {
-			return Resolved{}, apierror.BadRequest("bad_strategy", HeaderRoutingStrategy,
-				"unknown routing strategy %q in the %s header; valid strategies: %s", header, HeaderRoutingStrategy, r.valid)
+			return Resolved{}, apierror.BadRequest("bad_strategy", wire.HeaderRoutingStrategy,
+				"unknown routing strategy %q in the %s header; valid strategies: %s", header, wire.HeaderRoutingStrategy, r.valid)
 		}
 		out.Strategy, out.StrategySource = header, SourceHeader
 	case pv != nil && pv.strategy != "":

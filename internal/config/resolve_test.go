@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 func ep(name, model, annotation string) *pool.Endpoint {
@@ -84,7 +85,7 @@ func TestStrategyPrecedence(t *testing.T) {
 		r := newResolver(t, DefaultGateway(), rec)
 		headers := map[string]string{}
 		if c.header != "" {
-			headers[HeaderRoutingStrategy] = c.header
+			headers[wire.HeaderRoutingStrategy] = c.header
 		}
 		got, err := r.ResolveEndpoints(headers, []*pool.Endpoint{ep("a", "m", ann)})
 		if c.err {
@@ -112,10 +113,10 @@ func TestResolverUsesRegistryStrategies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := r.ResolveEndpoints(map[string]string{HeaderRoutingStrategy: "weighted"}, nil); err != nil || got.Strategy != "weighted" {
+	if got, err := r.ResolveEndpoints(map[string]string{wire.HeaderRoutingStrategy: "weighted"}, nil); err != nil || got.Strategy != "weighted" {
 		t.Errorf("registered strategy: %v %v", got, err)
 	}
-	_, err = r.ResolveEndpoints(map[string]string{HeaderRoutingStrategy: "random"}, nil)
+	_, err = r.ResolveEndpoints(map[string]string{wire.HeaderRoutingStrategy: "random"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "valid strategies: pd, weighted") {
 		t.Errorf("unregistered strategy: %v", err)
 	}
@@ -151,7 +152,7 @@ func TestProfileSelection(t *testing.T) {
 		{" long ", "long", "pd"},
 	}
 	for _, c := range cases {
-		got, err := r.ResolveEndpoints(map[string]string{HeaderConfigProfile: c.header}, eps)
+		got, err := r.ResolveEndpoints(map[string]string{wire.HeaderConfigProfile: c.header}, eps)
 		if err != nil || got.ProfileName != c.wantProfile || got.Strategy != c.wantStrategy || got.ConfigPod != "ns/a" ||
 			got.RequestedProfile != strings.TrimSpace(c.header) {
 			t.Errorf("header %q: got %s %v", c.header, got, err)
@@ -162,7 +163,7 @@ func TestProfileSelection(t *testing.T) {
 	if got.ProfileName != "default" || got.Strategy != "random" {
 		t.Errorf("implicit default: %s", got)
 	}
-	got, _ = r.ResolveEndpoints(map[string]string{HeaderConfigProfile: "x"}, []*pool.Endpoint{ep("c", "m", "")})
+	got, _ = r.ResolveEndpoints(map[string]string{wire.HeaderConfigProfile: "x"}, []*pool.Endpoint{ep("c", "m", "")})
 	if got.ProfileName != "default" || got.ConfigPod != "" || got.StrategySource != SourceGateway {
 		t.Errorf("no annotation: %s", got)
 	}
@@ -180,7 +181,7 @@ func TestProfilePDOverrides(t *testing.T) {
 		chat.PD.PrefillRequestTimeout != 20*time.Second || chat.Handoff != "sidecar" || chat.Routing.PromptLenBucketMaxLength != 2048 {
 		t.Errorf("chat: %+v", chat)
 	}
-	long, _ := r.ResolveEndpoints(map[string]string{HeaderConfigProfile: "long"}, eps)
+	long, _ := r.ResolveEndpoints(map[string]string{wire.HeaderConfigProfile: "long"}, eps)
 	want := gw.PD
 	want.DecodeScorePolicy = "conductor"
 	want.Handoff = "epp"
@@ -207,7 +208,7 @@ func TestProfileBucketServeNeedsBucketing(t *testing.T) {
 	if reps := rec.take(); len(reps) != 1 || !strings.Contains(reps[0], "profiles.default.routingConfig.bucketServe=true: needs prompt-length bucketing") {
 		t.Errorf("reports %v", reps)
 	}
-	got, _ = r.ResolveEndpoints(map[string]string{HeaderConfigProfile: "b"}, eps)
+	got, _ = r.ResolveEndpoints(map[string]string{wire.HeaderConfigProfile: "b"}, eps)
 	if !got.PD.BucketServe || !got.PD.PromptLengthBucketing {
 		t.Errorf("profile b: %+v", got.PD)
 	}
@@ -256,7 +257,7 @@ func TestLastGoodAnnotation(t *testing.T) {
 	}
 	// The pod is republished with a broken annotation (a new Endpoint, as sources do).
 	v2 := ep("a", "m", bad)
-	got, err := r.ResolveEndpoints(map[string]string{HeaderRoutingStrategy: "random"}, []*pool.Endpoint{v2})
+	got, err := r.ResolveEndpoints(map[string]string{wire.HeaderRoutingStrategy: "random"}, []*pool.Endpoint{v2})
 	if err != nil || got.Strategy != "pd" || got.StrategySource != SourceLocked || r.PodRouting(v2, "").PromptLenBucketMaxLength != 100 {
 		t.Errorf("bad annotation must keep the last good config: %s %v", got, err)
 	}
@@ -388,7 +389,7 @@ func TestConcurrentResolve(t *testing.T) {
 				default:
 				}
 				snap := store.Load()
-				res, err := r.Resolve(map[string]string{HeaderConfigProfile: "default"}, "m", snap)
+				res, err := r.Resolve(map[string]string{wire.HeaderConfigProfile: "default"}, "m", snap)
 				if err != nil {
 					t.Error(err)
 					return
@@ -435,7 +436,7 @@ func benchPool(n int) (*pool.Snapshot, []*pool.Endpoint) {
 func BenchmarkPerRequest128(b *testing.B) {
 	r := newResolver(b, DefaultGateway(), nil)
 	snap, eps := benchPool(128)
-	headers := map[string]string{HeaderConfigProfile: "default"}
+	headers := map[string]string{wire.HeaderConfigProfile: "default"}
 	r.Resolve(headers, "m", snap)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -449,7 +450,7 @@ func BenchmarkPerRequest128(b *testing.B) {
 func BenchmarkResolveModel(b *testing.B) {
 	r := newResolver(b, DefaultGateway(), nil)
 	snap, _ := benchPool(128)
-	headers := map[string]string{HeaderConfigProfile: "default", HeaderRoutingStrategy: "random"}
+	headers := map[string]string{wire.HeaderConfigProfile: "default", wire.HeaderRoutingStrategy: "random"}
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _ = r.Resolve(headers, "m", snap)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // headerOption sets one header, replacing any value the request already carries: the
@@ -33,9 +34,9 @@ func headerOptions(dst []*corev3.HeaderValueOption, h map[string]string) []*core
 // prefillTarget, when set (sidecar hand-off), also goes into the envoy.lb metadata next to the
 // destination, for gateways whose decode-side proxy reads metadata rather than headers.
 func routeAnswer(destination, prefillTarget string, set []*corev3.HeaderValueOption, remove []string) *extprocv3.ProcessingResponse {
-	lb := map[string]*structpb.Value{MetadataKeyDestination: structpb.NewStringValue(destination)}
+	lb := map[string]*structpb.Value{wire.MetadataKeyDestination: structpb.NewStringValue(destination)}
 	if prefillTarget != "" {
-		lb[MetadataKeyPrefiller] = structpb.NewStringValue(prefillTarget)
+		lb[wire.MetadataKeyPrefiller] = structpb.NewStringValue(prefillTarget)
 	}
 	return &extprocv3.ProcessingResponse{
 		Response: &extprocv3.ProcessingResponse_RequestHeaders{
@@ -47,7 +48,7 @@ func routeAnswer(destination, prefillTarget string, set []*corev3.HeaderValueOpt
 			},
 		},
 		DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-			MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: lb}),
+			wire.MetadataNamespaceLB: structpb.NewStructValue(&structpb.Struct{Fields: lb}),
 		}},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // selection restricts the pool to the endpoints a request may reach. The zero value (not
@@ -32,11 +33,11 @@ func splitList(dst []string, s string) []string {
 // comma-separated string (header-to-metadata rules); both are accepted, and list items may
 // themselves be comma-separated.
 func subsetHint(md *corev3.Metadata) selection {
-	ns := md.GetFilterMetadata()[MetadataNamespaceSubset]
+	ns := md.GetFilterMetadata()[wire.MetadataNamespaceSubset]
 	if ns == nil {
 		return selection{}
 	}
-	v, ok := ns.GetFields()[MetadataKeySubset]
+	v, ok := ns.GetFields()[wire.MetadataKeySubset]
 	if !ok {
 		return selection{}
 	}
@@ -58,11 +59,11 @@ func subsetHint(md *corev3.Metadata) selection {
 // message's metadata context. The second result says why it is missing, in lwepp's words,
 // for the conformance header.
 func servedEndpoint(md *corev3.Metadata) (served string, missing string) {
-	ns := md.GetFilterMetadata()[MetadataNamespaceLB]
+	ns := md.GetFilterMetadata()[wire.MetadataNamespaceLB]
 	if ns == nil {
 		return "", "fail: missing envoy lb metadata"
 	}
-	v, ok := ns.GetFields()[MetadataKeyServed]
+	v, ok := ns.GetFields()[wire.MetadataKeyServed]
 	if !ok {
 		return "", "fail: missing destination endpoint served metadata"
 	}

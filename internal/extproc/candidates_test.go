@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // testPool: pod a (10.0.0.1) serves ports 8000 and 8001, pod b (10.0.0.2) port 8000,
@@ -66,7 +67,7 @@ func subsetMD(t *testing.T, v any) *corev3.Metadata {
 		t.Fatal(err)
 	}
 	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-		MetadataNamespaceSubset: {Fields: map[string]*structpb.Value{MetadataKeySubset: val}},
+		wire.MetadataNamespaceSubset: {Fields: map[string]*structpb.Value{wire.MetadataKeySubset: val}},
 	}}
 }
 
@@ -78,7 +79,7 @@ func TestSubsetHint(t *testing.T) {
 	}{
 		{"no metadata", nil, selection{}},
 		{"other namespace only", &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{"envoy.lb": {}}}, selection{}},
-		{"namespace without key", &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceSubset: {}}}, selection{}},
+		{"namespace without key", &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{wire.MetadataNamespaceSubset: {}}}, selection{}},
 		{"comma string", subsetMD(t, "10.0.0.1:8000, 10.0.0.2 ,,"), selection{true, []string{"10.0.0.1:8000", "10.0.0.2"}}},
 		{"list", subsetMD(t, []any{"10.0.0.1", "10.0.0.2:8000"}), selection{true, []string{"10.0.0.1", "10.0.0.2:8000"}}},
 		{"list of comma strings", subsetMD(t, []any{"10.0.0.1,10.0.0.2"}), selection{true, []string{"10.0.0.1", "10.0.0.2"}}},
@@ -97,17 +98,17 @@ func TestSubsetHint(t *testing.T) {
 
 func TestServedEndpoint(t *testing.T) {
 	lb := func(fields map[string]*structpb.Value) *corev3.Metadata {
-		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{MetadataNamespaceLB: {Fields: fields}}}
+		return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{wire.MetadataNamespaceLB: {Fields: fields}}}
 	}
 	cases := []struct {
 		name          string
 		md            *corev3.Metadata
 		served, fails string
 	}{
-		{"reported", lb(map[string]*structpb.Value{MetadataKeyServed: structpb.NewStringValue("10.0.0.1:8000")}), "10.0.0.1:8000", ""},
+		{"reported", lb(map[string]*structpb.Value{wire.MetadataKeyServed: structpb.NewStringValue("10.0.0.1:8000")}), "10.0.0.1:8000", ""},
 		{"no metadata", nil, "", "fail: missing envoy lb metadata"},
 		{"no served key", lb(nil), "", "fail: missing destination endpoint served metadata"},
-		{"not a string", lb(map[string]*structpb.Value{MetadataKeyServed: structpb.NewNumberValue(1)}), "", "fail: missing destination endpoint served metadata"},
+		{"not a string", lb(map[string]*structpb.Value{wire.MetadataKeyServed: structpb.NewNumberValue(1)}), "", "fail: missing destination endpoint served metadata"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/handoff"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // fuzzServers are the ext_proc servers FuzzServer drives: one routing plainly, one naming a
@@ -147,8 +148,8 @@ func FuzzServer(f *testing.F) {
 					hs = append(hs, envoy.Header{Key: ":path", Value: p})
 				}
 				if arg&0x80 != 0 {
-					hs = append(hs, envoy.Header{Key: HeaderDestination, Value: "10.9.9.9:1"},
-						envoy.Header{Key: HeaderTestSelection, Value: "10.0.0.2"}, envoy.Header{Key: "X-Dup", Value: "a"},
+					hs = append(hs, envoy.Header{Key: wire.HeaderDestination, Value: "10.9.9.9:1"},
+						envoy.Header{Key: wire.HeaderTestSelection, Value: "10.0.0.2"}, envoy.Header{Key: "X-Dup", Value: "a"},
 						envoy.Header{Key: "x-dup", Value: "b"})
 				}
 				msg := &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{

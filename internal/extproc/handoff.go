@@ -15,6 +15,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // HandoffObserver is implemented by an Observer that also counts the "epp" hand-off's decode
@@ -122,7 +123,7 @@ func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands [
 		return nil, apierror.From(err)
 	}
 	in := handoff.Input{
-		Leg: handoff.Leg{RequestID: st.headers["x-request-id"], Path: st.path, API: req.API, Body: st.body,
+		Leg: handoff.Leg{RequestID: st.headers[wire.HeaderRequestID], Path: st.path, API: req.API, Body: st.body,
 			Prefill: prefill, Decode: decode},
 		Headers: st.headers, PD: d.PD,
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/handoff"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // pdPair routes as a PD decision: the second candidate decodes, the first prefills.
@@ -26,7 +27,7 @@ func pdPair(lc picker.Lifecycle, mode string) *stubScheduler {
 		d.Prefill = d.Destination[:1]
 		d.Destination = d.Destination[1:]
 		d.Handoff, d.PD = mode, config.DefaultPD()
-		d.SetHeaders = map[string]string{HeaderPrefillerHostPort: d.Prefill[0].HostPort()}
+		d.SetHeaders = map[string]string{wire.HeaderPrefillerHostPort: d.Prefill[0].HostPort()}
 	})
 }
 
@@ -50,9 +51,9 @@ func TestSidecarHandoffNamesThePrefillTargetInHeaderAndMetadata(t *testing.T) {
 		for _, h := range msg.GetRequestHeaders().GetResponse().GetHeaderMutation().GetSetHeaders() {
 			set[h.GetHeader().GetKey()] = string(h.GetHeader().GetRawValue())
 		}
-		lb := msg.GetDynamicMetadata().GetFields()[MetadataNamespaceLB].GetStructValue().GetFields()
-		if set[HeaderPrefillerHostPort] != "10.0.0.1:8000" || lb[MetadataKeyPrefiller].GetStringValue() != "10.0.0.1:8000" ||
-			lb[MetadataKeyDestination].GetStringValue() != "10.0.0.2:8000" {
+		lb := msg.GetDynamicMetadata().GetFields()[wire.MetadataNamespaceLB].GetStructValue().GetFields()
+		if set[wire.HeaderPrefillerHostPort] != "10.0.0.1:8000" || lb[wire.MetadataKeyPrefiller].GetStringValue() != "10.0.0.1:8000" ||
+			lb[wire.MetadataKeyDestination].GetStringValue() != "10.0.0.2:8000" {
 			t.Errorf("mode %q: headers %v, envoy.lb metadata %v", mode, set, lb)
 		}
 	}
@@ -162,8 +163,8 @@ func TestGenerationFirstPrefillFailureAfterTheResponseStartedResetsTheStream(t *
 	if dp := gjson.GetBytes(r.Body, "disaggregated_params"); dp.Get("request_type").Str != "generation_only" || dp.Get("schedule_style").Raw != "1" {
 		t.Fatalf("decode body %s", r.Body)
 	}
-	if r.Headers.Set[HeaderPrefillerHostPort] != "" {
-		t.Errorf("epp route sets %s", HeaderPrefillerHostPort)
+	if r.Headers.Set[wire.HeaderPrefillerHostPort] != "" {
+		t.Errorf("epp route sets %s", wire.HeaderPrefillerHostPort)
 	}
 	<-arrived // the context leg is running
 	if err := s.SendResponseHeaders(200, nil, false, nil); err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hi"}]}`
@@ -264,15 +265,15 @@ func TestEmptyDecisionReleasesLifecycle(t *testing.T) {
 func TestDecisionApplied(t *testing.T) {
 	newBody := []byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"kv_transfer_params":{}}`)
 	sched := firstWith(nil, func(d *picker.Decision) {
-		d.SetHeaders = map[string]string{HeaderPrefillerHostPort: "10.0.0.2:8000", "X-Tandem-Role": "decode",
-			HeaderDestination: "1.2.3.4:1"}
+		d.SetHeaders = map[string]string{wire.HeaderPrefillerHostPort: "10.0.0.2:8000", "X-Tandem-Role": "decode",
+			wire.HeaderDestination: "1.2.3.4:1"}
 		d.ResponseHeaders = map[string]string{"x-tandem-strategy": "stub"}
 		d.Body = newBody
 	})
 	obs := newRecObserver()
 	c := serve(t, NewServer(twoPods(), sched, Options{Observer: obs, DebugTraceHeader: true}))
 	req := envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody), Headers: envoy.Headers(
-		HeaderPrefillerHostPort, "169.254.169.254:80", "x-gateway-destination-endpoint-served", "evil", "X-Request-Id", "r1")}
+		wire.HeaderPrefillerHostPort, "169.254.169.254:80", "x-gateway-destination-endpoint-served", "evil", "X-Request-Id", "r1")}
 	s, routed, err := c.Route(testCtx(t), req)
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +282,7 @@ func TestDecisionApplied(t *testing.T) {
 	if routed.Destination != "10.0.0.1:8000,10.0.0.2:8000" {
 		t.Errorf("destination %q: a strategy must not override it", routed.Destination)
 	}
-	if set[HeaderPrefillerHostPort] != "10.0.0.2:8000" || set["x-tandem-role"] != "decode" {
+	if set[wire.HeaderPrefillerHostPort] != "10.0.0.2:8000" || set["x-tandem-role"] != "decode" {
 		t.Errorf("decision headers not set: %v", set)
 	}
 	if set["content-length"] != fmt.Sprint(len(newBody)) || string(routed.Body) != string(newBody) {
@@ -302,10 +303,10 @@ func TestDecisionApplied(t *testing.T) {
 		t.Errorf("response headers %v", ans.Headers.Set)
 	}
 	var tr picker.Trace
-	if err := json.Unmarshal([]byte(ans.Headers.Set[HeaderTrace]), &tr); err != nil || !slices.Equal(tr.Steps, []string{"first"}) || tr.Candidates != 2 {
-		t.Errorf("trace header %q: %v", ans.Headers.Set[HeaderTrace], err)
+	if err := json.Unmarshal([]byte(ans.Headers.Set[wire.HeaderTrace]), &tr); err != nil || !slices.Equal(tr.Steps, []string{"first"}) || tr.Candidates != 2 {
+		t.Errorf("trace header %q: %v", ans.Headers.Set[wire.HeaderTrace], err)
 	}
-	if r := sched.reqs[0]; r.Header(HeaderPrefillerHostPort) != "" || r.Header("x-gateway-destination-endpoint-served") != "" || r.ID != "r1" {
+	if r := sched.reqs[0]; r.Header(wire.HeaderPrefillerHostPort) != "" || r.Header("x-gateway-destination-endpoint-served") != "" || r.ID != "r1" {
 		t.Errorf("the scheduler saw client control headers or lost others: %v", r.Headers)
 	}
 	obs.mu.Lock()

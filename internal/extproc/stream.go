@@ -21,6 +21,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // stream is the state of one ext_proc stream, which carries one HTTP request and its
@@ -97,11 +98,11 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) (stop bool, err error
 // isControlHeader reports request headers only the gateway or Tandem may set.
 func (st *stream) isControlHeader(key string) bool {
 	switch {
-	case strings.HasPrefix(key, HeaderDestination): // destination, -served, -subset, -fallback(s)
+	case strings.HasPrefix(key, wire.HeaderDestination): // destination, -served, -subset, -fallback(s)
 		return true
-	case key == HeaderPrefillerHostPort:
+	case key == wire.HeaderPrefillerHostPort:
 		return true
-	case key == HeaderTestSelection:
+	case key == wire.HeaderTestSelection:
 		return !st.srv.opts.ConformanceMode
 	}
 	return false
@@ -126,7 +127,7 @@ func (st *stream) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv
 	}
 	slices.Sort(st.strip)
 	if st.srv.opts.ConformanceMode {
-		if v := st.headers[HeaderTestSelection]; strings.TrimSpace(v) != "" {
+		if v := st.headers[wire.HeaderTestSelection]; strings.TrimSpace(v) != "" {
 			st.testSel = selection{present: true, entries: splitList(nil, v)}
 		}
 	}
@@ -212,9 +213,9 @@ func (st *stream) candidates(snap *pool.Snapshot) ([]*pool.Endpoint, *apierror.E
 		return nil, apierror.Unavailable("no_endpoint",
 			"the inference pool has no ready endpoints; check the pool's selector and that its pods are Ready")
 	}
-	sel, what := st.subset, "the gateway's subset hint ("+MetadataNamespaceSubset+"/"+MetadataKeySubset+")"
+	sel, what := st.subset, "the gateway's subset hint ("+wire.MetadataNamespaceSubset+"/"+wire.MetadataKeySubset+")"
 	if st.testSel.present {
-		sel, what = st.testSel, "the "+HeaderTestSelection+" header"
+		sel, what = st.testSel, "the "+wire.HeaderTestSelection+" header"
 	}
 	cands := sel.filter(snap)
 	if len(cands) == 0 {
@@ -258,15 +259,15 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 		hostPorts[i] = e.HostPort()
 	}
 	destination := strings.Join(hostPorts, ",")
-	set := []*corev3.HeaderValueOption{headerOption(HeaderDestination, destination)}
-	setKeys := map[string]bool{HeaderDestination: true}
+	set := []*corev3.HeaderValueOption{headerOption(wire.HeaderDestination, destination)}
+	setKeys := map[string]bool{wire.HeaderDestination: true}
 	mode := handoffMode(d, hasBody)
 	var prefillTarget string // sidecar hand-off: also in the envoy.lb metadata
 	if mode == config.HandoffSidecar {
 		prefillTarget = d.Prefill[0].HostPort()
-		if _, ok := d.SetHeaders[HeaderPrefillerHostPort]; !ok {
-			set = append(set, headerOption(HeaderPrefillerHostPort, prefillTarget))
-			setKeys[HeaderPrefillerHostPort] = true
+		if _, ok := d.SetHeaders[wire.HeaderPrefillerHostPort]; !ok {
+			set = append(set, headerOption(wire.HeaderPrefillerHostPort, prefillTarget))
+			setKeys[wire.HeaderPrefillerHostPort] = true
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(d.SetHeaders)) {
@@ -274,7 +275,7 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 		if setKeys[lk] {
 			continue // the destination is the protocol's, not a strategy's, to set
 		}
-		if mode == config.HandoffEPP && lk == HeaderPrefillerHostPort {
+		if mode == config.HandoffEPP && lk == wire.HeaderPrefillerHostPort {
 			continue // Tandem runs the prefill leg: the decode pod must not prefill again
 		}
 		setKeys[lk] = true
@@ -301,11 +302,11 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 		body = decodeBody
 	}
 	if hasBody && (d.Body != nil || mode == config.HandoffEPP) {
-		set = append(set, headerOption("content-length", strconv.Itoa(len(body))))
-		setKeys["content-length"] = true
+		set = append(set, headerOption(wire.HeaderContentLength, strconv.Itoa(len(body))))
+		setKeys[wire.HeaderContentLength] = true
 	}
 	if st.srv.opts.ConformanceMode {
-		set = append(set, headerOption(HeaderEchoSetHeader, HeaderTestServed+":"+hostPorts[0]))
+		set = append(set, headerOption(wire.HeaderEchoSetHeader, wire.HeaderTestServed+":"+hostPorts[0]))
 	}
 	var remove []string
 	for _, k := range st.strip {
@@ -362,7 +363,7 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 		set = headerOptions(set, d.ResponseHeaders)
 		if st.srv.opts.DebugTraceHeader && d.Trace != nil {
 			if b, err := json.Marshal(d.Trace); err == nil {
-				set = append(set, headerOption(HeaderTrace, string(b)))
+				set = append(set, headerOption(wire.HeaderTrace, string(b)))
 			}
 		}
 	}
@@ -370,7 +371,7 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 		if served == "" {
 			served = missing
 		}
-		set = append(set, headerOption(HeaderTestServed, served))
+		set = append(set, headerOption(wire.HeaderTestServed, served))
 	}
 	answer := responseHeadersAnswer(set)
 	if st.ho.active() && !st.ho.sent && st.ho.held == nil {

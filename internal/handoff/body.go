@@ -9,10 +9,11 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // Top-level keys the prefill leg of every engine overrides or removes.
-var prefillKeys = []string{"max_tokens", "max_completion_tokens", "stream", "stream_options", "min_tokens"}
+var prefillKeys = []string{wire.FieldMaxTokens, wire.FieldMaxCompletionTokens, wire.FieldStream, wire.FieldStreamOptions, wire.FieldMinTokens}
 
 // checkControlled refuses a body Tandem cannot rewrite safely: not a JSON object, or naming one of
 // the keys Tandem sets more than once at the top level. Engines read the last duplicate, so the
@@ -93,13 +94,13 @@ func (e *edit) done() ([]byte, error) { return e.body, e.err }
 // prefillOnly turns a body into a one-token, non-streaming prefill leg. TensorRT-LLM's context
 // leg deletes max_completion_tokens instead of setting it.
 func (e *edit) prefillOnly(keepMaxCompletionTokens bool) *edit {
-	e.raw("max_tokens", []byte("1"))
+	e.raw(wire.FieldMaxTokens, []byte("1"))
 	if keepMaxCompletionTokens {
-		e.raw("max_completion_tokens", []byte("1"))
+		e.raw(wire.FieldMaxCompletionTokens, []byte("1"))
 	} else {
-		e.del("max_completion_tokens")
+		e.del(wire.FieldMaxCompletionTokens)
 	}
-	return e.raw("stream", []byte("false")).del("stream_options").del("min_tokens")
+	return e.raw(wire.FieldStream, []byte("false")).del(wire.FieldStreamOptions).del(wire.FieldMinTokens)
 }
 
 // firstObject returns the first path of the JSON document that holds an object.

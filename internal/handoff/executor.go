@@ -16,6 +16,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // DefaultMaxResponseBytes bounds a prefill response: a one-token answer, plus prompt_token_ids
@@ -154,7 +155,7 @@ func forwardable(name string) bool {
 	case "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
 		"te", "trailer", "transfer-encoding", "upgrade",
 		"host", "content-length", "content-type", "accept-encoding", "expect",
-		"x-prefiller-host-port", "x-encoder-hosts-ports", "x-envoy-original-dst-host",
+		wire.HeaderPrefillerHostPort, wire.HeaderEncoderHostsPorts, "x-envoy-original-dst-host",
 		"test-epp-endpoint-selection":
 		return false
 	}

@@ -9,12 +9,13 @@ import (
 	"sync/atomic"
 
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // DefaultSGLangBootstrapPort is used when a prefill pod has no bootstrap-port annotation.
 const DefaultSGLangBootstrapPort = 8998
 
-var sglangKeys = append([]string{"bootstrap_host", "bootstrap_port", "bootstrap_room", "rid"}, prefillKeys...)
+var sglangKeys = append([]string{wire.FieldBootstrapHost, wire.FieldBootstrapPort, wire.FieldBootstrapRoom, wire.FieldRID}, prefillKeys...)
 
 // SGLang is the SGLang adapter. Async: SGLang's prefill returns only after the decode pod has
 // connected to the bootstrap server, so waiting for it before forwarding decode would deadlock.
@@ -38,10 +39,10 @@ func (s *SGLang) Prepare(_ context.Context, leg *Leg) (*Plan, error) {
 	}
 	rid := s.rids.Next(leg.RequestID)
 	decode, err := newEdit(leg.Body).
-		str("bootstrap_host", leg.Prefill.Address).
-		int("bootstrap_port", int64(port)).
-		int("bootstrap_room", rand.Int64N(math.MaxInt64)).
-		str("rid", rid).done()
+		str(wire.FieldBootstrapHost, leg.Prefill.Address).
+		int(wire.FieldBootstrapPort, int64(port)).
+		int(wire.FieldBootstrapRoom, rand.Int64N(math.MaxInt64)).
+		str(wire.FieldRID, rid).done()
 	if err != nil {
 		return nil, fmt.Errorf("building the SGLang decode body: %w", err)
 	}

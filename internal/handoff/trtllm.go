@@ -13,6 +13,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/handoff/trt"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // TensorRT-LLM schedule styles (AIBRIX_TRT_SCHEDULE_STYLE).
@@ -21,7 +22,7 @@ const (
 	ScheduleGenerationFirst = "generation_first"
 )
 
-var trtKeys = append([]string{"disaggregated_params", "prompt_token_ids", "prompt"}, prefillKeys...)
+var trtKeys = append([]string{wire.FieldDisaggregatedParams, wire.FieldPromptTokenIDs, wire.FieldPrompt}, prefillKeys...)
 
 // TRTContextFirst is the default TensorRT-LLM adapter: a context-only leg first, whose returned
 // disaggregated_params (and prompt_token_ids) the generation leg carries. 64-bit ids are copied
@@ -39,7 +40,7 @@ func (t *TRTContextFirst) Prepare(_ context.Context, leg *Leg) (*Plan, error) {
 		return nil, err
 	}
 	params := fmt.Appendf(nil, `{"request_type":"context_only","disagg_request_id":%d}`, t.IDs.Next())
-	prefill, err := newEdit(leg.Body).raw("disaggregated_params", params).prefillOnly(false).done()
+	prefill, err := newEdit(leg.Body).raw(wire.FieldDisaggregatedParams, params).prefillOnly(false).done()
 	if err != nil {
 		return nil, fmt.Errorf("building the TensorRT-LLM context body: %w", err)
 	}
@@ -50,23 +51,23 @@ func (t *TRTContextFirst) Prepare(_ context.Context, leg *Leg) (*Plan, error) {
 // choices[0]; prompt_token_ids likewise. Completions receive the ids as "prompt", chat as
 // "prompt_token_ids", so the generation leg does not tokenise again.
 func (t *TRTContextFirst) Merge(leg *Leg, _ *Plan, resp []byte) ([]byte, error) {
-	dp, ok := firstObject(resp, "disaggregated_params", "choices.0.disaggregated_params")
+	dp, ok := firstObject(resp, wire.FieldDisaggregatedParams, "choices.0."+wire.FieldDisaggregatedParams)
 	if !ok {
 		return nil, errors.New("the context response has no disaggregated_params object (top level or choices[0])")
 	}
-	params, err := sjson.SetBytes([]byte(dp.Raw), "request_type", "generation_only")
+	params, err := sjson.SetBytes([]byte(dp.Raw), wire.FieldRequestType, "generation_only")
 	if err != nil {
 		return nil, fmt.Errorf("setting disaggregated_params.request_type: %w", err)
 	}
-	e := newEdit(leg.Body).raw("disaggregated_params", params)
-	for _, p := range []string{"prompt_token_ids", "choices.0.prompt_token_ids"} {
+	e := newEdit(leg.Body).raw(wire.FieldDisaggregatedParams, params)
+	for _, p := range []string{wire.FieldPromptTokenIDs, "choices.0." + wire.FieldPromptTokenIDs} {
 		ids := gjson.GetBytes(resp, p)
 		if !ids.IsArray() {
 			continue
 		}
-		key := "prompt_token_ids"
+		key := wire.FieldPromptTokenIDs
 		if leg.API == request.APICompletions {
-			key = "prompt"
+			key = wire.FieldPrompt
 		}
 		e.raw(key, []byte(ids.Raw))
 		break
@@ -108,11 +109,11 @@ func (t *TRTGenerationFirst) Prepare(ctx context.Context, leg *Leg) (*Plan, erro
 	}
 	fmt.Fprintf(&gen, `,"schedule_style":%d}`, scheduleStyleGenerationFirst)
 
-	prefill, err := newEdit(leg.Body).raw("disaggregated_params", ctxParams).prefillOnly(false).done()
+	prefill, err := newEdit(leg.Body).raw(wire.FieldDisaggregatedParams, ctxParams).prefillOnly(false).done()
 	if err != nil {
 		return nil, fmt.Errorf("building the TensorRT-LLM context body: %w", err)
 	}
-	decode, err := newEdit(leg.Body).raw("disaggregated_params", gen.Bytes()).done()
+	decode, err := newEdit(leg.Body).raw(wire.FieldDisaggregatedParams, gen.Bytes()).done()
 	if err != nil {
 		return nil, fmt.Errorf("building the TensorRT-LLM generation body: %w", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/tidwall/gjson"
 	"github.com/tidwall/sjson"
+
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // KV connector contracts of the vLLM adapter (AIBRIX_KV_CONNECTOR_TYPE, or the pod label
@@ -22,7 +24,7 @@ const (
 // prefillKVParams asks vLLM to keep the prompt's KV for a remote decode.
 var prefillKVParams = []byte(`{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}`)
 
-var vllmKeys = append([]string{"kv_transfer_params", "disagg_prefill_resp"}, prefillKeys...)
+var vllmKeys = append([]string{wire.FieldKVTransferParams, wire.FieldDisaggPrefillResp}, prefillKeys...)
 
 // VLLM is the vLLM adapter for one connector. Sync: the decode body needs the prefill response.
 type VLLM struct {
@@ -40,7 +42,7 @@ func (v *VLLM) Prepare(_ context.Context, leg *Leg) (*Plan, error) {
 	}
 	e := newEdit(leg.Body)
 	if v.Connector == ConnectorSHFS {
-		e.raw("kv_transfer_params", prefillKVParams)
+		e.raw(wire.FieldKVTransferParams, prefillKVParams)
 	}
 	prefill, err := e.prefillOnly(true).done()
 	if err != nil {
@@ -53,17 +55,17 @@ func (v *VLLM) Prepare(_ context.Context, leg *Leg) (*Plan, error) {
 // body as it was: the decode pod then recomputes the prompt, slower but correct, as in the seed.
 func (v *VLLM) Merge(leg *Leg, plan *Plan, resp []byte) ([]byte, error) {
 	if v.Connector == ConnectorNIXL {
-		return newEdit(leg.Body).raw("disagg_prefill_resp", bytes.TrimSpace(resp)).done()
+		return newEdit(leg.Body).raw(wire.FieldDisaggPrefillResp, bytes.TrimSpace(resp)).done()
 	}
-	kv := gjson.GetBytes(resp, "kv_transfer_params")
+	kv := gjson.GetBytes(resp, wire.FieldKVTransferParams)
 	if !kv.IsObject() {
 		v.Log.Info("prefill response has no kv_transfer_params object; the decode pod will recompute the prompt",
 			"requestID", leg.RequestID, "prefill", leg.Prefill.PodKey(), "got", kv.Type.String())
 		return plan.DecodeBody, nil
 	}
-	params, err := sjson.SetBytes([]byte(kv.Raw), "remote_host", leg.Prefill.Address)
+	params, err := sjson.SetBytes([]byte(kv.Raw), wire.FieldRemoteHost, leg.Prefill.Address)
 	if err != nil {
 		return nil, fmt.Errorf("setting kv_transfer_params.remote_host: %w", err)
 	}
-	return newEdit(leg.Body).raw("kv_transfer_params", params).done()
+	return newEdit(leg.Body).raw(wire.FieldKVTransferParams, params).done()
 }

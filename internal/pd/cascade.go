@@ -16,6 +16,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // StrategyName is the routing-strategy value of the cascade.
@@ -23,7 +24,7 @@ const StrategyName = "pd"
 
 // HeaderPrefillerHostPort carries the prefill target to a decode-side sidecar (llm-d's
 // routing sidecar reads it).
-const HeaderPrefillerHostPort = "x-prefiller-host-port"
+const HeaderPrefillerHostPort = wire.HeaderPrefillerHostPort
 
 // RolesetPreference is the extension point of step 2b, adaptive bucket serving: after the
 // fast paths, it may name the roleset a request's prompt length is banded to. The cascade

@@ -12,6 +12,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // Router is the Scheduler the ext_proc server calls: it resolves the request's strategy
@@ -33,7 +34,7 @@ type RouterOptions struct {
 }
 
 // ResponseHeaderStrategy echoes the strategy used.
-const ResponseHeaderStrategy = config.HeaderRoutingStrategy
+const ResponseHeaderStrategy = wire.HeaderRoutingStrategy
 
 // NewRouter builds a router. Strategy names must be unique.
 func NewRouter(o RouterOptions) (*Router, error) {
@@ -70,7 +71,7 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 	}
 	s := r.strategies[name]
 	if s == nil {
-		return nil, apierror.BadRequest("unknown_strategy", config.HeaderRoutingStrategy,
+		return nil, apierror.BadRequest("unknown_strategy", wire.HeaderRoutingStrategy,
 			"unknown routing strategy %q (from the %s); valid strategies: %s", name, sourceOf(res.StrategySource), strings.Join(r.names, ", "))
 	}
 	profile := res.ProfileName
@@ -112,7 +113,7 @@ func sourceOf(s config.StrategySource) string {
 	case config.SourceLocked:
 		return "model config's lockedRoutingStrategy"
 	case config.SourceHeader:
-		return config.HeaderRoutingStrategy + " header"
+		return wire.HeaderRoutingStrategy + " header"
 	case config.SourceProfile:
 		return "profile's routingStrategy"
 	}

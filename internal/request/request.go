@@ -10,6 +10,7 @@ import (
 	"github.com/tidwall/gjson"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // API is the OpenAI endpoint a request calls.
@@ -23,7 +24,7 @@ const (
 )
 
 // HeaderSessionKey is the caller-owned session key used by the token-load session-delta rule.
-const HeaderSessionKey = "x-aibrix-session-key"
+const HeaderSessionKey = wire.HeaderSessionKey
 
 // maxSessionKeyBytes: longer keys are ignored, as the seed says.
 const maxSessionKeyBytes = 256
@@ -76,7 +77,7 @@ func APIFromPath(path string) API {
 // (gjson), which keeps parsing a 4 KiB chat body in the low microseconds.
 func Parse(method, path string, headers map[string]string, raw []byte) (*Request, error) {
 	r := &Request{Method: method, Path: path, Headers: headers, Body: raw, BodyTokens: len(raw) / 4}
-	r.ID = headers["x-request-id"]
+	r.ID = headers[wire.HeaderRequestID]
 	if k := headers[HeaderSessionKey]; k != "" && len(k) <= maxSessionKeyBytes {
 		r.SessionKey = k
 	}
