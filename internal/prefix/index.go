@@ -15,7 +15,11 @@ type Options struct {
 	// Eviction is how long an endpoint is remembered for a block after its last warm
 	// (AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS). Default 20 minutes.
 	Eviction time.Duration
-	Clock    load.Clock
+	// MaxBlocksPerHolder, when positive, bounds the blocks remembered for each endpoint
+	// (llm-d's lruCapacityPerServer): past it, the endpoint's least recently warmed block
+	// forgets it. AddCapped may set a different bound per endpoint. 0: no per-endpoint bound.
+	MaxBlocksPerHolder int
+	Clock              load.Clock
 }
 
 // Index maps (model, block hash) to the endpoints that recently served that block.
@@ -28,6 +32,9 @@ type Index struct {
 	// lru is a ring through every block, most recently warmed after the sentinel.
 	lru   block
 	count int
+	// holders is, per endpoint, the ring of its holdings most recently warmed first; kept
+	// only when a per-endpoint bound applies.
+	holders map[string]*holding
 }
 
 type block struct {
@@ -40,6 +47,16 @@ type block struct {
 type holder struct {
 	key  string
 	seen int64 // unix nanoseconds of the last warm
+	// at is this holding in the endpoint's ring (nil without a per-endpoint bound).
+	at *holding
+}
+
+// holding is one (block, endpoint) pair in that endpoint's ring; the ring's sentinel
+// counts the endpoint's holdings.
+type holding struct {
+	b          *block
+	prev, next *holding
+	n          int // on the sentinel: holdings in the ring
 }
 
 // NewIndex returns an empty index.
@@ -70,6 +87,12 @@ func (ix *Index) Len() int {
 // holds. Endpoints holding nothing are not reported (their match is 0). The cost is linear
 // in the holders of the blocks walked, however many endpoints share a prefix.
 func (ix *Index) Match(model string, hashes []uint64, found func(key string, pct float64)) {
+	total := float64(len(hashes))
+	ix.MatchBlocks(model, hashes, func(key string, n int) { found(key, float64(n)*100/total) })
+}
+
+// MatchBlocks is Match reporting the number of leading blocks each endpoint holds.
+func (ix *Index) MatchBlocks(model string, hashes []uint64, found func(key string, blocks int)) {
 	if len(hashes) == 0 {
 		return
 	}
@@ -106,16 +129,24 @@ func (ix *Index) Match(model string, hashes []uint64, found func(key string, pct
 			break
 		}
 	}
-	total := float64(len(hashes))
 	for key, n := range run {
-		found(key, float64(n)*100/total)
+		found(key, n)
 	}
 }
 
 // Add records that endpoint key now holds every block of the prompt.
 func (ix *Index) Add(model string, hashes []uint64, key string) {
+	ix.AddCapped(model, hashes, key, ix.opts.MaxBlocksPerHolder)
+}
+
+// AddCapped is Add with the endpoint's own bound on the blocks it is remembered for
+// (0: Options.MaxBlocksPerHolder).
+func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity int) {
 	if len(hashes) == 0 {
 		return
+	}
+	if capacity <= 0 {
+		capacity = ix.opts.MaxBlocksPerHolder
 	}
 	now := ix.opts.Clock.Now().UnixNano()
 	cutoff := now - int64(ix.opts.Eviction)
@@ -137,29 +168,102 @@ func (ix *Index) Add(model string, hashes []uint64, key string) {
 		} else {
 			ix.unlink(b)
 		}
-		b.touch(key, now, cutoff)
+		ix.touch(b, key, now, cutoff, capacity > 0)
 		ix.pushFront(b)
+	}
+	if capacity > 0 {
+		ix.trim(key, capacity)
 	}
 	for ix.count > ix.opts.MaxBlocks {
 		ix.evict(ix.lru.prev)
 	}
 }
 
-// touch marks key as a holder now and drops holders past the eviction age.
-func (b *block) touch(key string, now, cutoff int64) {
+// touch marks key as a holder of b now and drops holders past the eviction age; with
+// ring, the holding moves to the front of the endpoint's ring.
+func (ix *Index) touch(b *block, key string, now, cutoff int64, ring bool) {
 	n, found := 0, false
 	for _, h := range b.holders {
 		if h.key == key {
 			h.seen, found = now, true
+			if ring {
+				if h.at == nil {
+					h.at = &holding{b: b}
+				} else {
+					ix.release(h.key, h.at)
+				}
+				ix.hold(key, h.at)
+			}
 		}
 		if h.seen >= cutoff {
 			b.holders[n] = h
 			n++
+		} else if h.at != nil {
+			ix.release(h.key, h.at)
 		}
 	}
 	b.holders = b.holders[:n]
 	if !found {
-		b.holders = append(b.holders, holder{key: key, seen: now})
+		h := holder{key: key, seen: now}
+		if ring {
+			h.at = &holding{b: b}
+			ix.hold(key, h.at)
+		}
+		b.holders = append(b.holders, h)
+	}
+}
+
+// hold puts a holding at the front of key's ring.
+func (ix *Index) hold(key string, at *holding) {
+	if ix.holders == nil {
+		ix.holders = map[string]*holding{}
+	}
+	r := ix.holders[key]
+	if r == nil {
+		r = &holding{}
+		r.next, r.prev = r, r
+		ix.holders[key] = r
+	}
+	at.next, at.prev = r.next, r
+	r.next.prev = at
+	r.next = at
+	r.n++
+}
+
+// release takes a holding out of key's ring.
+func (ix *Index) release(key string, at *holding) {
+	if at.next == nil {
+		return
+	}
+	at.prev.next, at.next.prev = at.next, at.prev
+	at.prev, at.next = nil, nil
+	if r := ix.holders[key]; r != nil {
+		if r.n--; r.n == 0 {
+			delete(ix.holders, key)
+		}
+	}
+}
+
+// trim makes key forget its least recently warmed blocks until it holds at most capacity.
+func (ix *Index) trim(key string, capacity int) {
+	r := ix.holders[key]
+	for r != nil && r.n > capacity {
+		old := r.prev
+		ix.release(key, old)
+		b := old.b
+		n := 0
+		for _, h := range b.holders {
+			if h.key != key {
+				b.holders[n] = h
+				n++
+			}
+		}
+		b.holders = b.holders[:n]
+		if n == 0 {
+			ix.unlink(b)
+			ix.drop(b)
+		}
+		r = ix.holders[key]
 	}
 }
 
@@ -179,6 +283,16 @@ func (ix *Index) evict(b *block) {
 		return
 	}
 	ix.unlink(b)
+	for _, h := range b.holders {
+		if h.at != nil {
+			ix.release(h.key, h.at)
+		}
+	}
+	ix.drop(b)
+}
+
+// drop removes an unlinked block from its model's map.
+func (ix *Index) drop(b *block) {
 	m := ix.models[b.model]
 	delete(m, b.hash)
 	if len(m) == 0 {
@@ -206,4 +320,5 @@ func (ix *Index) Forget(key string) {
 		}
 		b = next
 	}
+	delete(ix.holders, key)
 }

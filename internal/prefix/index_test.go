@@ -125,3 +125,35 @@ func TestSharedPrefixOnManyEndpoints(t *testing.T) {
 		t.Fatalf("%d matches, e7 %v, e8 %v", len(got), got["e7"], got["e8"])
 	}
 }
+
+// A per-endpoint bound (llm-d's lruCapacityPerServer) makes each endpoint forget its least
+// recently warmed blocks, and only its own: worked by hand with a bound of 3 blocks.
+func TestPerHolderCapacity(t *testing.T) {
+	ix := NewIndex(Options{MaxBlocksPerHolder: 3})
+	p := Hash(nil, strings.Repeat("0123456789abcdef", 4), 16) // 4 blocks
+	q := Hash(nil, strings.Repeat("fedcba9876543210", 2), 16) // 2 other blocks
+	ix.Add("m", p, "a")                                       // a keeps p's first 3 blocks: Add warms the tail first, the head last
+	ix.Add("m", p, "b")
+	if got := matches(ix, "m", p); got["a"] != 75 || got["b"] != 75 {
+		t.Fatalf("bound 3 of 4 blocks: %v", got)
+	}
+	if ix.Len() != 3 {
+		t.Fatalf("%d blocks held, want 3 (the 4th has no holder left)", ix.Len())
+	}
+	ix.Add("m", q, "a") // a now holds q (2) + the most recent block of p (p[0])
+	if got := matches(ix, "m", p); got["a"] != 25 || got["b"] != 75 {
+		t.Fatalf("after a warms another prompt: %v", got)
+	}
+	if got := matches(ix, "m", q); got["a"] != 100 || got["b"] != 0 {
+		t.Fatalf("q: %v", got)
+	}
+	// A bound passed with the warm (autoTune's per-pod GPU blocks) wins for that endpoint.
+	ix.AddCapped("m", p, "c", 1)
+	if got := matches(ix, "m", p); got["c"] != 25 {
+		t.Fatalf("capped at 1: %v", got)
+	}
+	ix.Forget("a")
+	if got := matches(ix, "m", q); len(got) != 0 || ix.Len() != 3 {
+		t.Fatalf("after forgetting a: %v, %d blocks", got, ix.Len())
+	}
+}

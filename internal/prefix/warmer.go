@@ -11,10 +11,12 @@ type Warmer struct {
 }
 
 type warm struct {
-	model  string
-	hashes []uint64
-	key    string
-	done   chan struct{} // a Flush barrier when non-nil
+	ix       *Index // nil: the warmer's own index
+	capacity int    // AddCapped's bound
+	model    string
+	hashes   []uint64
+	key      string
+	done     chan struct{} // a Flush barrier when non-nil
 }
 
 // NewWarmer returns a warmer with a queue of capacity warms (1024 when <= 0).
@@ -37,7 +39,11 @@ func (w *Warmer) Run(ctx context.Context) {
 				close(x.done)
 				continue
 			}
-			w.ix.Add(x.model, x.hashes, x.key)
+			ix := x.ix
+			if ix == nil {
+				ix = w.ix
+			}
+			ix.AddCapped(x.model, x.hashes, x.key, x.capacity)
 		}
 	}
 }
@@ -45,8 +51,14 @@ func (w *Warmer) Run(ctx context.Context) {
 // Warm queues Add(model, hashes, key). The hashes slice must not be modified afterwards.
 // It reports false when the queue was full and the warm was dropped.
 func (w *Warmer) Warm(model string, hashes []uint64, key string) bool {
+	return w.WarmInto(nil, model, hashes, key, 0)
+}
+
+// WarmInto queues ix.AddCapped(model, hashes, key, capacity) (the warmer's own index when
+// ix is nil): one warmer serves every index of the process.
+func (w *Warmer) WarmInto(ix *Index, model string, hashes []uint64, key string, capacity int) bool {
 	select {
-	case w.ch <- warm{model: model, hashes: hashes, key: key}:
+	case w.ch <- warm{ix: ix, capacity: capacity, model: model, hashes: hashes, key: key}:
 		return true
 	default:
 		return false
