@@ -324,8 +324,8 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 	if err != nil {
 		return nil, err
 	}
-	strategies = append(strategies, fromFile...)
-	for _, s := range fromFile {
+	strategies = append(strategies, fromFile.Strategies...)
+	for _, s := range fromFile.Strategies {
 		names = append(names, s.Name())
 	}
 	prefill, decode := cascade.Policies().Names()
@@ -336,7 +336,7 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	router, err := picker.NewRouter(picker.RouterOptions{Resolver: resolver, Strategies: strategies, Logger: o.Logger.WithName("picker")})
+	router, err := picker.NewRouter(picker.RouterOptions{Resolver: resolver, Strategies: strategies, Default: fromFile.Default, Logger: o.Logger.WithName("picker")})
 	if err != nil {
 		return nil, err
 	}

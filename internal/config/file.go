@@ -7,23 +7,47 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-// FileKind is the kind a --config-file may declare (GIE's EndpointPickerConfig shape).
+// FileKind is the kind a --config-file may declare (GIE's and llm-d's EndpointPickerConfig).
 const FileKind = "EndpointPickerConfig"
 
-// File is a parsed, validated --config-file: plugins, scheduling profiles and the gateway:
-// section (applied by Load, under the environment).
+// FileAPIVersions are the apiVersions a --config-file may declare: llm-d-router's current one
+// and the one GIE v1.3.1 (and llm-d before it) use.
+var FileAPIVersions = []string{"llm-d.ai/v1alpha1", "inference.networking.x-k8s.io/v1alpha1"}
+
+// File is a parsed, validated --config-file: plugins, scheduling profiles, feature gates and
+// the gateway: section (applied by Load, under the environment).
 type File struct {
 	Name               string // as given to ParseFile; errors are prefixed with it
 	Plugins            []PluginSpec
 	SchedulingProfiles []SchedulingProfile
+	FeatureGates       []FeatureGate
+	// Warnings are problems that do not stop the file from loading (an unknown feature gate).
+	Warnings []string
 
 	settings []setting
+}
+
+// FeatureGate is one featureGates entry: "name", "name=true" or "name=false".
+type FeatureGate struct {
+	Name    string
+	Enabled bool
+	Line    int
+}
+
+// featureGateNotes are the gates GIE v1.3.1 and llm-d-router v0.10.0 register, with what they
+// mean in Tandem; any other gate is reported and ignored.
+var featureGateNotes = map[string]string{
+	"prepareDataPlugins":           "", // Tandem always runs data producers
+	"dataLayer":                    "", // Tandem always scrapes the engines' metrics
+	"haPopulateNonLeaderDatastore": "", // every Tandem replica keeps its own datastore
+	"flowControl":                  "Tandem has no flow-control layer; the gate has no effect",
 }
 
 // PluginSpec declares one plugin instance.
@@ -34,6 +58,25 @@ type PluginSpec struct {
 	// factory decodes it.
 	Parameters json.RawMessage
 	Line       int
+	// ParamLines maps each parameter (dotted for nested objects: deciders.prefill) to its
+	// line, so an error about one names the line it is on.
+	ParamLines map[string]int
+}
+
+// ParamLine returns the line of a parameter (or of the closest enclosing one), else the
+// plugin's line.
+func (p PluginSpec) ParamLine(field string) int {
+	for field != "" {
+		if l, ok := p.ParamLines[field]; ok {
+			return l
+		}
+		i := strings.LastIndexByte(field, '.')
+		if i < 0 {
+			break
+		}
+		field = field[:i]
+	}
+	return p.Line
 }
 
 // SchedulingProfile lists the plugins one profile runs, with scorer weights.
@@ -46,7 +89,7 @@ type SchedulingProfile struct {
 // ProfilePlugin references a declared plugin by name.
 type ProfilePlugin struct {
 	PluginRef string
-	Weight    *int // nil when not written; meaningful for scorers
+	Weight    *float64 // nil when not written; meaningful for scorers (llm-d: a number, GIE: an integer)
 	Line      int
 }
 
@@ -66,9 +109,34 @@ type FileOptions struct {
 type fileYAML struct {
 	APIVersion         string        `yaml:"apiVersion"`
 	Kind               string        `yaml:"kind"`
+	FeatureGates       []string      `yaml:"featureGates"`
 	Plugins            []pluginYAML  `yaml:"plugins"`
 	SchedulingProfiles []profileYAML `yaml:"schedulingProfiles"`
 	Gateway            yaml.Node     `yaml:"gateway"`
+
+	// Sections of llm-d's and GIE's EndpointPickerConfig that Tandem does not run: each is an
+	// error naming its line and what Tandem does instead.
+	DataLayer          yaml.Node `yaml:"dataLayer"`
+	Data               yaml.Node `yaml:"data"`
+	FlowControl        yaml.Node `yaml:"flowControl"`
+	RequestHandler     yaml.Node `yaml:"requestHandler"`
+	SaturationDetector yaml.Node `yaml:"saturationDetector"`
+	Parser             yaml.Node `yaml:"parser"`
+}
+
+// unsupportedSections says, for each EndpointPickerConfig section Tandem does not take,
+// what it does instead.
+var unsupportedSections = []struct {
+	key  string
+	node func(*fileYAML) *yaml.Node
+	rule string
+}{
+	{"dataLayer", func(f *fileYAML) *yaml.Node { return &f.DataLayer }, "is llm-d's data-layer section, which Tandem does not take: it scrapes the engines' metrics itself (AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS); remove it"},
+	{"data", func(f *fileYAML) *yaml.Node { return &f.Data }, "is GIE's data-layer section, which Tandem does not take: it scrapes the engines' metrics itself (AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS); remove it"},
+	{"flowControl", func(f *fileYAML) *yaml.Node { return &f.FlowControl }, "is llm-d's flow-control section, which Tandem does not take: it admits requests with its own limits (see the EPP flags); remove it"},
+	{"requestHandler", func(f *fileYAML) *yaml.Node { return &f.RequestHandler }, "is llm-d's parser section, which Tandem does not take: it parses OpenAI completions and chat completions itself; remove it"},
+	{"saturationDetector", func(f *fileYAML) *yaml.Node { return &f.SaturationDetector }, "is a saturation-detector section, which Tandem does not take: it sheds load with its own limits (see the EPP flags); remove it"},
+	{"parser", func(f *fileYAML) *yaml.Node { return &f.Parser }, "is llm-d's parser section, which Tandem does not take: it parses OpenAI completions and chat completions itself; remove it"},
 }
 
 type pluginYAML struct {
@@ -83,13 +151,13 @@ type profileYAML struct {
 }
 
 type profileRefYAML struct {
-	PluginRef string `yaml:"pluginRef"`
-	Weight    *int   `yaml:"weight"`
+	PluginRef string   `yaml:"pluginRef"`
+	Weight    *float64 `yaml:"weight"`
 }
 
 // yamlWhere rewords the decoder's Go type names as places in the file.
 var yamlWhere = strings.NewReplacer(
-	"not found in type config.fileYAML", "is not allowed at the top level (allowed: apiVersion, kind, plugins, schedulingProfiles, gateway)",
+	"not found in type config.fileYAML", "is not allowed at the top level (allowed: apiVersion, kind, featureGates, plugins, schedulingProfiles, gateway)",
 	"not found in type config.pluginYAML", "is not allowed in a plugins entry (allowed: type, name, parameters)",
 	"not found in type config.profileYAML", "is not allowed in a schedulingProfiles entry (allowed: name, plugins)",
 	"not found in type config.profileRefYAML", "is not allowed in a profile's plugins entry (allowed: pluginRef, weight)",
@@ -130,6 +198,36 @@ func ParseFile(name string, data []byte, opts FileOptions) (*File, error) {
 	if raw.Kind != "" && raw.Kind != FileKind {
 		bad(ln.at("kind"), "kind", raw.Kind, "must be "+FileKind)
 	}
+	if raw.APIVersion != "" && !slices.Contains(FileAPIVersions, raw.APIVersion) {
+		bad(ln.at("apiVersion"), "apiVersion", raw.APIVersion, "must be one of "+strings.Join(FileAPIVersions, ", "))
+	}
+	for _, u := range unsupportedSections {
+		if n := u.node(&raw); n.Kind != 0 {
+			bad(ln.at(u.key), u.key, "", u.rule)
+		}
+	}
+	for i, g := range raw.FeatureGates {
+		line := ln.at("featureGates", strconv.Itoa(i))
+		gate, value, hasValue := strings.Cut(strings.TrimSpace(g), "=")
+		fg := FeatureGate{Name: strings.TrimSpace(gate), Enabled: true, Line: line}
+		if hasValue {
+			v, err := strconv.ParseBool(strings.ToLower(strings.TrimSpace(value)))
+			if err != nil {
+				bad(line, fmt.Sprintf("featureGates[%d]", i), g, "must be name, name=true or name=false")
+				continue
+			}
+			fg.Enabled = v
+		}
+		note, known := featureGateNotes[fg.Name]
+		switch {
+		case !known:
+			f.Warnings = append(f.Warnings, fmt.Sprintf("%s:%d: featureGates[%d]=%s: unknown feature gate, ignored (known: %s)",
+				name, line, i, g, strings.Join(sortedKeys(featureGateNotes), ", ")))
+		case note != "" && fg.Enabled:
+			f.Warnings = append(f.Warnings, fmt.Sprintf("%s:%d: featureGates[%d]=%s: %s", name, line, i, g, note))
+		}
+		f.FeatureGates = append(f.FeatureGates, fg)
+	}
 
 	declared := map[string]int{} // plugin name -> line
 	for i, p := range raw.Plugins {
@@ -155,6 +253,7 @@ func ParseFile(name string, data []byte, opts FileOptions) (*File, error) {
 			bad(p.Parameters.Line, path+".parameters", "", err.Error())
 		}
 		spec.Parameters = params
+		spec.ParamLines = paramLines(&p.Parameters, "", nil)
 		f.Plugins = append(f.Plugins, spec)
 	}
 
@@ -183,8 +282,8 @@ func ParseFile(name string, data []byte, opts FileOptions) (*File, error) {
 				bad(rline, rpath+".pluginRef", r.PluginRef, "is listed twice in this profile")
 			}
 			refs[r.PluginRef] = true
-			if r.Weight != nil && *r.Weight < 0 {
-				bad(rline, rpath+".weight", strconv.Itoa(*r.Weight), "must be 0 or more")
+			if r.Weight != nil && !(*r.Weight >= 0) {
+				bad(rline, rpath+".weight", strconv.FormatFloat(*r.Weight, 'g', -1, 64), "must be 0 or more")
 			}
 			prof.Plugins = append(prof.Plugins, ProfilePlugin{PluginRef: r.PluginRef, Weight: r.Weight, Line: rline})
 		}
@@ -242,6 +341,23 @@ func (f *File) parseGateway(n *yaml.Node) Errors {
 	}
 	return errs
 }
+
+// paramLines records the line of every key of a parameters mapping, dotted when nested.
+func paramLines(n *yaml.Node, prefix string, into map[string]int) map[string]int {
+	if n.Kind != yaml.MappingNode {
+		return into
+	}
+	if into == nil {
+		into = map[string]int{}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := prefix + n.Content[i].Value
+		into[k] = n.Content[i].Line
+		paramLines(n.Content[i+1], k+".", into)
+	}
+	return into
+}
+
 
 // parameters converts a plugin's parameters node to JSON.
 func parameters(n *yaml.Node) (json.RawMessage, error) {

@@ -88,13 +88,13 @@ func TestParseFileErrors(t *testing.T) {
 		want       []string
 	}{
 		{"unknown top-level field", "plugins: []\nschedulingProfile: []\n",
-			[]string{"epp.yaml: unmarshal errors:\n  line 2: field schedulingProfile is not allowed at the top level (allowed: apiVersion, kind, plugins, schedulingProfiles, gateway)"}},
+			[]string{"epp.yaml: unmarshal errors:\n  line 2: field schedulingProfile is not allowed at the top level (allowed: apiVersion, kind, featureGates, plugins, schedulingProfiles, gateway)"}},
 		{"unknown plugin field", "plugins:\n- type: queue-scorer\n  params: {}\n",
 			[]string{"line 3: field params is not allowed in a plugins entry (allowed: type, name, parameters)"}},
 		{"unknown ref field", "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: p\n  plugins:\n  - ref: queue-scorer\n",
 			[]string{"line 6: field ref is not allowed in a profile's plugins entry (allowed: pluginRef, weight)"}},
 		{"wrong type", "plugins:\n- type: queue-scorer\nschedulingProfiles:\n- name: p\n  plugins:\n  - pluginRef: queue-scorer\n    weight: heavy\n",
-			[]string{"line 7: cannot unmarshal !!str `heavy` into int"}},
+			[]string{"line 7: cannot unmarshal !!str `heavy` into float64"}},
 		{"duplicate key", "plugins: []\nplugins: []\n", []string{"line 2: mapping key \"plugins\" already defined at line 1"}},
 		{"bad syntax", "plugins: [\n", []string{"epp.yaml: "}},
 		{"two documents", "plugins: []\n---\nplugins: []\n", []string{"epp.yaml: line 2: a config file holds one YAML document"}},

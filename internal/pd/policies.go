@@ -2,7 +2,6 @@ package pd
 
 import (
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
 )
@@ -103,6 +103,12 @@ type Charger interface {
 	Charge(req *request.Request, prefill, decode *pool.Endpoint) (prefillDone, requestDone func())
 }
 
+// CycleCharger is a Charger that reads what its scoring wrote in the cycle (the batch it
+// scored: the request's knobs, the chosen pod's prefix match); the chain prefers it.
+type CycleCharger interface {
+	ChargeCycle(c *picker.Cycle, prefill, decode *pool.Endpoint) (prefillDone, requestDone func())
+}
+
 // Policies are the registries of prefill and decode policies. Safe for concurrent use.
 type Policies struct {
 	mu      sync.RWMutex
@@ -110,15 +116,27 @@ type Policies struct {
 	decode  map[string]DecodePolicy
 }
 
+// The seed's built-in policies; each policy's file adds itself (see doc.go).
+var (
+	builtinPrefill []PrefillPolicy
+	builtinDecode  []DecodePolicy
+)
+
+func builtinPrefillPolicy(p PrefillPolicy) bool {
+	builtinPrefill = append(builtinPrefill, p)
+	return true
+}
+func builtinDecodePolicy(p DecodePolicy) bool { builtinDecode = append(builtinDecode, p); return true }
+
 // NewPolicies returns registries holding the seed's built-in policies.
 func NewPolicies() *Policies {
 	p := &Policies{prefill: map[string]PrefillPolicy{}, decode: map[string]DecodePolicy{}}
-	p.RegisterPrefill(prefixCachePolicy{})
-	p.RegisterPrefill(leastRequestPrefill{})
-	p.RegisterPrefill(conductorPrefill{})
-	p.RegisterDecode(loadBalancingPolicy{})
-	p.RegisterDecode(leastRequestDecode{})
-	p.RegisterDecode(conductorDecode{})
+	for _, pol := range builtinPrefill {
+		p.RegisterPrefill(pol)
+	}
+	for _, pol := range builtinDecode {
+		p.RegisterDecode(pol)
+	}
 	return p
 }
 
@@ -196,109 +214,4 @@ func (p *Policies) resolve(gatewayPrefill string, knobs *config.PD, rc *config.R
 		return nil, nil, note, fmt.Errorf("decode score policy %q is not registered; valid: %s", name, strings.Join(known, ", "))
 	}
 	return pre, dec, note, nil
-}
-
-// prefixCachePolicy: (100 − match%)·0.1 + inFlight/maxInFlight, match below MinMatchPct = 0.
-type prefixCachePolicy struct{}
-
-func (prefixCachePolicy) Name() string     { return PolicyPrefixCache }
-func (prefixCachePolicy) UsesPrefix() bool { return true }
-func (prefixCachePolicy) Score(b *PrefillBatch, i int) float64 {
-	p := &b.Pods[i]
-	match := p.MatchPct
-	if match < b.Knobs.MinMatchPct {
-		match = 0
-	}
-	return (100-match)*0.1 + p.InFlight/b.MaxInFlight
-}
-
-// leastRequestPrefill: the prefill requests in flight.
-type leastRequestPrefill struct{}
-
-func (leastRequestPrefill) Name() string                         { return PolicyLeastRequest }
-func (leastRequestPrefill) UsesPrefix() bool                     { return false }
-func (leastRequestPrefill) Score(b *PrefillBatch, i int) float64 { return b.Pods[i].InFlight }
-
-// Conductor's TTFT model coefficients (milliseconds), the seed's defaults.
-const (
-	conductorPrefixA  = 0.005 // prefix time = A·matched + B
-	conductorPrefixB  = 1.0
-	conductorPrefillA = 0.001 // prefill time = A·unmatched^B + C
-	conductorPrefillB = 1.5
-	conductorPrefillC = 5.0
-	// conductorDefaultPrefillTokens sizes the queue estimate when the pod exports no
-	// prefill-time histogram.
-	conductorDefaultPrefillTokens = 512
-)
-
-// conductorPrefill estimates TTFT in ms: queue + cached-prefix time + unmatched prefill.
-type conductorPrefill struct{}
-
-func (conductorPrefill) Name() string     { return PolicyConductor }
-func (conductorPrefill) UsesPrefix() bool { return true }
-func (conductorPrefill) Score(b *PrefillBatch, i int) float64 {
-	p := &b.Pods[i]
-	total := float64(b.PromptTokens)
-	matched := total * p.MatchPct / 100
-	unmatched := total - matched
-	avgMs := conductorPrefillMs(conductorDefaultPrefillTokens)
-	if p.Sample != nil && p.Sample.HasPrefillTimeMean {
-		avgMs = p.Sample.PrefillTimeMean * 1000
-	}
-	var queue, prefix float64
-	if p.InFlight > 0 {
-		queue = p.InFlight * avgMs
-	}
-	if matched > 0 {
-		prefix = conductorPrefixA*matched + conductorPrefixB
-	}
-	return queue + prefix + conductorPrefillMs(unmatched)
-}
-
-func conductorPrefillMs(tokens float64) float64 {
-	if tokens <= 0 {
-		return 0
-	}
-	return conductorPrefillA*math.Pow(tokens, conductorPrefillB) + conductorPrefillC
-}
-
-// loadBalancingPolicy: (w_run·req/maxReq + w_thru·(1 − thr/maxThr)) / (free/maxFree).
-type loadBalancingPolicy struct{}
-
-func (loadBalancingPolicy) Name() string    { return PolicyLoadBalancing }
-func (loadBalancingPolicy) ColdStart() bool { return true }
-func (loadBalancingPolicy) FastPath() bool  { return true }
-func (loadBalancingPolicy) Score(b *DecodeBatch, i int) float64 {
-	p := &b.Pods[i]
-	num := b.Knobs.DecodeLBWeightRunning*p.Requests()/b.MaxRequests +
-		b.Knobs.DecodeLBWeightThroughput*(1-p.Throughput/b.MaxThroughput)
-	return num / (p.FreeGPU / b.MaxFreeGPU)
-}
-
-// leastRequestDecode: running + pending.
-type leastRequestDecode struct{}
-
-func (leastRequestDecode) Name() string                        { return PolicyLeastRequest }
-func (leastRequestDecode) ColdStart() bool                     { return true }
-func (leastRequestDecode) FastPath() bool                      { return true }
-func (leastRequestDecode) Score(b *DecodeBatch, i int) float64 { return b.Pods[i].Requests() }
-
-// conductorDecode estimates the time between tokens in ms: 1000/throughput (20 ms when
-// unknown), scaled by (1 + 1/max(requests, 1)), ×1.5 when KV usage is above 90%.
-type conductorDecode struct{}
-
-func (conductorDecode) Name() string    { return PolicyConductor }
-func (conductorDecode) ColdStart() bool { return true }
-func (conductorDecode) FastPath() bool  { return true }
-func (conductorDecode) Score(b *DecodeBatch, i int) float64 {
-	p := &b.Pods[i]
-	tbt := 20.0
-	if p.Throughput > 0 {
-		tbt = 1000 / p.Throughput
-	}
-	est := tbt * (1 + 1/math.Max(p.Requests(), 1))
-	if 1-p.FreeGPU/100 > 0.9 {
-		est *= 1.5
-	}
-	return est
 }

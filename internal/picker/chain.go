@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -18,13 +19,59 @@ type Strategy interface {
 }
 
 // Chain is a Strategy assembled from plugins: a profile handler, its profiles, and hooks.
+// Build it with NewChain, which collects the hooks from the plugins themselves.
 type Chain struct {
-	StrategyName     string
-	Handler          ProfileHandler
-	Profiles         []*Profile
+	StrategyName string
+	Handler      ProfileHandler
+	Profiles     []*Profile
+	// Producers run first, outside the critical section; Reservers inside it, after the
+	// decision; PostPicks after it; ResponseComplete at the end of the request.
+	Producers        []DataProducer
+	Reservers        []Reserver
 	PostPicks        []PostPick
 	ResponseComplete []ResponseComplete
 	Deps             *Deps
+}
+
+// NewChain assembles a chain and gives every plugin of the handler and the profiles the
+// hooks it implements (a plugin named twice gets each hook once). It binds the handler to
+// the profiles when the handler needs named profiles.
+func NewChain(name string, h ProfileHandler, profiles []*Profile, deps *Deps, extra ...Plugin) (*Chain, error) {
+	c := &Chain{StrategyName: name, Handler: h, Profiles: profiles, Deps: deps}
+	if b, ok := h.(ProfileBinder); ok {
+		if err := b.Bind(profiles); err != nil {
+			return nil, err
+		}
+	}
+	seen := map[Plugin]bool{}
+	add := func(p Plugin) {
+		if p == nil || seen[p] {
+			return
+		}
+		seen[p] = true
+		if x, ok := p.(DataProducer); ok {
+			c.Producers = append(c.Producers, x)
+		}
+		if x, ok := p.(Reserver); ok {
+			c.Reservers = append(c.Reservers, x)
+		}
+		if x, ok := p.(PostPick); ok {
+			c.PostPicks = append(c.PostPicks, x)
+		}
+		if x, ok := p.(ResponseComplete); ok {
+			c.ResponseComplete = append(c.ResponseComplete, x)
+		}
+	}
+	add(h) // the handler's producer runs first: profiles' producers may read what it wrote
+	for _, p := range extra {
+		add(p)
+	}
+	for _, p := range profiles {
+		for _, pl := range p.Plugins() {
+			add(pl)
+		}
+	}
+	return c, nil
 }
 
 // Name implements Strategy.
@@ -36,58 +83,131 @@ func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
 	if s.Deps != nil && s.Deps.Rand != nil {
 		c.intn = s.Deps.Rand
 	}
+	if c.State == nil {
+		c.State = &CycleState{}
+	}
+	for _, p := range s.Producers {
+		if err := p.Produce(ctx, c); err != nil {
+			return nil, apierror.From(err)
+		}
+	}
+	var lock Locker
+	if ex, ok := s.Handler.(Exclusive); ok {
+		lock = ex.CriticalSection()
+	}
+	if lock != nil {
+		lock.Lock()
+	}
+	d, done, err := s.decide(ctx, c)
+	if err == nil {
+		for _, r := range s.Reservers {
+			r.Reserve(ctx, c, d)
+		}
+	}
+	if lock != nil {
+		lock.Unlock()
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.fill(c, d, done)
+	for _, h := range s.PostPicks {
+		h.PostPick(ctx, c, d)
+	}
+	if d.Lifecycle == nil {
+		d.Lifecycle = NewTracked(s.Deps, d.Destination[0], func(err error) {
+			for _, h := range s.ResponseComplete {
+				h.ResponseComplete(c, d, err)
+			}
+		})
+	}
+	return d, nil
+}
+
+// decide runs the handler's rounds and its Result, and keeps prefill-only pods out of the
+// destination (whatever the handler: a non-PD strategy must never send a whole request to
+// a pod that only runs prefill).
+func (s *Chain) decide(ctx context.Context, c *Cycle) (*Decision, map[string]*ProfileResult, error) {
 	done := map[string]*ProfileResult{}
 	for round := 0; ; round++ {
 		next := s.Handler.Next(ctx, c, s.Profiles, done)
 		if len(next) == 0 {
 			break
 		}
-		if round > len(s.Profiles) {
-			return nil, apierror.Internal("profile_loop", "strategy %q: profile handler %q keeps asking for profiles", s.StrategyName, s.Handler.Name())
+		if round > 2*len(s.Profiles)+1 {
+			return nil, nil, apierror.Internal("profile_loop", "strategy %q: profile handler %q keeps asking for profiles", s.StrategyName, s.Handler.Name())
 		}
-		for _, p := range next {
-			r, err := p.Run(ctx, c, c.Candidates)
-			if err != nil {
-				return nil, err
+		for _, run := range next {
+			eps := run.Endpoints
+			if eps == nil {
+				eps = c.Candidates
 			}
-			done[p.Name] = r
+			r, err := run.Profile.Run(ctx, c, eps)
+			if err != nil {
+				return nil, nil, err
+			}
+			done[run.Profile.Name] = r
 		}
 	}
-	dest, prefill, err := s.Handler.Result(ctx, c, done)
+	d, err := s.Handler.Result(ctx, c, done)
 	if err != nil {
-		return nil, apierror.Unavailable("no_endpoint", "strategy %q: %v", s.StrategyName, err)
+		var ae *apierror.Error
+		if errors.As(err, &ae) {
+			return nil, nil, ae
+		}
+		return nil, nil, apierror.Unavailable("no_endpoint", "strategy %q: %v", s.StrategyName, err)
 	}
-	if len(dest) == 0 {
-		return nil, apierror.Unavailable("no_endpoint", "strategy %q chose no endpoint", s.StrategyName)
+	if d == nil || len(d.Destination) == 0 {
+		return nil, nil, apierror.Unavailable("no_endpoint", "strategy %q chose no endpoint", s.StrategyName)
 	}
-	outcome := OutcomeSingle
-	if len(prefill) > 0 {
-		outcome = OutcomePD
+	if slices.ContainsFunc(d.Destination, prefillOnly) {
+		d.Destination = slices.DeleteFunc(slices.Clone(d.Destination), prefillOnly)
+		if len(d.Destination) == 0 {
+			return nil, nil, apierror.Unavailable("no_endpoint",
+				"strategy %q chose only prefill-only pods, which cannot serve a whole request; add a decode-filter to its profile, or use the pd strategy", s.StrategyName)
+		}
 	}
-	d := &Decision{Outcome: outcome, Step: s.StrategyName, Destination: dest, Prefill: prefill,
-		Trace: &Trace{Candidates: len(c.Candidates)}}
-	d.Trace.Add(s.StrategyName)
-	// The trace carries the scores of the ranked endpoints only: bounded, and what explains
-	// the choice.
+	return d, done, nil
+}
+
+func prefillOnly(e *pool.Endpoint) bool { return e.Role == pool.RolePrefill }
+
+// fill completes what the handler left empty.
+func (s *Chain) fill(c *Cycle, d *Decision, done map[string]*ProfileResult) {
+	if d.Outcome == "" {
+		d.Outcome = OutcomeSingle
+		if len(d.Prefill) > 0 {
+			d.Outcome = OutcomePD
+		}
+	}
+	if d.Step == "" {
+		d.Step = s.StrategyName
+	}
+	if d.Trace == nil {
+		d.Trace = &Trace{Candidates: len(c.Candidates)}
+		d.Trace.Add(s.StrategyName)
+		d.Trace.Scores = RankedScores(done)
+	}
+}
+
+// RankedScores formats the weighted totals of the endpoints the profiles ranked (bounded,
+// and what explains the choice), for a decision's trace; nil when there are none.
+func RankedScores(done map[string]*ProfileResult) map[string]string {
+	var out map[string]string
 	for _, r := range done {
+		if r == nil {
+			continue
+		}
 		for _, se := range r.Scored {
 			if slices.Contains(r.Ranked, se.Endpoint) {
-				if d.Trace.Scores == nil {
-					d.Trace.Scores = map[string]string{}
+				if out == nil {
+					out = map[string]string{}
 				}
-				d.Trace.Scores[se.Endpoint.Key()] = fmt.Sprintf("%.4f", se.Score)
+				out[se.Endpoint.Key()] = fmt.Sprintf("%.4f", se.Score)
 			}
 		}
 	}
-	for _, h := range s.PostPicks {
-		h.PostPick(ctx, c, d)
-	}
-	d.Lifecycle = NewTracked(s.Deps, dest[0], func(err error) {
-		for _, h := range s.ResponseComplete {
-			h.ResponseComplete(c, d, err)
-		}
-	})
-	return d, nil
+	return out
 }
 
 // Tracked is the Lifecycle of a single-endpoint decision: the request counts as running

@@ -13,7 +13,9 @@ type Profile struct {
 	Name    string
 	Filters []Filter
 	Scorers []WeightedScorer
-	Picker  Picker
+	// Picker ranks the scored endpoints; nil keeps them in filter order, for a handler
+	// that ranks them itself (the PD pair is chosen across two profiles).
+	Picker Picker
 }
 
 // WeightedScorer is a scorer with its weight in the profile's total.
@@ -22,23 +24,34 @@ type WeightedScorer struct {
 	Weight float64
 }
 
-// ProfileResult is what one profile chose: Ranked[0] is its pick.
+// ProfileResult is what one profile chose: Ranked[0] is its pick; Scored holds every
+// endpoint that passed the filters, in filter order, with its weighted total.
 type ProfileResult struct {
 	Ranked []*pool.Endpoint
 	Scored []ScoredEndpoint
 }
 
-// Run filters, scores and picks. It fails with a 503 naming the filter that removed the
-// last candidate.
-func (p *Profile) Run(ctx context.Context, c *Cycle, eps []*pool.Endpoint) (*ProfileResult, error) {
+// Filter runs the profile's filters over eps. When a filter leaves nothing it stops and
+// names that filter.
+func (p *Profile) Filter(ctx context.Context, c *Cycle, eps []*pool.Endpoint) ([]*pool.Endpoint, string) {
 	for _, f := range p.Filters {
 		eps = f.Filter(ctx, c, eps)
 		if len(eps) == 0 {
-			return nil, apierror.Unavailable("no_endpoint", "profile %q: filter %q left no endpoint for the request", p.Name, f.Name())
+			return nil, f.Name()
 		}
 	}
+	return eps, ""
+}
+
+// Run filters, scores and picks. It fails with a 503 naming the filter that removed the
+// last candidate.
+func (p *Profile) Run(ctx context.Context, c *Cycle, eps []*pool.Endpoint) (*ProfileResult, error) {
 	if len(eps) == 0 {
 		return nil, apierror.Unavailable("no_endpoint", "profile %q: no candidate endpoint", p.Name)
+	}
+	eps, emptied := p.Filter(ctx, c, eps)
+	if emptied != "" {
+		return nil, apierror.Unavailable("no_endpoint", "profile %q: filter %q left no endpoint for the request", p.Name, emptied)
 	}
 	scored := make([]ScoredEndpoint, len(eps))
 	for i, e := range eps {
@@ -54,11 +67,29 @@ func (p *Profile) Run(ctx context.Context, c *Cycle, eps []*pool.Endpoint) (*Pro
 			}
 		}
 	}
+	if p.Picker == nil {
+		return &ProfileResult{Ranked: eps, Scored: scored}, nil
+	}
 	ranked := p.Picker.Pick(ctx, c, scored)
 	if len(ranked) == 0 {
 		return nil, apierror.Unavailable("no_endpoint", "profile %q: picker %q chose no endpoint", p.Name, p.Picker.Name())
 	}
 	return &ProfileResult{Ranked: ranked, Scored: scored}, nil
+}
+
+// Plugins lists the profile's plugins: filters, scorers, then the picker.
+func (p *Profile) Plugins() []Plugin {
+	out := make([]Plugin, 0, len(p.Filters)+len(p.Scorers)+1)
+	for _, f := range p.Filters {
+		out = append(out, f)
+	}
+	for _, s := range p.Scorers {
+		out = append(out, s.Scorer)
+	}
+	if p.Picker != nil {
+		out = append(out, p.Picker)
+	}
+	return out
 }
 
 func clamp01(v float64) float64 {

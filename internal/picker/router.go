@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 
@@ -18,17 +19,29 @@ import (
 // Router is the Scheduler the ext_proc server calls: it resolves the request's strategy
 // and profile, runs the strategy and echoes the strategy used. Decisions are counted by the
 // ext_proc server's observer (tandem_decisions_total), from Decision.Strategy/Outcome/Step.
+// Its routing (resolver, strategies, default) is swapped atomically by Swap.
 type Router struct {
+	routes atomic.Pointer[routes]
+	log    logr.Logger
+}
+
+// routes is one consistent routing table: a request runs wholly on the one it loaded.
+type routes struct {
 	resolver   Resolver
 	strategies map[string]Strategy
 	names      []string
-	log        logr.Logger
+	fallback   string
 }
 
 // RouterOptions configure a Router.
 type RouterOptions struct {
 	Resolver   Resolver
 	Strategies []Strategy
+	// Default is the strategy a request runs when neither its model config, the
+	// routing-strategy header nor ROUTING_ALGORITHM names one: the --config-file's scheduling,
+	// as GIE and llm-d run it. Empty: pd when the candidates carry prefill/decode roles, else
+	// least-request.
+	Default string
 	// Logger is used when the request context carries none.
 	Logger logr.Logger
 }
@@ -38,45 +51,71 @@ const ResponseHeaderStrategy = wire.HeaderRoutingStrategy
 
 // NewRouter builds a router. Strategy names must be unique.
 func NewRouter(o RouterOptions) (*Router, error) {
-	if o.Resolver == nil {
-		return nil, errorf("router: a Resolver is required")
+	r := &Router{log: o.Logger}
+	if err := r.Swap(o); err != nil {
+		return nil, err
 	}
-	r := &Router{resolver: o.Resolver, strategies: map[string]Strategy{}, log: o.Logger}
-	for _, s := range o.Strategies {
-		if _, dup := r.strategies[s.Name()]; dup {
-			return nil, errorf("router: strategy %q registered twice", s.Name())
-		}
-		r.strategies[s.Name()] = s
-		r.names = append(r.names, s.Name())
-	}
-	slices.Sort(r.names)
 	return r, nil
 }
 
+// Swap replaces the resolver, the strategies and the default at once (a --config-file
+// reload); a request already routing finishes with the table it started with. On an error
+// the router keeps its table.
+func (r *Router) Swap(o RouterOptions) error {
+	if o.Resolver == nil {
+		return errorf("router: a Resolver is required")
+	}
+	t := &routes{resolver: o.Resolver, strategies: map[string]Strategy{}, fallback: o.Default}
+	for _, s := range o.Strategies {
+		if _, dup := t.strategies[s.Name()]; dup {
+			return errorf("router: strategy %q registered twice", s.Name())
+		}
+		t.strategies[s.Name()] = s
+		t.names = append(t.names, s.Name())
+	}
+	if o.Default != "" && t.strategies[o.Default] == nil {
+		return errorf("router: default strategy %q is not registered", o.Default)
+	}
+	slices.Sort(t.names)
+	r.routes.Store(t)
+	return nil
+}
+
 // Strategies lists the strategy names this router runs, sorted.
-func (r *Router) Strategies() []string { return slices.Clone(r.names) }
+func (r *Router) Strategies() []string { return slices.Clone(r.routes.Load().names) }
+
+// Default is the strategy requests run when nothing names one ("" : chosen by roles).
+func (r *Router) Default() string { return r.routes.Load().fallback }
+
+// Strategy returns the strategy called name, or nil.
+func (r *Router) Strategy(name string) Strategy { return r.routes.Load().strategies[name] }
 
 // Schedule implements Scheduler.
 func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.Snapshot, cands []*pool.Endpoint) (*Decision, error) {
-	res, err := r.resolver.Resolve(req.Headers, req.Model, snap)
+	t := r.routes.Load()
+	res, err := t.resolver.Resolve(req.Headers, req.Model, snap)
 	if err != nil {
 		return nil, apierror.From(err)
 	}
 	name := res.Strategy
 	if name == "" {
+		name = t.fallback
+	}
+	if name == "" {
 		name = StrategyLeastRequest
 		if hasPDRoles(cands) {
-			name = "pd"
+			name = config.StrategyPD
 		}
 	}
-	s := r.strategies[name]
+	s := t.strategies[name]
 	if s == nil {
 		return nil, apierror.BadRequest("unknown_strategy", wire.HeaderRoutingStrategy,
-			"unknown routing strategy %q (from the %s); valid strategies: %s", name, sourceOf(res.StrategySource), strings.Join(r.names, ", "))
+			"unknown routing strategy %q (from the %s); valid strategies: %s", name, sourceOf(res.StrategySource), strings.Join(t.names, ", "))
 	}
 	profile := res.ProfileName
+	resolver := t.resolver
 	c := &Cycle{Req: req, Snap: snap, Candidates: cands, Resolved: res, State: &CycleState{},
-		PodRouting: func(e *pool.Endpoint) config.RoutingConfig { return r.resolver.PodRouting(e, profile) }}
+		PodRouting: func(e *pool.Endpoint) config.RoutingConfig { return resolver.PodRouting(e, profile) }}
 	d, err := s.Pick(ctx, c)
 	log := r.logger(ctx)
 	if err != nil {

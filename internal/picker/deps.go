@@ -1,0 +1,107 @@
+package picker
+
+import (
+	"sync/atomic"
+
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/prefix"
+)
+
+// Deps are the shared, long-lived signals plugins and strategies read. One set per
+// process; every strategy sees the same counters so their views of load agree.
+type Deps struct {
+	// Running counts requests in flight per destination endpoint (the seed's
+	// RealtimeNumRequestsRunning, kept by the gateway).
+	Running *load.Tracker
+	// Drain is the per-endpoint rate of completed requests over the last minute.
+	Drain   *load.Rate
+	Metrics *metrics.Store
+	// Prefix is the shared prefix index (the pd and prefix-cache strategies', and every
+	// prefix-cache-scorer's without a producer); PrefixCache is the gateway's configuration
+	// of it, the defaults of the prefix plugins.
+	Prefix      *prefix.Index
+	PrefixCache config.PrefixCache
+	// Warmer, when set and running, applies prefix warms off the request path;
+	// without it they are applied synchronously after the pick.
+	Warmer *prefix.Warmer
+	Clock  load.Clock
+	// Rand, when set, is the source of every random choice the strategies built on these
+	// deps make (ties, random picks): a virtual-time simulation seeds it so a run is
+	// reproducible. It is called inside picks, so a source that is not safe for concurrent
+	// use must not serve concurrent picks. Nil (production) uses math/rand/v2's global source.
+	Rand func(n int) int
+
+	// pruned is the newest snapshot version ForgetGone pruned for.
+	pruned atomic.Uint64
+}
+
+// ForgetGone drops the Running and Drain entries of endpoints not in snap, once per
+// snapshot newer than the last one pruned for: a request still holding an older snapshot
+// must not forget endpoints that joined since. Every strategy calls it, so the shared
+// signals do not keep an entry for every endpoint that ever existed.
+func (d *Deps) ForgetGone(snap *pool.Snapshot) {
+	if d == nil || snap == nil {
+		return
+	}
+	old := d.pruned.Load()
+	if snap.Version <= old || !d.pruned.CompareAndSwap(old, snap.Version) {
+		return
+	}
+	live := make(map[string]struct{}, len(snap.Endpoints))
+	for _, e := range snap.Endpoints {
+		live[e.Key()] = struct{}{}
+	}
+	if d.Running != nil {
+		for _, k := range d.Running.Keys() {
+			if _, ok := live[k]; !ok {
+				d.Running.Forget(k)
+			}
+		}
+	}
+	if d.Drain != nil {
+		for _, k := range d.Drain.Keys() {
+			if _, ok := live[k]; !ok {
+				d.Drain.Forget(k)
+			}
+		}
+	}
+}
+
+// NewDeps returns Deps with fresh counters, an empty metrics store and a prefix index
+// bounded as pc says (zero fields take the index defaults), all reading clock (the system
+// clock when nil). Set Warmer and run it to take prefix warming off the request path.
+func NewDeps(clock load.Clock, pc config.PrefixCache) *Deps {
+	if clock == nil {
+		clock = load.SystemClock{}
+	}
+	return &Deps{
+		Running:     load.NewTracker(),
+		Drain:       load.NewRate(clock),
+		Metrics:     metrics.NewStore(),
+		Prefix:      prefix.NewIndex(prefix.Options{MaxBlocks: pc.MaxBlocks, Eviction: pc.EvictionDuration, Clock: clock}),
+		PrefixCache: pc,
+		Clock:       clock,
+	}
+}
+
+// WarmPrefix records that key now holds the prompt's blocks, off the request path when a
+// Warmer runs.
+func (d *Deps) WarmPrefix(model string, hashes []uint64, key string) {
+	d.WarmIndex(d.Prefix, model, hashes, key, 0)
+}
+
+// WarmIndex is WarmPrefix into another index (a prefix producer's own), with the
+// endpoint's block bound (0: the index's).
+func (d *Deps) WarmIndex(ix *prefix.Index, model string, hashes []uint64, key string, capacity int) {
+	if ix == nil || len(hashes) == 0 {
+		return
+	}
+	if d.Warmer != nil {
+		d.Warmer.WarmInto(ix, model, hashes, key, capacity)
+		return
+	}
+	ix.AddCapped(model, hashes, key, capacity)
+}
