@@ -8,18 +8,18 @@ import (
 // llm-d role values that mean "runs both phases".
 var llmdCombinedRoles = map[string]bool{"prefill-decode": true, "both": true}
 
-// roleset is one group of prefill and decode pods sharing a roleset-name. Pods without
-// the label form the implicit roleset "" (llm-d pools have no rolesets: any prefill pod
-// pairs with any decode pod).
-type roleset struct {
-	name    string
-	prefill []*pool.Endpoint
-	decode  []*pool.Endpoint
+// Roleset is one group of prefill and decode pods sharing a roleset-name. Pods without the
+// label form the implicit roleset "" (llm-d pools have no rolesets: any prefill pod pairs
+// with any decode pod).
+type Roleset struct {
+	Name    string
+	Prefill []*pool.Endpoint
+	Decode  []*pool.Endpoint
 }
 
 // partition is a request's candidates sorted into rolesets and combined pods.
 type partition struct {
-	rolesets []roleset // complete rolesets only, in first-seen order
+	rolesets []Roleset // complete rolesets only, in first-seen order
 	combined []*pool.Endpoint
 	// incomplete counts the rolesets skipped for missing a side; nPrefill/nDecode count
 	// the PD pods seen at all (for error messages).
@@ -34,61 +34,63 @@ func isCombined(e *pool.Endpoint, rc config.RoutingConfig) bool {
 	return rc.Combined || (e.Labels[pool.LabelRoleName] == "" && llmdCombinedRoles[e.Labels[pool.LabelLLMDRole]])
 }
 
-// partitionCandidates groups the candidates. With bucketing, a pod joins only when its
-// declared range covers promptLen, a roleset only when both sides still have a pod, and a
-// combined pod only when its range covers the prompt.
-func partitionCandidates(cands []*pool.Endpoint, routing func(*pool.Endpoint) config.RoutingConfig, bucketing bool, promptLen int) partition {
-	var pt partition
-	// Pass 1: give each PD pod its roleset index and count the pods per side, so pass 2
-	// can lay every roleset's pods out in one backing array (no per-roleset allocations).
+// partitionOf groups the candidates into rolesets from the pods the prefill and decode
+// profiles' filters kept (prefill, decode, in candidate order). A roleset exists when any
+// candidate carries its name with a PD role, in first-seen order; it is complete, and
+// kept, when both sides kept a pod. combined are the combined profile's pods.
+func partitionOf(cands, prefill, decode, combined []*pool.Endpoint, bucketed bool) partition {
+	pt := partition{combined: combined, bucketed: bucketed}
+	// Pass 1: each PD candidate's roleset index; which side the filters kept it on.
 	idx := make(map[string]int, len(cands)/4+1)
 	type side struct{ prefill, decode int }
 	var counts []side
 	var names []string
-	slot := make([]int32, len(cands)) // roleset index, -1 for pods left out
+	slot := make([]int32, len(cands)) // roleset index; -1 for pods on no side
+	kept := make([]int8, len(cands))  // 1 prefill, 2 decode
+	pi, di := 0, 0
 	for i, e := range cands {
 		slot[i] = -1
-		switch e.Role {
-		case pool.RolePrefill, pool.RoleDecode:
-			if e.Role == pool.RolePrefill {
-				pt.nPrefill++
-			} else {
-				pt.nDecode++
-			}
-			r, ok := idx[e.Roleset]
-			if !ok {
-				r = len(counts)
-				idx[e.Roleset] = r
-				counts = append(counts, side{})
-				names = append(names, e.Roleset)
-			}
-			if bucketing && routing != nil && !routing(e).Covers(promptLen) {
-				continue // the roleset exists (so it counts as incomplete), the pod does not join
-			}
-			slot[i] = int32(r)
-			if e.Role == pool.RolePrefill {
-				counts[r].prefill++
-			} else {
-				counts[r].decode++
-			}
-		default:
-			if routing == nil {
-				continue
-			}
-			rc := routing(e)
-			if isCombined(e, rc) && (!bucketing || rc.Covers(promptLen)) {
-				pt.combined = append(pt.combined, e)
-			}
+		// The filters keep candidate order, so each list is walked once alongside.
+		inPrefill := pi < len(prefill) && prefill[pi] == e
+		if inPrefill {
+			pi++
+		}
+		inDecode := di < len(decode) && decode[di] == e
+		if inDecode {
+			di++
+		}
+		if e.Role != pool.RolePrefill && e.Role != pool.RoleDecode {
+			continue
+		}
+		if e.Role == pool.RolePrefill {
+			pt.nPrefill++
+		} else {
+			pt.nDecode++
+		}
+		r, ok := idx[e.Roleset]
+		if !ok {
+			r = len(counts)
+			idx[e.Roleset] = r
+			counts = append(counts, side{})
+			names = append(names, e.Roleset)
+		}
+		switch {
+		case inPrefill:
+			kept[i], slot[i] = 1, int32(r)
+			counts[r].prefill++
+		case inDecode:
+			kept[i], slot[i] = 2, int32(r)
+			counts[r].decode++
 		}
 	}
-	// Pass 2: complete rolesets only, in first-seen order.
+	// Pass 2: complete rolesets only, in first-seen order, laid out in one backing array.
 	pos := make([]int, len(counts)) // index into pt.rolesets, -1 when incomplete
 	total := 0
 	for r, c := range counts {
 		pos[r] = -1
 		if c.prefill > 0 && c.decode > 0 {
 			pos[r] = len(pt.rolesets)
-			pt.rolesets = append(pt.rolesets, roleset{name: names[r]})
+			pt.rolesets = append(pt.rolesets, Roleset{Name: names[r]})
 			total += c.prefill + c.decode
 		} else {
 			pt.incomplete++
@@ -98,9 +100,9 @@ func partitionCandidates(cands []*pool.Endpoint, routing func(*pool.Endpoint) co
 	for r, c := range counts {
 		if p := pos[r]; p >= 0 {
 			rs := &pt.rolesets[p]
-			rs.prefill = backing[len(backing) : len(backing) : len(backing)+c.prefill]
+			rs.Prefill = backing[len(backing) : len(backing) : len(backing)+c.prefill]
 			backing = backing[:len(backing)+c.prefill]
-			rs.decode = backing[len(backing) : len(backing) : len(backing)+c.decode]
+			rs.Decode = backing[len(backing) : len(backing) : len(backing)+c.decode]
 			backing = backing[:len(backing)+c.decode]
 		}
 	}
@@ -109,12 +111,11 @@ func partitionCandidates(cands []*pool.Endpoint, routing func(*pool.Endpoint) co
 			continue
 		}
 		rs := &pt.rolesets[pos[slot[i]]]
-		if e.Role == pool.RolePrefill {
-			rs.prefill = append(rs.prefill, e)
+		if kept[i] == 1 {
+			rs.Prefill = append(rs.Prefill, e)
 		} else {
-			rs.decode = append(rs.decode, e)
+			rs.Decode = append(rs.Decode, e)
 		}
 	}
-	pt.bucketed = bucketing
 	return pt
 }

@@ -1,0 +1,72 @@
+package pd
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// TypeStddevFilter is step 3's standard-deviation skip.
+const TypeStddevFilter = "prefill-stddev-filter"
+
+type stddevParams struct {
+	Factor *float64 `json:"factor" default:"AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR (1)" doc:"N: prefill pods with more requests in flight than mean + N · sample std are skipped; negative disables the skip."`
+}
+
+// StddevFilter is step 3's skip: it drops the prefill pods whose in-flight count is above
+// mean + N·(sample std) over the candidates. It is a scoring-only filter: the roleset
+// handler applies it in its scoring round, over the batch left after the fast paths, and
+// lifts it when it leaves no roleset with both sides (trace step stddev_skip_ignored).
+type StddevFilter struct {
+	picker.TypedName
+	c      *Cascade
+	factor *float64
+}
+
+func (c *Cascade) newStddevFilter(name string, raw json.RawMessage, _ *picker.Handle) (picker.Plugin, error) {
+	var p stddevParams
+	if err := picker.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	return &StddevFilter{picker.NewTypedName(TypeStddevFilter, name), c, p.Factor}, nil
+}
+
+// ScoringOnly marks the filter as one the roleset handler does not run when sorting the
+// candidates into rolesets.
+func (f *StddevFilter) ScoringOnly() {}
+
+// Filter implements picker.Filter.
+func (f *StddevFilter) Filter(_ context.Context, cy *picker.Cycle, eps []*pool.Endpoint) []*pool.Endpoint {
+	s := selectionOf(cy)
+	if s.scoring() {
+		if s.relaxed {
+			return eps
+		}
+		n := s.pb.Knobs.PrefixCache.StandardDeviationFactor
+		if f.factor != nil {
+			n = *f.factor
+		}
+		limit := stddevLimit(s.pb.Pods, n)
+		j := 0 // eps is an ordered subsequence of the batch
+		return keepIf(eps, func(e *pool.Endpoint) bool {
+			for j < len(s.pb.Pods) && s.pb.Pods[j].Endpoint != e {
+				j++
+			}
+			return j == len(s.pb.Pods) || s.pb.Pods[j].InFlight <= limit
+		})
+	}
+	// Outside the roleset handler: the same rule over the endpoints given.
+	pods := make([]PrefillPod, len(eps))
+	for i, e := range eps {
+		pods[i] = PrefillPod{Endpoint: e, InFlight: float64(f.c.prefill.InFlight(e.Key()))}
+	}
+	n := cy.Resolved.PD.PrefixCache.StandardDeviationFactor
+	if f.factor != nil {
+		n = *f.factor
+	}
+	limit := stddevLimit(pods, n)
+	i := -1
+	return keepIf(eps, func(*pool.Endpoint) bool { i++; return pods[i].InFlight <= limit })
+}

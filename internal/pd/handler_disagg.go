@@ -1,0 +1,190 @@
+package pd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// TypeDisaggHandler is llm-d's disaggregation profile handler.
+const TypeDisaggHandler = "disagg-profile-handler"
+
+// Stage orders of the disagg handler (llm-d's names; "decode"/"prefill" and any case or
+// "_" are accepted, as llm-d accepts them).
+const (
+	StageOrderDecodeFirst  = "decode-first"
+	StageOrderPrefillFirst = "prefill-first"
+)
+
+// llm-d's decision names, the disagg handler's Decision.Step.
+const (
+	StepDecodeOnly    = "decode-only"
+	StepPrefillDecode = "prefill-decode"
+)
+
+type disaggParams struct {
+	StageOrder string `json:"stageOrder" default:"decode-first" doc:"decode-first: the decode profile runs first and the prefill decider looks at its pick; prefill-first: the prefill profile always runs, then decode."`
+	Profiles   struct {
+		Decode  string `json:"decode" default:"decode" doc:"The decode profile (required)."`
+		Prefill string `json:"prefill" default:"prefill" doc:"The prefill profile; without it no request is disaggregated."`
+		Encode  string `json:"encode" default:"encode" doc:"llm-d's encode profile (E/P/D); Tandem runs no encode stage."`
+	} `json:"profiles"`
+	Deciders struct {
+		Prefill string `json:"prefill" doc:"The decider (prefix-based-pd-decider, always-disagg-pd-decider) that says, from the decode pick, whether to run the prefill profile; unset: no disaggregation."`
+		Encode  string `json:"encode" doc:"llm-d's encode decider; not supported (Tandem has no encode stage)."`
+	} `json:"deciders"`
+}
+
+// legacyDisaggParams is llm-d's deprecated flat form (and pd-profile-handler's names).
+type legacyDisaggParams struct {
+	StageOrder               string `json:"stageOrder"`
+	DecodeProfile            string `json:"decodeProfile"`
+	PrefillProfile           string `json:"prefillProfile"`
+	EncodeProfile            string `json:"encodeProfile"`
+	PrefillDeciderPluginName string `json:"prefillDeciderPluginName"`
+	EncodeDeciderPluginName  string `json:"encodeDeciderPluginName"`
+	DeciderPluginName        string `json:"deciderPluginName"`
+}
+
+// PDDecider says whether a request whose decode pod is endpoint should be disaggregated
+// (llm-d's decider plugins). endpoint is nil in prefill-first order.
+type PDDecider interface {
+	picker.Plugin
+	Disaggregate(cy *picker.Cycle, endpoint *pool.Endpoint) bool
+}
+
+// DisaggHandler is llm-d's disagg-profile-handler (P/D; no encode stage): in decode-first
+// order the decode profile picks the destination, then the prefill decider, looking at that
+// pick, says whether the prefill profile runs; its pick becomes the prefill target. In
+// prefill-first order the prefill profile runs whenever it exists, then decode. A PD pick
+// counts in the PD trackers as the seed's pairs do.
+type DisaggHandler struct {
+	picker.TypedName
+	c                    *Cascade
+	prefillFirst         bool
+	decodeName, prefName string
+	decider              PDDecider
+	decode, prefill      *picker.Profile
+}
+
+func (c *Cascade) newDisaggHandler(name string, raw json.RawMessage, h *picker.Handle) (picker.Plugin, error) {
+	var p disaggParams
+	if err := picker.DecodeParams(raw, &p); err != nil {
+		// llm-d accepts its deprecated flat form when the nested one does not decode.
+		var legacy legacyDisaggParams
+		if lerr := picker.DecodeParams(raw, &legacy); lerr != nil {
+			return nil, err
+		}
+		h.Warn("%s %q: flat parameters are deprecated in llm-d; use profiles: and deciders:", TypeDisaggHandler, name)
+		p.StageOrder = legacy.StageOrder
+		p.Profiles.Decode, p.Profiles.Prefill, p.Profiles.Encode = legacy.DecodeProfile, legacy.PrefillProfile, legacy.EncodeProfile
+		p.Deciders.Prefill, p.Deciders.Encode = legacy.PrefillDeciderPluginName, legacy.EncodeDeciderPluginName
+		if p.Deciders.Prefill == "" {
+			p.Deciders.Prefill = legacy.DeciderPluginName
+		}
+	}
+	order := strings.ToLower(strings.NewReplacer("-", "", "_", "").Replace(p.StageOrder))
+	d := &DisaggHandler{TypedName: picker.NewTypedName(TypeDisaggHandler, name), c: c,
+		decodeName: ProfileDecode, prefName: ProfilePrefill}
+	switch order {
+	case "", "decodefirst", "decode":
+	case "prefillfirst", "prefill":
+		d.prefillFirst = true
+	default:
+		return nil, picker.BadParam("stageOrder", p.StageOrder, "must be decode-first or prefill-first")
+	}
+	if p.Deciders.Encode != "" {
+		return nil, picker.BadParam("deciders.encode", p.Deciders.Encode, "encode disaggregation (E/P/D) is not supported by Tandem; remove it")
+	}
+	if d.prefillFirst && p.Deciders.Prefill != "" {
+		return nil, picker.BadParam("deciders.prefill", p.Deciders.Prefill, "a prefill decider is not supported in prefill-first stage order (as in llm-d)")
+	}
+	if p.Profiles.Decode != "" {
+		d.decodeName = p.Profiles.Decode
+	}
+	if p.Profiles.Prefill != "" {
+		d.prefName = p.Profiles.Prefill
+	}
+	if p.Deciders.Prefill != "" {
+		pl, err := h.Require(p.Deciders.Prefill)
+		if err != nil {
+			return nil, &picker.ParamError{Field: "deciders.prefill", Value: p.Deciders.Prefill, Rule: err.Error()}
+		}
+		dec, ok := pl.(PDDecider)
+		if !ok {
+			return nil, picker.BadParam("deciders.prefill", p.Deciders.Prefill, "names a "+pl.Type()+", which is not a PD decider")
+		}
+		d.decider = dec
+	}
+	return d, nil
+}
+
+// Bind implements picker.ProfileBinder: the decode profile is required.
+func (h *DisaggHandler) Bind(profiles []*picker.Profile) error {
+	for _, p := range profiles {
+		switch p.Name {
+		case h.decodeName:
+			h.decode = p
+		case h.prefName:
+			h.prefill = p
+		}
+	}
+	if h.decode == nil {
+		return fmt.Errorf("%s needs a scheduling profile named %q (profiles.decode)", TypeDisaggHandler, h.decodeName)
+	}
+	return nil
+}
+
+// Next implements picker.ProfileHandler.
+func (h *DisaggHandler) Next(_ context.Context, cy *picker.Cycle, _ []*picker.Profile, done map[string]*picker.ProfileResult) []picker.ProfileRun {
+	_, decoded := done[h.decodeName]
+	_, prefilled := done[h.prefName]
+	if h.prefillFirst {
+		switch {
+		case decoded:
+			return nil
+		case h.prefill != nil && !prefilled:
+			return []picker.ProfileRun{{Profile: h.prefill}}
+		}
+		return []picker.ProfileRun{{Profile: h.decode}}
+	}
+	switch {
+	case !decoded:
+		return []picker.ProfileRun{{Profile: h.decode}}
+	case prefilled || h.prefill == nil || h.decider == nil:
+		return nil
+	}
+	if r := done[h.decodeName]; r != nil && len(r.Ranked) > 0 && h.decider.Disaggregate(cy, r.Ranked[0]) {
+		return []picker.ProfileRun{{Profile: h.prefill}}
+	}
+	done[h.prefName] = nil // decided: no prefill stage
+	return nil
+}
+
+// Result implements picker.ProfileHandler: the decode pick is the destination; the prefill
+// pick, when the stage ran, the prefill target.
+func (h *DisaggHandler) Result(_ context.Context, _ *picker.Cycle, done map[string]*picker.ProfileResult) (*picker.Decision, error) {
+	dr := done[h.decodeName]
+	if dr == nil || len(dr.Ranked) == 0 {
+		return nil, errors.New("failed to find available decode workers")
+	}
+	d := &picker.Decision{Destination: dr.Ranked, Step: StepDecodeOnly}
+	if pr := done[h.prefName]; pr != nil && len(pr.Ranked) > 0 {
+		d.Prefill, d.Outcome, d.Step = pr.Ranked, picker.OutcomePD, StepPrefillDecode
+		d.SetHeaders = map[string]string{HeaderPrefillerHostPort: pr.Ranked[0].HostPort()}
+		lc := newPairLifecycle(h.c, pr.Ranked[0], dr.Ranked[0])
+		lc.dest = d.Destination
+		d.Lifecycle = lc
+	}
+	return d, nil
+}
+
+var (
+	_ picker.ProfileHandler = (*DisaggHandler)(nil)
+	_ picker.ProfileBinder  = (*DisaggHandler)(nil)
+)

@@ -1,0 +1,480 @@
+package pd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
+)
+
+// TypeRolesetHandler is the seed's pair-aware profile handler.
+const TypeRolesetHandler = "roleset-pd-profile-handler"
+
+type rolesetHandlerParams struct {
+	Profiles struct {
+		Prefill  string `json:"prefill" default:"prefill" doc:"The profile whose filters choose the prefill candidates and whose one prefill-policy-scorer scores them."`
+		Decode   string `json:"decode" default:"decode" doc:"The profile whose filters choose the decode candidates and whose one decode-policy-scorer scores them."`
+		Combined string `json:"combined" default:"combined" doc:"The profile whose filters choose the combined pods (fallback and overflow); optional."`
+	} `json:"profiles"`
+	Deciders struct {
+		CombinedOverflow string `json:"combinedOverflow" doc:"A combined-overflow-decider (step 0b); unset: no overflow."`
+		PrefillImbalance string `json:"prefillImbalance" doc:"A prefill-imbalance-decider (step 1); unset: no prefill fast path."`
+		DecodeImbalance  string `json:"decodeImbalance" doc:"A decode-imbalance-decider (step 2); unset: no decode fast path."`
+	} `json:"deciders"`
+	Fallbacks *int `json:"fallbacks" default:"2" doc:"Fallbacks after the primary on each side, from the same roleset."`
+}
+
+// RolesetHandler is the seed's Pod Selection Algorithm as a profile handler over a prefill,
+// a decode and a combined profile:
+//
+//   - before the critical section (Produce): the request's policies, and its candidates
+//     sorted into complete rolesets and combined pods by the profiles' filters (role,
+//     prompt-length bucket, and any a config adds);
+//   - first round (Next): step 0b (overflow to a combined pod), step 1 (prefill imbalance),
+//     step 2 (decode imbalance) and 2b (bucket-serve preference) as its deciders, then the
+//     prefill and decode profiles run on what is left (the scoring-only standard-deviation
+//     skip, the policy scorers);
+//   - second round: the best pod per roleset on each side and the best pair (steps 3–5); if
+//     the skip left no pair, the prefill profile runs again without it;
+//   - Result: the pair (or the combined pod), fallbacks from the same roleset, the prefill
+//     target, the trace; the pick's load is registered before the lock is released.
+//
+// Non-completion requests go to a non-prefill pod by least-request.
+type RolesetHandler struct {
+	picker.TypedName
+	c                                 *Cascade
+	prefillName, decodeName, combName string
+	prefill, decode, combined         *picker.Profile
+	prefillScorer, decodeScorer       *PolicyScorer
+	overflow                          CombinedOverflow
+	prefillFast                       PrefillFastPath
+	decodeFast                        DecodeFastPath
+	nonInference                      *picker.Profile
+	fallbacks                         int
+}
+
+// Profile names of the default chain.
+const (
+	ProfilePrefill      = "prefill"
+	ProfileDecode       = "decode"
+	ProfileCombined     = "combined"
+	profileNonInference = "non-inference"
+)
+
+// NewDefaultChain is the "pd" strategy: the roleset handler with the three deciders over
+//
+//	prefill:  pd-role-filter(prefill), prompt-length-bucket-filter, prefill-stddev-filter,
+//	          prefill-policy-scorer
+//	decode:   pd-role-filter(decode), prompt-length-bucket-filter, decode-policy-scorer
+//	combined: pd-role-filter(combined), prompt-length-bucket-filter
+//
+// A --config-file declaring the same plugins builds the same chain.
+func (c *Cascade) NewDefaultChain() *picker.Chain {
+	h := c.newRolesetHandlerOf("", ProfilePrefill, ProfileDecode, ProfileCombined, c.fallbacks)
+	h.overflow = &CombinedOverflowDecider{picker.NewTypedName(TypeCombinedOverflowDecider, ""), c}
+	h.prefillFast = &PrefillImbalanceDecider{TypedName: picker.NewTypedName(TypePrefillImbalanceDecider, "")}
+	h.decodeFast = &DecodeImbalanceDecider{picker.NewTypedName(TypeDecodeImbalanceDecider, "")}
+	profiles := []*picker.Profile{
+		{Name: ProfilePrefill, Filters: []picker.Filter{NewRoleFilter(RolePrefill), NewBucketFilter(),
+			&StddevFilter{TypedName: picker.NewTypedName(TypeStddevFilter, ""), c: c}},
+			Scorers: []picker.WeightedScorer{{Scorer: c.NewPrefillPolicyScorer(""), Weight: 1}}},
+		{Name: ProfileDecode, Filters: []picker.Filter{NewRoleFilter(RoleDecode), NewBucketFilter()},
+			Scorers: []picker.WeightedScorer{{Scorer: c.NewDecodePolicyScorer(""), Weight: 1}}},
+		{Name: ProfileCombined, Filters: []picker.Filter{NewRoleFilter(RoleCombined), NewBucketFilter()}},
+	}
+	ch, err := picker.NewChain(StrategyName, h, profiles, c.deps)
+	if err != nil {
+		panic(fmt.Sprintf("pd: the default chain does not bind: %v", err)) // a programming error
+	}
+	return ch
+}
+
+func (c *Cascade) newRolesetHandlerOf(name, prefill, decode, combined string, fallbacks int) *RolesetHandler {
+	return &RolesetHandler{TypedName: picker.NewTypedName(TypeRolesetHandler, name), c: c,
+		prefillName: prefill, decodeName: decode, combName: combined, fallbacks: fallbacks,
+		nonInference: &picker.Profile{Name: profileNonInference, Filters: []picker.Filter{picker.NewDecodeRoleFilter()},
+			Scorers: []picker.WeightedScorer{{Scorer: picker.NewLeastRequestScorer(c.deps), Weight: 1}}, Picker: picker.NewMaxScorePicker()}}
+}
+
+func (c *Cascade) newRolesetHandler(name string, raw json.RawMessage, h *picker.Handle) (picker.Plugin, error) {
+	var p rolesetHandlerParams
+	p.Profiles.Prefill, p.Profiles.Decode, p.Profiles.Combined = ProfilePrefill, ProfileDecode, ProfileCombined
+	if err := picker.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	fallbacks := defaultFallbacks
+	if p.Fallbacks != nil {
+		if *p.Fallbacks < 0 {
+			return nil, picker.BadParam("fallbacks", *p.Fallbacks, "must be 0 or more")
+		}
+		fallbacks = *p.Fallbacks
+	}
+	r := c.newRolesetHandlerOf(name, p.Profiles.Prefill, p.Profiles.Decode, p.Profiles.Combined, fallbacks)
+	deciders := []struct {
+		field, name string
+		set         func(picker.Plugin) bool
+	}{
+		{"deciders.combinedOverflow", p.Deciders.CombinedOverflow, func(pl picker.Plugin) bool { d, ok := pl.(CombinedOverflow); r.overflow = d; return ok }},
+		{"deciders.prefillImbalance", p.Deciders.PrefillImbalance, func(pl picker.Plugin) bool { d, ok := pl.(PrefillFastPath); r.prefillFast = d; return ok }},
+		{"deciders.decodeImbalance", p.Deciders.DecodeImbalance, func(pl picker.Plugin) bool { d, ok := pl.(DecodeFastPath); r.decodeFast = d; return ok }},
+	}
+	for _, d := range deciders {
+		if d.name == "" {
+			continue
+		}
+		pl, err := h.Require(d.name)
+		if err != nil {
+			return nil, &picker.ParamError{Field: d.field, Value: d.name, Rule: err.Error()}
+		}
+		if !d.set(pl) {
+			return nil, picker.BadParam(d.field, d.name, "names a "+pl.Type()+", which is not that decider")
+		}
+	}
+	return r, nil
+}
+
+// RanksItself implements picker.RanksItself: the pair is chosen across two profiles.
+func (h *RolesetHandler) RanksItself() {}
+
+// CriticalSection implements picker.Exclusive: the cascade's, shared by every PD selection.
+func (h *RolesetHandler) CriticalSection() picker.Locker { return h.c.CriticalSection() }
+
+// Bind implements picker.ProfileBinder: the prefill and decode profiles must exist, with
+// exactly one policy scorer of their side each (the pair is made on its raw cost).
+func (h *RolesetHandler) Bind(profiles []*picker.Profile) error {
+	find := func(name string) *picker.Profile {
+		for _, p := range profiles {
+			if p.Name == name {
+				return p
+			}
+		}
+		return nil
+	}
+	h.prefill, h.decode, h.combined = find(h.prefillName), find(h.decodeName), find(h.combName)
+	for _, side := range []struct {
+		name    string
+		p       *picker.Profile
+		typ     string
+		scorer  **PolicyScorer
+		prefill bool
+	}{{h.prefillName, h.prefill, TypePrefillPolicyScorer, &h.prefillScorer, true}, {h.decodeName, h.decode, TypeDecodePolicyScorer, &h.decodeScorer, false}} {
+		if side.p == nil {
+			return fmt.Errorf("%s needs a scheduling profile named %q (profiles.%s)", TypeRolesetHandler, side.name, map[bool]string{true: "prefill", false: "decode"}[side.prefill])
+		}
+		if len(side.p.Scorers) != 1 {
+			return fmt.Errorf("profile %q: %s pairs on the raw cost of one %s; the profile has %d scorers", side.name, TypeRolesetHandler, side.typ, len(side.p.Scorers))
+		}
+		ps, ok := side.p.Scorers[0].Scorer.(*PolicyScorer)
+		if !ok || ps.prefill != side.prefill {
+			return fmt.Errorf("profile %q: %s pairs on the raw cost of one %s; %q is a %s", side.name, TypeRolesetHandler, side.typ,
+				side.p.Scorers[0].Scorer.Name(), side.p.Scorers[0].Scorer.Type())
+		}
+		*side.scorer = ps
+	}
+	return nil
+}
+
+// Produce implements picker.DataProducer: everything before the critical section.
+func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
+	c := h.c
+	c.pruneFor(cy.Snap)
+	s := &selection{ri: -1}
+	selectionKey.Write(cy.State, s)
+	if cy.Req.API == request.APIOther {
+		s.nonInference = true
+		return nil
+	}
+	s.knobs = &cy.Resolved.PD
+	s.trace = &picker.Trace{Candidates: len(cy.Candidates)}
+	pol := c.policiesFor(ctx, cy, h.prefillScorer.policy, h.decodeScorer.policy)
+	if pol.err != nil {
+		return pol.err
+	}
+	s.prefPol, s.decPol = pol.prefill, pol.decode
+	s.trace.Note = fmt.Sprintf("%sprefill_policy=%s decode_policy=%s prompt_tokens=%d", pol.note, s.prefPol.Name(), s.decPol.Name(), cy.Req.PromptTokens)
+	prefill := h.candidates(ctx, cy, h.prefill)
+	decode := h.candidates(ctx, cy, h.decode)
+	combined := h.candidates(ctx, cy, h.combined)
+	s.pt = partitionOf(cy.Candidates, prefill, decode, combined, s.knobs.PromptLengthBucketing)
+	if s.pt.bucketed {
+		s.trace.Add("bucketing")
+	}
+	return nil
+}
+
+// candidates runs a profile's filters, but for the scoring-only ones, over the candidates.
+func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *picker.Profile) []*pool.Endpoint {
+	if p == nil {
+		return nil
+	}
+	eps := cy.Candidates
+	for _, f := range p.Filters {
+		if _, scoringOnly := f.(interface{ ScoringOnly() }); scoringOnly {
+			continue
+		}
+		if eps = f.Filter(ctx, cy, eps); len(eps) == 0 {
+			return nil
+		}
+	}
+	return eps
+}
+
+// Next implements picker.ProfileHandler: the fast paths, then the scoring rounds.
+func (h *RolesetHandler) Next(_ context.Context, cy *picker.Cycle, _ []*picker.Profile, done map[string]*picker.ProfileResult) []picker.ProfileRun {
+	s := selectionOf(cy)
+	switch {
+	case s.nonInference:
+		if done[profileNonInference] == nil {
+			return []picker.ProfileRun{{Profile: h.nonInference, Endpoints: cy.Candidates}}
+		}
+		return nil
+	case len(s.pt.rolesets) == 0 || s.overflow:
+		return nil
+	}
+	s.rounds++
+	switch s.rounds {
+	case 1:
+		return h.fastPaths(cy, s)
+	case 2:
+		if h.pair(s) || s.relaxed {
+			return nil
+		}
+		// The skip left no roleset with both sides: score the prefill side without it.
+		s.relaxed = true
+		s.trace.Add("stddev_skip_ignored")
+		return []picker.ProfileRun{{Profile: h.prefill, Endpoints: s.prefillEndpoints()}}
+	case 3:
+		h.pair(s)
+	}
+	return nil
+}
+
+// fastPaths runs steps 0b, 1, 2 and 2b, builds the scoring batches and starts the scoring
+// round. Inside the critical section.
+func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.ProfileRun {
+	c, k, pt := h.c, s.knobs, &s.pt
+
+	// Step 0b: a bucket match exists, but PD is saturated and a combined pod is idle.
+	if pt.bucketed && len(pt.combined) > 0 && h.overflow != nil && h.overflow.Overflow(cy, pt.combined, pt.rolesets) {
+		s.overflow = true
+		return nil
+	}
+
+	// The prefill and decode candidates, each with its roleset index.
+	nPre, nDec := 0, 0
+	for ri := range pt.rolesets {
+		nPre += len(pt.rolesets[ri].Prefill)
+		nDec += len(pt.rolesets[ri].Decode)
+	}
+	pre := make([]PrefillPod, 0, nPre)
+	preRS := make([]int, 0, nPre)
+	decEPs := make([]*pool.Endpoint, 0, nDec)
+	decRS := make([]int, 0, nDec)
+	for ri := range pt.rolesets {
+		rs := &pt.rolesets[ri]
+		for _, e := range rs.Prefill {
+			pre = append(pre, PrefillPod{Endpoint: e, Roleset: rs.Name, InFlight: float64(c.prefill.InFlight(e.Key())),
+				MatchPct: s.match[e.Key()]})
+			preRS = append(preRS, ri)
+		}
+		for _, e := range rs.Decode {
+			decEPs = append(decEPs, e)
+			decRS = append(decRS, ri)
+		}
+	}
+
+	// Step 1: prefill load imbalance: the least-loaded prefill pod; decode narrowed to its roleset.
+	if h.prefillFast != nil {
+		if i := h.prefillFast.PrefillFastPath(cy, k, pre); i >= 0 {
+			ri := preRS[i]
+			pre, preRS = pre[i:i+1], preRS[i:i+1]
+			decEPs, decRS = keepRoleset(decEPs, decRS, ri)
+			s.fastSteps = append(s.fastSteps, StepPrefillImbalance)
+			s.trace.Add(StepPrefillImbalance)
+		}
+	}
+
+	// Step 2: decode load imbalance, prefill aligned to the chosen roleset. The batch keeps
+	// the maxima of every decode candidate before this narrowing.
+	b := c.decodeBatch(cy, k, decEPs, decRS, pt.rolesets)
+	if s.decPol.FastPath() && h.decodeFast != nil {
+		if i, step := h.decodeFast.DecodeFastPath(cy, b); i >= 0 {
+			ri := decRS[i]
+			b.Pods, decRS = b.Pods[i:i+1], decRS[i:i+1]
+			if p, r := keepRoleset(pre, preRS, ri); len(p) > 0 {
+				pre, preRS = p, r
+			}
+			s.fastSteps = append(s.fastSteps, step)
+			s.trace.Add(step)
+		}
+	}
+
+	// Step 2b: adaptive bucket serving may prefer one roleset still holding both sides.
+	if c.prefer != nil && k.BucketServe && k.PromptLengthBucketing {
+		if ri, ok := h.preferred(cy, s, preRS, decRS); ok {
+			pre, preRS = keepRoleset(pre, preRS, ri)
+			b.Pods, decRS = keepRoleset(b.Pods, decRS, ri)
+			s.fastSteps = append(s.fastSteps, StepBucketServe)
+			s.trace.Add(StepBucketServe)
+		}
+	}
+
+	// Steps 3–5 run as the prefill and decode profiles, over what is left.
+	s.trace.Add("prefill_score:" + s.prefPol.Name())
+	s.trace.Add("decode_score:" + s.decPol.Name())
+	s.pb = &PrefillBatch{Pods: pre, MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: k}
+	for _, p := range pre {
+		s.pb.MaxInFlight = math.Max(s.pb.MaxInFlight, p.InFlight)
+	}
+	s.preRS, s.b, s.decRS = preRS, b, decRS
+	s.prefCost, s.decCost = make([]float64, len(pre)), make([]float64, len(b.Pods))
+	decodeEPs := make([]*pool.Endpoint, len(b.Pods))
+	for i := range b.Pods {
+		decodeEPs[i] = b.Pods[i].Endpoint
+	}
+	return []picker.ProfileRun{{Profile: h.prefill, Endpoints: s.prefillEndpoints()}, {Profile: h.decode, Endpoints: decodeEPs}}
+}
+
+func (s *selection) prefillEndpoints() []*pool.Endpoint {
+	out := make([]*pool.Endpoint, len(s.pb.Pods))
+	for i := range s.pb.Pods {
+		out[i] = s.pb.Pods[i].Endpoint
+	}
+	return out
+}
+
+// pair runs steps 3–5 on the costs the policy scorers recorded; it reports whether a
+// roleset kept both sides.
+func (h *RolesetHandler) pair(s *selection) bool {
+	c, nRS := h.c, len(s.pt.rolesets)
+	var maxP, maxD float64
+	s.bestP, s.scoreP, maxP = c.bestOf(s.prefCost, s.preRS, nRS, 1)
+	if s.bestD == nil { // the retry re-scores the prefill side only
+		s.bestD, s.scoreD, maxD = c.bestOf(s.decCost, s.decRS, nRS, decodeMaxScoreFloor)
+		s.decMax = maxD
+	}
+	s.ri, s.finals = c.pair(s.bestP, s.scoreP, maxP, s.bestD, s.scoreD, s.decMax)
+	return s.ri >= 0
+}
+
+// preferred asks the RolesetPreference among the rolesets with both sides left.
+func (h *RolesetHandler) preferred(cy *picker.Cycle, s *selection, preRS, decRS []int) (int, bool) {
+	rolesets := s.pt.rolesets
+	hasP := make([]bool, len(rolesets))
+	hasD := make([]bool, len(rolesets))
+	for _, ri := range preRS {
+		hasP[ri] = true
+	}
+	for _, ri := range decRS {
+		hasD[ri] = true
+	}
+	both := make([]string, 0, len(rolesets))
+	for ri := range rolesets {
+		if hasP[ri] && hasD[ri] {
+			both = append(both, rolesets[ri].Name)
+		}
+	}
+	name, ok := h.c.prefer.Prefer(cy, both)
+	if !ok || !slices.Contains(both, name) {
+		return -1, false
+	}
+	for ri := range rolesets {
+		if rolesets[ri].Name == name {
+			return ri, true
+		}
+	}
+	return -1, false
+}
+
+// Result implements picker.ProfileHandler.
+func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[string]*picker.ProfileResult) (*picker.Decision, error) {
+	c, s := h.c, selectionOf(cy)
+	switch {
+	case s.nonInference:
+		r := done[profileNonInference]
+		tr := &picker.Trace{Candidates: len(cy.Candidates)}
+		tr.Add(picker.StrategyLeastRequest)
+		tr.Scores = picker.RankedScores(done)
+		return &picker.Decision{Outcome: picker.OutcomeSingle, Step: StepNonInference, Destination: r.Ranked, Trace: tr}, nil
+	case len(s.pt.rolesets) == 0:
+		return c.noPair(cy, s, h.fallbacks)
+	case s.overflow:
+		return c.combinedDecision(s, StepCombinedOverflow, c.rankCombined(s, s.pt.combined), h.fallbacks), nil
+	case s.ri < 0:
+		return nil, apierror.Unavailable("no_pd_pair", "no roleset kept both a prefill and a decode candidate after scoring (%d rolesets)", len(s.pt.rolesets))
+	}
+	ri := s.ri
+	pp, dp := &s.pb.Pods[s.bestP[ri]], &s.b.Pods[s.bestD[ri]]
+	s.trace.Add(StepPair)
+	if c.afterScoring != nil {
+		c.afterScoring()
+	}
+	d := &picker.Decision{Outcome: picker.OutcomePD, Step: StepPair, Trace: s.trace,
+		SetHeaders: map[string]string{HeaderPrefillerHostPort: pp.Endpoint.HostPort()}}
+	if len(s.fastSteps) > 0 {
+		d.Step = strings.Join(s.fastSteps, stepSeparator)
+	}
+	lc := newPairLifecycle(c, pp.Endpoint, dp.Endpoint)
+	d.Lifecycle = lc
+	d.Destination = withFallbacks(h.fallbacks, dp.Endpoint, s.pt.rolesets[ri].Decode, func(e *pool.Endpoint) int64 {
+		return c.deps.Running.InFlight(e.Key()) + c.pending.InFlight(e.Key())
+	})
+	lc.dest = d.Destination
+	d.Prefill = withFallbacks(h.fallbacks, pp.Endpoint, s.pt.rolesets[ri].Prefill, func(e *pool.Endpoint) int64 {
+		return c.prefill.InFlight(e.Key())
+	})
+	s.trace.Scores = traceScores(&s.pt, s.finals, pp, s.scoreP[ri], dp, s.scoreD[ri])
+	return d, nil
+}
+
+// decodeBatch reads each decode candidate's signals and the batch maxima. rs and rolesets
+// name each pod's roleset (nil: the pod's own label).
+func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.Endpoint, rs []int, rolesets []Roleset) *DecodeBatch {
+	b := &DecodeBatch{Pods: make([]DecodePod, len(eps)), MaxRequests: 1, MaxThroughput: 1, MaxFreeGPU: 1, Knobs: knobs}
+	for i, e := range eps {
+		p := &b.Pods[i]
+		p.Endpoint, p.Roleset = e, e.Roleset
+		if rs != nil {
+			p.Roleset = rolesets[rs[i]].Name
+		}
+		n, ok := c.deps.Running.Lookup(e.Key())
+		p.Running, p.HasRunning = float64(n), ok
+		p.Pending = float64(c.pending.InFlight(e.Key()))
+		p.FreeGPU = 100
+		if smp := c.deps.Metrics.Get(e.Key()); smp != nil {
+			p.Sample = smp
+			if smp.HasGenThroughput {
+				p.Throughput, p.HasThroughput = smp.GenThroughput, true
+				b.MaxThroughput = math.Max(b.MaxThroughput, smp.GenThroughput)
+			}
+			if smp.HasKVUsage {
+				p.FreeGPU = math.Round(100 - smp.KVUsage*100)
+				if p.FreeGPU <= 0 {
+					p.FreeGPU = 0.1
+				}
+			}
+		}
+		if c.deps.Drain != nil {
+			p.Drain = c.deps.Drain.PerSecond(e.Key())
+		}
+		b.MaxRequests = math.Max(b.MaxRequests, p.Requests())
+		b.MaxFreeGPU = math.Max(b.MaxFreeGPU, p.FreeGPU)
+	}
+	return b
+}
+
+var (
+	_ picker.ProfileHandler = (*RolesetHandler)(nil)
+	_ picker.DataProducer   = (*RolesetHandler)(nil)
+	_ picker.Exclusive      = (*RolesetHandler)(nil)
+	_ picker.ProfileBinder  = (*RolesetHandler)(nil)
+	_ picker.RanksItself    = (*RolesetHandler)(nil)
+)

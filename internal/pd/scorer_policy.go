@@ -1,0 +1,318 @@
+package pd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// The seed's prefill and decode score policies as picker scorers. A policy's raw score is a
+// cost, lower is better, in its own units; the scorer's [0, 1] view is
+// 1 − cost / max(floor, costs) (floor 1 for prefill, 0.01 for decode, the seed's pair()
+// normalisation), 0 for a pod the policy cannot score. The roleset handler pairs on the raw
+// costs the scorers leave in the cycle, so its arithmetic is the seed's to the last bit.
+const (
+	TypePrefillPolicyScorer = "prefill-policy-scorer"
+	TypeDecodePolicyScorer  = "decode-policy-scorer"
+)
+
+type policyScorerParams struct {
+	Policy string `json:"policy" default:"the request's (routingConfig.prefillScorePolicy / decodeScorePolicy, else AIBRIX_PREFILL_SCORE_POLICY / AIBRIX_DECODE_SCORE_POLICY)" doc:"The registered score policy to use for every request; unset follows each request's profile, as the seed does."`
+}
+
+// policies is one request's pair of policies, resolved once per cycle.
+type policies struct {
+	prefill PrefillPolicy
+	decode  DecodePolicy
+	note    string
+	err     error
+}
+
+var policiesKey = picker.NewStateKey[*policies]("pd.policies")
+
+// policiesFor resolves the request's policies once per cycle: a fixed name when the scorer
+// has one, else the seed's precedence (Policies.resolve). An unregistered prefill name
+// falls back (noted, logged once); an unregistered decode name is an error.
+func (c *Cascade) policiesFor(ctx context.Context, cy *picker.Cycle, fixedPrefill, fixedDecode string) *policies {
+	if p, ok := policiesKey.Read(cy.State); ok {
+		return p
+	}
+	rc := cy.Resolved.Routing
+	if fixedPrefill != "" {
+		rc.PrefillScorePolicy = fixedPrefill
+	}
+	if fixedDecode != "" {
+		rc.DecodeScorePolicy = fixedDecode
+	}
+	p := &policies{}
+	p.prefill, p.decode, p.note, p.err = c.policies.resolve(c.gwPrefill, &cy.Resolved.PD, &rc)
+	if p.note != "" {
+		if _, seen := c.noted.LoadOrStore(p.note, struct{}{}); !seen {
+			c.logger(ctx).Info("score policy not registered, falling back (logged once)", "request", cy.Req.ID, "detail", p.note)
+		}
+	}
+	if p.err != nil {
+		p.err = apierror.Unavailable("unknown_decode_policy",
+			"%v; fix decodeScorePolicy in the model config or AIBRIX_DECODE_SCORE_POLICY", p.err)
+	}
+	policiesKey.Write(cy.State, p)
+	return p
+}
+
+// PolicyScorer is prefill-policy-scorer or decode-policy-scorer. In the roleset handler's
+// scoring round it scores the handler's batch; anywhere else it builds a batch from the
+// endpoints it is given. As a DataProducer (prefill, prefix-using policies) it matches the
+// prompt's prefix before the critical section; as a Reserver it charges a policy's ledger
+// (Charger) inside it; as a PostPick it warms the prefix index with the prefill pod.
+type PolicyScorer struct {
+	picker.TypedName
+	c       *Cascade
+	prefill bool
+	policy  string
+}
+
+// NewPrefillPolicyScorer and NewDecodePolicyScorer score with policy ("" : the request's).
+func (c *Cascade) NewPrefillPolicyScorer(policy string) *PolicyScorer {
+	return &PolicyScorer{picker.NewTypedName(TypePrefillPolicyScorer, ""), c, true, policy}
+}
+
+// NewDecodePolicyScorer is the decode side's scorer.
+func (c *Cascade) NewDecodePolicyScorer(policy string) *PolicyScorer {
+	return &PolicyScorer{picker.NewTypedName(TypeDecodePolicyScorer, ""), c, false, policy}
+}
+
+func (c *Cascade) newPolicyScorer(prefill bool) picker.Factory {
+	return func(name string, raw json.RawMessage, _ *picker.Handle) (picker.Plugin, error) {
+		var p policyScorerParams
+		if err := picker.DecodeParams(raw, &p); err != nil {
+			return nil, err
+		}
+		typ := TypeDecodePolicyScorer
+		if prefill {
+			typ = TypePrefillPolicyScorer
+		}
+		if p.Policy != "" {
+			pre, dec := c.policies.Names()
+			valid := dec
+			if prefill {
+				valid = pre
+			}
+			if !slices.Contains(valid, p.Policy) {
+				return nil, picker.BadParam("policy", p.Policy, fmt.Sprintf("must be a registered policy: %v", valid))
+			}
+		}
+		return &PolicyScorer{picker.NewTypedName(typ, name), c, prefill, p.Policy}, nil
+	}
+}
+
+func (s *PolicyScorer) resolve(ctx context.Context, cy *picker.Cycle) *policies {
+	if s.prefill {
+		return s.c.policiesFor(ctx, cy, s.policy, "")
+	}
+	return s.c.policiesFor(ctx, cy, "", s.policy)
+}
+
+// Produce implements picker.DataProducer: a prefix-using prefill policy gets the prompt's
+// prefix match now, outside the critical section (the seed: after bucketing, only when a
+// complete roleset is left).
+func (s *PolicyScorer) Produce(ctx context.Context, cy *picker.Cycle) error {
+	if !s.prefill {
+		return nil
+	}
+	sel := selectionOf(cy)
+	if sel == nil || sel.nonInference || len(sel.pt.rolesets) == 0 {
+		return nil
+	}
+	if sel.prefPol.UsesPrefix() {
+		s.c.matchPrefix(cy, sel)
+	}
+	return nil
+}
+
+// matchPrefix computes the prefix match % of every endpoint holding a prefix of the prompt.
+func (c *Cascade) matchPrefix(cy *picker.Cycle, sel *selection) {
+	if c.deps.Prefix == nil {
+		return
+	}
+	sel.hashes = picker.PromptHashes(cy, sel.knobs.PrefixCache.BlockSize)
+	if len(sel.hashes) == 0 {
+		return
+	}
+	c.deps.Prefix.Match(cy.Req.Model, sel.hashes, func(key string, pct float64) {
+		if sel.match == nil {
+			sel.match = make(map[string]float64)
+		}
+		sel.match[key] = pct
+	})
+}
+
+// Score implements picker.Scorer.
+func (s *PolicyScorer) Score(ctx context.Context, cy *picker.Cycle, eps []*pool.Endpoint, out []float64) {
+	var costs []float64
+	if s.prefill {
+		costs = s.prefillCosts(ctx, cy, eps)
+	} else {
+		costs = s.decodeCosts(ctx, cy, eps)
+	}
+	floor := decodeMaxScoreFloor
+	if s.prefill {
+		floor = 1
+	}
+	hi := floor
+	for _, v := range costs {
+		if !math.IsNaN(v) {
+			hi = math.Max(hi, v)
+		}
+	}
+	for i, v := range costs {
+		if !math.IsNaN(v) {
+			out[i] = 1 - v/hi
+		}
+	}
+}
+
+// prefillCosts scores eps (an ordered subsequence of the handler's batch in its scoring
+// round, which then records the costs) and returns their costs.
+func (s *PolicyScorer) prefillCosts(ctx context.Context, cy *picker.Cycle, eps []*pool.Endpoint) []float64 {
+	sel := selectionOf(cy)
+	if sel.scoring() {
+		pol, pb := sel.prefPol, sel.pb
+		for i := range sel.prefCost {
+			sel.prefCost[i] = math.NaN()
+		}
+		out := make([]float64, len(eps))
+		j := 0
+		for i, e := range eps {
+			for j < len(pb.Pods) && pb.Pods[j].Endpoint != e {
+				j++
+			}
+			if j == len(pb.Pods) {
+				out[i] = math.NaN()
+				j = 0
+				continue
+			}
+			out[i] = pol.Score(pb, j)
+			sel.prefCost[j] = out[i]
+		}
+		prefillBatchKey.Write(cy.State, pb)
+		return out
+	}
+	p := s.resolve(ctx, cy)
+	pb := &PrefillBatch{Pods: make([]PrefillPod, len(eps)), MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: &cy.Resolved.PD}
+	var match map[string]float64
+	if p.prefill.UsesPrefix() {
+		tmp := &selection{knobs: &cy.Resolved.PD}
+		s.c.matchPrefix(cy, tmp)
+		match = tmp.match
+	}
+	for i, e := range eps {
+		pb.Pods[i] = PrefillPod{Endpoint: e, Roleset: e.Roleset, InFlight: float64(s.c.prefill.InFlight(e.Key())),
+			MatchPct: match[e.Key()], Sample: s.c.deps.Metrics.Get(e.Key())}
+		pb.MaxInFlight = math.Max(pb.MaxInFlight, pb.Pods[i].InFlight)
+	}
+	out := make([]float64, len(eps))
+	for i := range eps {
+		out[i] = p.prefill.Score(pb, i)
+	}
+	prefillBatchKey.Write(cy.State, pb)
+	return out
+}
+
+// decodeCosts is prefillCosts for the decode side.
+func (s *PolicyScorer) decodeCosts(ctx context.Context, cy *picker.Cycle, eps []*pool.Endpoint) []float64 {
+	sel := selectionOf(cy)
+	var pol DecodePolicy
+	var b *DecodeBatch
+	idx := make([]int, len(eps))
+	if sel.scoring() {
+		pol, b = sel.decPol, sel.b
+		for i := range sel.decCost {
+			sel.decCost[i] = math.NaN()
+		}
+		j := 0
+		for i, e := range eps {
+			for j < len(b.Pods) && b.Pods[j].Endpoint != e {
+				j++
+			}
+			idx[i] = j
+			if j == len(b.Pods) {
+				idx[i], j = -1, 0
+			}
+		}
+	} else {
+		pol = s.resolve(ctx, cy).decode
+		if pol == nil {
+			pol = loadBalancingPolicy{}
+		}
+		b = s.c.decodeBatch(cy, &cy.Resolved.PD, eps, nil, nil)
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	anyMetrics := false
+	for _, j := range idx {
+		anyMetrics = anyMetrics || (j >= 0 && b.Pods[j].HasRunning)
+	}
+	out := make([]float64, len(eps))
+	for i, j := range idx {
+		if j < 0 {
+			out[i] = math.NaN()
+			continue
+		}
+		out[i] = decodeCost(pol, b, j, anyMetrics)
+		if sel.scoring() {
+			sel.decCost[j] = out[i]
+		}
+	}
+	decodeBatchKey.Write(cy.State, b)
+	return out
+}
+
+// Reserve implements picker.Reserver: a policy with a ledger is charged for the chosen pair
+// inside the critical section, and released by the decision's lifecycle.
+func (s *PolicyScorer) Reserve(ctx context.Context, cy *picker.Cycle, d *picker.Decision) {
+	lc, ok := d.Lifecycle.(*lifecycle)
+	if !ok || d.Outcome != picker.OutcomePD || len(d.Prefill) == 0 {
+		return
+	}
+	p := s.resolve(ctx, cy)
+	var pol any = p.decode
+	if s.prefill {
+		pol = p.prefill
+	}
+	switch ch := pol.(type) {
+	case CycleCharger:
+		lc.charge(ch.ChargeCycle(cy, d.Prefill[0], d.Destination[0]))
+	case Charger:
+		lc.charge(ch.Charge(cy.Req, d.Prefill[0], d.Destination[0]))
+	}
+}
+
+// PostPick implements picker.PostPick: with a prefix-using prefill policy, the prefill pod
+// now holds the prompt's prefix.
+func (s *PolicyScorer) PostPick(ctx context.Context, cy *picker.Cycle, d *picker.Decision) {
+	if !s.prefill || len(d.Prefill) == 0 {
+		return
+	}
+	if p := s.resolve(ctx, cy); p.prefill == nil || !p.prefill.UsesPrefix() {
+		return
+	}
+	hashes := picker.PromptHashes(cy, cy.Resolved.PD.PrefixCache.BlockSize)
+	if sel := selectionOf(cy); sel != nil {
+		hashes = sel.hashes
+	}
+	s.c.deps.WarmPrefix(cy.Req.Model, hashes, d.Prefill[0].Key())
+}
+
+var (
+	_ picker.Scorer       = (*PolicyScorer)(nil)
+	_ picker.DataProducer = (*PolicyScorer)(nil)
+	_ picker.Reserver     = (*PolicyScorer)(nil)
+	_ picker.PostPick     = (*PolicyScorer)(nil)
+)
