@@ -21,20 +21,17 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/tandem-epp/tandem/internal/bucketserve"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
 	"github.com/tandem-epp/tandem/internal/handoff"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger"
-	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/pool/file"
 	"github.com/tandem-epp/tandem/internal/pool/kube"
-	"github.com/tandem-epp/tandem/internal/prefix"
 	"github.com/tandem-epp/tandem/internal/serving"
 )
 
@@ -68,6 +65,8 @@ type App struct {
 	gw       config.Gateway
 	deps     *picker.Deps
 	cascade  *pd.Cascade
+	picker   *Picker
+	tel      *tel
 	handoff  *handoff.Adapters
 	router   *picker.Router
 	tokens   *pd.TokenLoad
@@ -76,6 +75,9 @@ type App struct {
 	serving  *serving.Server
 	metricsL net.Listener
 	source   func(ctx context.Context) error
+	// configData is the --config-file content applied; getenv the environment over it.
+	configData []byte
+	getenv     func(string) string
 }
 
 // New validates the configuration, builds every component and opens the listeners, so a bad
@@ -88,14 +90,17 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 
 	// Configuration: defaults < --config-file < environment.
 	var cfgFile *config.File
-	registry := picker.NewRegistry()
 	if opts.ConfigFile != "" {
-		f, err := config.LoadFile(opts.ConfigFile, config.FileOptions{KnownPluginTypes: registry.Has})
+		data, err := os.ReadFile(opts.ConfigFile)
 		if err != nil {
+			return nil, fmt.Errorf("--config-file: %w", err)
+		}
+		if cfgFile, err = config.ParseFile(opts.ConfigFile, data, config.FileOptions{KnownPluginTypes: pd.IsPluginType}); err != nil {
 			return nil, err
 		}
-		cfgFile = f
+		a.configData = data
 	}
+	a.getenv = env.Getenv
 	gw, warns, err := config.Load(cfgFile, env.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
@@ -109,11 +114,15 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile, Registry: registry,
+	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile,
 		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m})
 	if err != nil {
 		return nil, err
 	}
+	for _, w := range pk.Warnings {
+		log.Info("config file warning", "warning", w)
+	}
+	a.picker, a.tel = pk, tel
 	a.router, a.deps, a.tokens, a.cascade = pk.Router, pk.Deps, pk.Tokens, pk.Cascade
 	// The "epp" hand-off (TANDEM_PD_HANDOFF / routingConfig.handoff): Tandem runs prefill legs.
 	a.handoff, err = handoff.NewAdapters(gw.PD, handoff.Options{Observer: tel.handoffObserver(), Log: log.WithName("handoff")})
@@ -229,6 +238,9 @@ func (a *App) Run(ctx context.Context) error {
 		}()
 	}
 	run("pool source", a.source)
+	if a.opts.ConfigFile != "" {
+		run("config file watcher", func(ctx context.Context) error { a.watchConfig(ctx); return nil })
+	}
 	run("metric scraper", a.scraper.Run)
 	run("prefix warmer", func(ctx context.Context) error { a.deps.Warmer.Run(ctx); return nil })
 	run("token-load janitor", func(ctx context.Context) error { ledger.RunJanitor(ctx, 0, a.tokens.Sweepers()...); return nil })
@@ -272,89 +284,4 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("no Kubernetes configuration (in-cluster, $KUBECONFIG or --kubeconfig): %w; without a cluster use --endpoints-file", err)
 	}
 	return c, nil
-}
-
-// PickerOptions say how to assemble the picker.
-type PickerOptions struct {
-	Clock    load.Clock // nil: the system clock
-	Gateway  config.Gateway
-	File     *config.File // --config-file, may be nil
-	Registry *picker.Registry
-	Reporter config.Reporter
-	Logger   logr.Logger
-	// Gauges receive the token-load ledgers' gauges; BucketMetrics the bucket-serve metrics.
-	Gauges        ledger.Gauges
-	BucketMetrics bucketserve.Metrics
-}
-
-// Picker is the assembled picker: the router the ext_proc server calls, its dependencies and
-// the token-load ledgers (whose janitor and shared ledger the app runs).
-type Picker struct {
-	Router *picker.Router
-	Deps   *picker.Deps
-	Tokens *pd.TokenLoad
-	// Cascade is the PD strategy (its prefill and pending-decode trackers).
-	Cascade *pd.Cascade
-}
-
-// BuildPicker assembles the PD cascade (with the token-load policies and adaptive bucket
-// serving), the simple strategies and the --config-file's scheduling profiles behind one
-// router, over fresh dependencies that all read o.Clock.
-func BuildPicker(o PickerOptions) (*Picker, error) {
-	clock := o.Clock
-	if clock == nil {
-		clock = load.SystemClock{}
-	}
-	if o.Registry == nil {
-		o.Registry = picker.NewRegistry()
-	}
-	gw := o.Gateway
-	deps := picker.NewDeps(clock, gw.PD.PrefixCache)
-	deps.Warmer = prefix.NewWarmer(deps.Prefix, 1024)
-	tokens := pd.NewTokenLoad(gw.PD, ledger.Options{Clock: clock, Gauges: o.Gauges, Logger: o.Logger.WithName("token-load")})
-	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: o.Logger.WithName("pd"),
-		Preference: &pd.BucketServe{Planner: bucketserve.New(clock, o.BucketMetrics)}})
-	pd.RegisterTokenLoad(cascade, tokens)
-	strategies := pd.Strategies(cascade, deps, gw.PD)
-	names := make([]string, 0, len(strategies))
-	for _, s := range strategies {
-		names = append(names, s.Name())
-	}
-	fromFile, err := picker.FromFile(o.File, o.Registry, deps, names)
-	if err != nil {
-		return nil, err
-	}
-	strategies = append(strategies, fromFile.Strategies...)
-	for _, s := range fromFile.Strategies {
-		names = append(names, s.Name())
-	}
-	prefill, decode := cascade.Policies().Names()
-	resolver, err := config.NewResolver(gw, config.Options{
-		Names:    config.Names{Strategies: names, PrefillPolicies: prefill, DecodePolicies: decode},
-		Reporter: o.Reporter,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
-	}
-	router, err := picker.NewRouter(picker.RouterOptions{Resolver: resolver, Strategies: strategies, Default: fromFile.Default, Logger: o.Logger.WithName("picker")})
-	if err != nil {
-		return nil, err
-	}
-	return &Picker{Router: router, Deps: deps, Tokens: tokens, Cascade: cascade}, nil
-}
-
-// BuildRouter is BuildPicker on the system clock, for callers that need only the router.
-func BuildRouter(gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
-	return BuildRouterWithClock(load.SystemClock{}, gw, cfgFile, registry, rep, log)
-}
-
-// BuildRouterWithClock is BuildRouter with every time-keeping dependency (trackers, rates,
-// prefix index, ledgers) reading clock: a virtual-time simulation (bench/quality) injects
-// a load.ManualClock and drives the production router in simulated time.
-func BuildRouterWithClock(clock load.Clock, gw config.Gateway, cfgFile *config.File, registry *picker.Registry, rep config.Reporter, log logr.Logger) (*picker.Router, *picker.Deps, error) {
-	p, err := BuildPicker(PickerOptions{Clock: clock, Gateway: gw, File: cfgFile, Registry: registry, Reporter: rep, Logger: log})
-	if err != nil {
-		return nil, nil, err
-	}
-	return p.Router, p.Deps, nil
 }

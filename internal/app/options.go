@@ -46,6 +46,9 @@ type Options struct {
 
 	// metricsAnyPort serves /metrics on a free port when MetricsPort is 0 (tests).
 	metricsAnyPort bool
+	// configPoll is how often the --config-file is re-read besides its change notifications
+	// (0: the watcher's default).
+	configPoll time.Duration
 }
 
 type intList []int
@@ -102,7 +105,7 @@ Flags:
 	fs.StringVar(&o.CertPath, "cert-path", "", "Directory holding tls.crt and tls.key for ext_proc; reloaded when they change.")
 	fs.BoolVar(&o.HealthChecking, "health-checking", false, "Also serve gRPC health on the ext_proc port (lwepp compatibility).")
 	fs.StringVar(&o.EndpointsFile, "endpoints-file", "", "YAML file of endpoints to route to instead of a Kubernetes InferencePool; reloaded on change.")
-	fs.StringVar(&o.ConfigFile, "config-file", "", "YAML file declaring plugins, scheduling profiles and gateway settings.")
+	fs.StringVar(&o.ConfigFile, "config-file", "", "EndpointPickerConfig YAML (GIE's or llm-d's shape) declaring plugins, scheduling profiles and gateway settings; reloaded when it changes (a bad version is rejected and the last good one kept).")
 	fs.BoolVar(&o.Conformance, "conformance", false, "Conformance mode: honour the test-epp-endpoint-selection header and echo x-conformance-test-served-endpoint. Never in production.")
 	fs.IntVar(&o.MaxBodyBytes, "max-body-bytes", 10<<20, "Largest request body accepted; larger bodies get 413.")
 	fs.BoolVar(&o.DebugTraceHeader, "debug-trace-header", false, "Return each decision's trace in the x-tandem-trace response header.")

@@ -84,6 +84,7 @@ type Metrics struct {
 	endpointRunning  *prometheus.GaugeVec
 	endpointWaiting  *prometheus.GaugeVec
 	endpointKVUsage  *prometheus.GaugeVec
+	configReload     configReload
 	caps             map[string]*labelCap
 	podsMu           sync.Mutex
 	pods             map[string][2]string // pod key -> namespace, name, as of the last snapshot
@@ -136,6 +137,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.endpointRunning = m.gaugeVec("tandem_endpoint_running_requests", "Requests running in the engine, as last scraped.", append(epLabels, "role")...)
 	m.endpointWaiting = m.gaugeVec("tandem_endpoint_waiting_requests", "Requests queued in the engine, as last scraped.", append(epLabels, "role")...)
 	m.endpointKVUsage = m.gaugeVec("tandem_endpoint_kv_cache_usage_ratio", "KV-cache utilisation of the engine (0..1), as last scraped.", append(epLabels, "role")...)
+	m.configReload = m.newConfigReload()
 
 	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
@@ -160,7 +162,8 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.pdDecodeWatchdog, m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.bucketBand, m.bucketPromptTokens,
 		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.decisions, m.pickDuration, m.pluginDuration,
 		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
-		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage}
+		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
+		m.configReload.total, m.configReload.applied}
 }
 
 func (m *Metrics) def(name, typ, help string, labels []string) {
