@@ -39,6 +39,17 @@ func startApp(t *testing.T, args ...string) *App {
 
 func startAppEnv(t *testing.T, env map[string]string, args ...string) *App {
 	t.Helper()
+	return startAppEnvWith(t, env, nil, args...)
+}
+
+// startAppWith is startApp with the parsed options adjusted by mut before New.
+func startAppWith(t *testing.T, mut func(*Options), args ...string) *App {
+	t.Helper()
+	return startAppEnvWith(t, nil, mut, args...)
+}
+
+func startAppEnvWith(t *testing.T, env map[string]string, mut func(*Options), args ...string) *App {
+	t.Helper()
 	getenv := func(k string) string { return env[k] }
 	opts, err := ParseFlags(append([]string{"--grpc-port=0", "--grpc-health-port=0", "--metrics-port=0",
 		"--bind-address=127.0.0.1", "--secure-serving=false"}, args...), io.Discard, getenv)
@@ -46,6 +57,9 @@ func startAppEnv(t *testing.T, env map[string]string, args ...string) *App {
 		t.Fatal(err)
 	}
 	opts.metricsAnyPort = true
+	if mut != nil {
+		mut(opts)
+	}
 	a, err := New(context.Background(), opts, Env{Getenv: getenv})
 	if err != nil {
 		t.Fatal(err)

@@ -112,6 +112,9 @@ func (c *Cascade) newDisaggHandler(name string, raw json.RawMessage, h *picker.H
 	}
 	if p.Deciders.Prefill != "" {
 		pl, err := h.Require(p.Deciders.Prefill)
+		if errors.Is(err, picker.ErrNotBuilt) {
+			return nil, err // built again once the decider is
+		}
 		if err != nil {
 			return nil, &picker.ParamError{Field: "deciders.prefill", Value: p.Deciders.Prefill, Rule: err.Error()}
 		}

@@ -3,6 +3,7 @@ package pd
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -131,6 +132,9 @@ func (c *Cascade) newRolesetHandler(name string, raw json.RawMessage, h *picker.
 			continue
 		}
 		pl, err := h.Require(d.name)
+		if errors.Is(err, picker.ErrNotBuilt) {
+			return nil, err // built again once the decider is
+		}
 		if err != nil {
 			return nil, &picker.ParamError{Field: d.field, Value: d.name, Rule: err.Error()}
 		}
