@@ -358,7 +358,6 @@ func paramLines(n *yaml.Node, prefix string, into map[string]int) map[string]int
 	return into
 }
 
-
 // parameters converts a plugin's parameters node to JSON.
 func parameters(n *yaml.Node) (json.RawMessage, error) {
 	if n.Kind == 0 || n.Tag == "!!null" {

@@ -43,7 +43,6 @@ func (m *PrefixMatch) Total() int {
 	return len(m.Hashes)
 }
 
-
 // PromptHashes returns the request's prompt block hashes for blocks of blockTokens tokens,
 // computing them once per cycle.
 func PromptHashes(c *Cycle, blockTokens int) []uint64 {

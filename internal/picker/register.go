@@ -31,4 +31,3 @@ func builtins() []Registration {
 			Doc: "Uniformly random order."},
 	}
 }
-
