@@ -1,0 +1,134 @@
+package pd_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/pd"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/prefix"
+	"github.com/tandem-epp/tandem/internal/request"
+)
+
+// llm-d's prefix-based decider, worked by hand: the decode pod holds m blocks of 64 tokens
+// of a P-token prompt; it disaggregates when P ≥ promptTokens, P ≥ nonCachedTokens and
+// P − 64·m ≥ nonCachedTokens; nonCachedTokens 0 never does.
+func TestPrefixBasedPDDecider(t *testing.T) {
+	cases := []struct {
+		name                     string
+		params                   string
+		promptTokens, heldBlocks int
+		disaggregate             bool
+	}{
+		{"uncached, long enough", `{"nonCachedTokens": 16}`, 384, 0, true},
+		{"384 − 5·64 = 64 ≥ 16", `{"nonCachedTokens": 16}`, 384, 5, true},
+		{"384 − 6·64 = 0 < 16", `{"nonCachedTokens": 16}`, 384, 6, false},
+		{"shorter than nonCachedTokens", `{"nonCachedTokens": 16}`, 10, 0, false},
+		{"disabled", `{"nonCachedTokens": 0}`, 384, 0, false},
+		{"shorter than promptTokens", `{"nonCachedTokens": 16, "promptTokens": 400}`, 384, 0, false},
+		{"as long as promptTokens", `{"nonCachedTokens": 16, "promptTokens": 384}`, 384, 0, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := pd.NewRegistry(pd.New(pd.Options{}))
+			deps := picker.NewDeps(nil, config.DefaultPD().PrefixCache)
+			deps.PrefixCache.BlockSize = 64
+			p, err := reg.New(pd.TypePrefixBasedPDDecider, "", json.RawMessage(tc.params), deps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := pool.NewEndpoint("ns", "d", "10.0.0.1", 8000, 0, nil, nil)
+			text := strings.Repeat("abcd", tc.promptTokens)
+			if tc.heldBlocks > 0 {
+				deps.Prefix.Add("m", prefix.Hash(nil, text, prefix.BlockBytes(64))[:tc.heldBlocks], e.Key())
+			}
+			cy := &picker.Cycle{Req: &request.Request{Model: "m", Prompt: text, PromptTokens: tc.promptTokens}, State: &picker.CycleState{}}
+			if got := p.(pd.PDDecider).Disaggregate(cy, e); got != tc.disaggregate {
+				t.Fatalf("disaggregate %v, want %v", got, tc.disaggregate)
+			}
+		})
+	}
+	if _, err := pd.NewRegistry(nil).New(pd.TypePrefixBasedPDDecider, "", json.RawMessage(`{"nonCachedTokens": -1}`), nil); err == nil ||
+		!strings.Contains(err.Error(), "nonCachedTokens=-1: must be 0 or more") {
+		t.Fatalf("negative: %v", err)
+	}
+}
+
+const disaggFile = `
+plugins:
+- type: prefill-filter
+- type: decode-filter
+- type: always-disagg-pd-decider
+- type: disagg-profile-handler
+  parameters: %s
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-filter}]
+- name: decode
+  plugins: [{pluginRef: decode-filter}]
+`
+
+// The disagg handler's stage orders and parameter forms: decode first with a decider,
+// prefill first (always), llm-d's deprecated flat names, and the forms it refuses.
+func TestDisaggHandler(t *testing.T) {
+	cases := []struct {
+		name, params string
+		pd           bool
+		err          string
+	}{
+		{"decode first, always", `{deciders: {prefill: always-disagg-pd-decider}}`, true, ""},
+		{"decode first, no decider: decode only", `{}`, false, ""},
+		{"prefill first", `{stageOrder: prefill-first}`, true, ""},
+		{"llm-d's deprecated flat form", `{deciderPluginName: always-disagg-pd-decider, decodeProfile: decode}`, true, ""},
+		{"encode is not supported", `{deciders: {encode: always-disagg-pd-decider}}`, false, "parameters.deciders.encode=always-disagg-pd-decider: encode disaggregation (E/P/D) is not supported"},
+		{"a prefill decider in prefill-first order", `{stageOrder: prefill-first, deciders: {prefill: always-disagg-pd-decider}}`, false, "not supported in prefill-first"},
+		{"a bad stage order", `{stageOrder: sideways}`, false, "parameters.stageOrder=sideways: must be decode-first or prefill-first"},
+		{"an undeclared decider", `{deciders: {prefill: oracle}}`, false, `parameters.deciders.prefill=oracle: no plugin named "oracle" is declared`},
+	}
+	var eps []*pool.Endpoint
+	for i, role := range []string{"prefill", "decode"} {
+		eps = append(eps, pool.NewEndpoint("ns", role, fmt.Sprintf("10.5.0.%d", i+1), 8000, 0,
+			map[string]string{pool.LabelLLMDRole: role, pool.LabelModelName: "m"}, nil))
+	}
+	snap := pool.NewStore().Publish(pool.Info{}, eps, true)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := config.ParseFile("epp.yaml", []byte(fmt.Sprintf(disaggFile, tc.params)), config.FileOptions{KnownPluginTypes: pd.IsPluginType})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := buildPicker(f)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, _ := request.Parse("POST", "/v1/completions", map[string]string{}, []byte(`{"model":"m","prompt":"hello there"}`))
+			d, err := p.Router.Schedule(context.Background(), r, snap, snap.Endpoints)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Destination[0].Name != "decode" || (len(d.Prefill) > 0) != tc.pd || (tc.pd && d.Prefill[0].Name != "prefill") {
+				t.Fatalf("destination %s prefill %v (step %s)", d.Destination[0].Name, d.Prefill, d.Step)
+			}
+			// A PD pick counts in the PD trackers until the decode pod answers.
+			if tc.pd && p.Cascade.PrefillInFlight(eps[0].Key()) != 1 {
+				t.Fatal("the prefill pod's in-flight count did not move")
+			}
+			d.Lifecycle.ResponseHeaders(200, "")
+			d.Lifecycle.Done(nil)
+			if p.Cascade.PrefillInFlight(eps[0].Key()) != 0 || p.Cascade.PendingDecode(eps[1].Key()) != 0 {
+				t.Fatal("trackers not released")
+			}
+		})
+	}
+}
