@@ -28,17 +28,26 @@ var modelFieldDocs = []fieldDoc{
 	{"profiles.<name>.routingConfig", "object", "none", "Routing settings of this profile (below)."},
 }
 
+// unsupportedKeys are the EndpointPickerConfig sections Tandem refuses.
+func unsupportedKeys() []string {
+	out := make([]string, len(unsupportedSections))
+	for i, u := range unsupportedSections {
+		out[i] = u.key
+	}
+	return out
+}
+
 // exampleFile is the config file the reference shows; a test parses it.
-const exampleFile = `apiVersion: inference.networking.x-k8s.io/v1alpha1   # optional
+const exampleFile = `apiVersion: llm-d.ai/v1alpha1       # optional
 kind: EndpointPickerConfig        # optional; if set, must be this
 plugins:
 - type: prefix-cache-scorer       # a registered plugin type
   name: prefix                    # optional, defaults to the type
-  parameters: {blockSize: 64}     # optional, passed to the plugin
+  parameters: {blockSize: 64}     # optional, checked by the plugin
 - type: least-request-scorer
 - type: max-score-picker
 schedulingProfiles:
-- name: default
+- name: default                   # what requests run unless they name a strategy
   plugins:
   - pluginRef: prefix
     weight: 3
@@ -50,8 +59,9 @@ gateway:                          # any gateway setting, by its key; the environ
   tokenLoadKVWeight: 0.5
 `
 
-// Reference renders docs/configuration.md from the definitions in this package.
-func Reference() []byte {
+// Reference renders docs/configuration.md from the definitions in this package and the
+// plugin types of the build (picker.Registry.Docs of the full registry).
+func Reference(plugins []PluginDoc) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
@@ -70,7 +80,7 @@ func Reference() []byte {
 	p("   environment. The environment wins over the file (file < env), so a Deployment's `env:` can override a\n")
 	p("   shared config file. Every setting is validated at start: all invalid values are reported at once with the\n")
 	p("   variable, the value and the rule (`AIBRIX_TOKEN_LOAD_KV_WEIGHT=-1: must be positive`), and Tandem does not start.\n")
-	p("2. **The config file** (`--config-file`): plugins and scheduling profiles, in the shape of GIE's `EndpointPickerConfig`.\n")
+	p("2. **The config file** (`--config-file`): plugins and scheduling profiles, an `EndpointPickerConfig` as GIE and llm-d write it; reloaded when it changes.\n")
 	p("3. **Per-model profiles**: the `%s` pod annotation. A bad annotation never stops routing: the bad\n", "model.aibrix.ai/config")
 	p("   field is left out (or, if the value is not usable at all, the pod keeps its last good config, else the gateway\n")
 	p("   defaults) and the problem is reported in the log, a metric and a Kubernetes event on the pod.\n\n")
@@ -97,10 +107,50 @@ func Reference() []byte {
 	p("does not start. Unknown `AIBRIX_*`/`TANDEM_*` variables are logged as warnings.\n\n")
 
 	p("## Config file (`--config-file`)\n\n")
-	p("Decoded strictly: an unknown field, a duplicate key or a second YAML document is an error naming the line.\n")
-	p("Plugin types are checked against the plugin registry; plugin names (default: the type) must be unique;\n")
-	p("every `pluginRef` must name a declared plugin, at most once per profile; weights must be 0 or more.\n\n")
+	p("An `EndpointPickerConfig`, in the shape llm-d-router (`apiVersion: llm-d.ai/v1alpha1`) and GIE\n")
+	p("(`inference.networking.x-k8s.io/v1alpha1`) use: llm-d-router v0.10.0's `deploy/config` files and GIE v1.3.1's\n")
+	p("default config load unchanged. Decoded strictly: an unknown field, a duplicate key or a second YAML document is an\n")
+	p("error naming the line, and so is a plugin type, a parameter or a section Tandem does not support. Plugin names\n")
+	p("(default: the type) must be unique; every `pluginRef` must name a declared plugin, at most once per profile;\n")
+	p("weights are numbers, 0 or more (1 when unset).\n\n")
+	p("What the file routes, as GIE and llm-d build a scheduler from it:\n\n")
+	p("- with a multi-profile handler (`disagg-profile-handler`, `roleset-pd-profile-handler`), the whole file is one\n")
+	p("  routing strategy named after the handler plugin;\n")
+	p("- otherwise each scheduling profile is a strategy of its own name behind a `single-profile-handler`;\n")
+	p("- the file's strategy, or its profile named `%s`, or its only profile, is what requests run when neither\n", DefaultProfileName)
+	p("  the model config nor the `%s` header nor `ROUTING_ALGORITHM` names a strategy;\n", wire.HeaderRoutingStrategy)
+	p("- a file without `schedulingProfiles` gets one, `%s`, with every filter, scorer and picker it declares; a\n", DefaultProfileName)
+	p("  profile without a picker gets a `max-score-picker`; every data producer declared runs for every request;\n")
+	p("- whatever the profile, a strategy other than a PD one never sends a whole request to a prefill-only pod.\n\n")
+	p("`featureGates` are accepted; gates Tandem does not know are logged and ignored (%s are known, and have no\n",
+		"`"+strings.Join(sortedKeys(featureGateNotes), "`, `")+"`")
+	p("effect: Tandem always runs data producers and scrapes metrics, and has no flow-control layer). The sections\n")
+	p("%s are refused with the line: Tandem scrapes, parses and admits requests itself.\n\n", "`"+strings.Join(unsupportedKeys(), "`, `")+"`")
+	p("**Reload.** The file is watched: a changed file is parsed, validated and built completely, then swapped in at once\n")
+	p("(a request routes wholly on the old configuration or the new). A bad file changes nothing: the last good\n")
+	p("configuration keeps routing, the log says what is wrong with its line, and `tandem_config_reloads_total{result=\"rejected\"}`\n")
+	p("counts it (`tandem_config_file_applied` is 0 until a good version is applied). The environment still wins over the\n")
+	p("file's `gateway:` section. These settings are read once, at start, and a reload that changes them is logged as\n")
+	p("taking effect at the next restart: %s.\n\n", "`"+strings.Join(restartOnly, "`, `")+"`")
 	p("```yaml\n%s```\n\n", exampleFile)
+	p("### Plugin types\n\n")
+	p("Generated from the plugin registry. Types from llm-d-router v0.10.0 and GIE v1.3.1 keep their names, parameters\n")
+	p("and semantics; where Tandem reads one differently the parameter says so.\n\n")
+	p("| Type | Kind | From | What it does |\n|---|---|---|---|\n")
+	for _, d := range plugins {
+		p("| `%s` | %s | %s | %s |\n", d.Type, d.Kind, d.Origin, cell(d.Doc))
+	}
+	p("\n| Type | Parameter | Type | Default | Meaning |\n|---|---|---|---|---|\n")
+	for _, d := range plugins {
+		for _, pd := range d.Params {
+			def := pd.Default
+			if def == "" {
+				def = "—"
+			}
+			p("| `%s` | `%s` | %s | %s | %s |\n", d.Type, pd.Name, pd.Type, cell(def), cell(pd.Doc))
+		}
+	}
+	p("\n")
 
 	p("## Model config annotation (`model.aibrix.ai/config`)\n\n")
 	p("A JSON object on the model's pods. The model-wide fields (`lockedRoutingStrategy`, `defaultProfile`, each\n")

@@ -1,42 +1,13 @@
 package config
 
 import (
-	"bytes"
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite "+ReferencePath+" from the code")
-
-// TestReferenceIsCurrent fails when docs/configuration.md and the definitions in this package
-// disagree. Regenerate with: go generate ./internal/config
-func TestReferenceIsCurrent(t *testing.T) {
-	path := filepath.Join("..", "..", filepath.FromSlash(ReferencePath))
-	want := Reference()
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, want, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v; generate it with: go generate ./internal/config", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is out of date with internal/config; regenerate it with: go generate ./internal/config", ReferencePath)
-	}
-}
-
 // The reference must mention every setting, field, label and header by name.
 func TestReferenceListsEverything(t *testing.T) {
-	doc := string(Reference())
+	doc := string(Reference(nil))
 	var names []string
 	for _, v := range Vars {
 		names = append(names, "`"+v.Name+"`", "`"+v.Key+"`")
@@ -81,48 +52,3 @@ func TestReferenceExampleFileParses(t *testing.T) {
 	}
 }
 
-const (
-	readmeStart = "<!-- configuration-reference:start -->"
-	readmeEnd   = "<!-- configuration-reference:end -->"
-)
-
-// readmeSection is the reference as the README embeds it: from the gateway settings on, one
-// heading level down (the README's own "Configuration reference" section holds it).
-func readmeSection() string {
-	ref := string(Reference())
-	ref = ref[strings.Index(ref, "## Gateway settings"):]
-	var b strings.Builder
-	for _, line := range strings.SplitAfter(ref, "\n") {
-		if strings.HasPrefix(line, "#") {
-			b.WriteString("#")
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
-
-// TestReadmeEmbedsReference fails when the README's configuration tables drift from the code.
-// Regenerate with: go generate ./internal/config
-func TestReadmeEmbedsReference(t *testing.T) {
-	path := filepath.Join("..", "..", "README.md")
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(raw)
-	i, j := strings.Index(doc, readmeStart), strings.Index(doc, readmeEnd)
-	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the %s … %s markers", readmeStart, readmeEnd)
-	}
-	want := "\n" + readmeSection()
-	if *update {
-		doc = doc[:i+len(readmeStart)] + want + doc[j:]
-		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if doc[i+len(readmeStart):j] != want {
-		t.Fatal("README.md's configuration reference is out of date with internal/config; regenerate it with: go generate ./internal/config")
-	}
-}

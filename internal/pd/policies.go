@@ -82,6 +82,12 @@ type DecodeBatch struct {
 	MaxThroughput float64
 	MaxFreeGPU    float64
 	Knobs         *config.PD
+
+	// rate caches the token-load policy's mean generation rate over the batch.
+	rate struct {
+		done bool
+		mean float64
+	}
 }
 
 // DecodePolicy scores decode pods; lower is better.

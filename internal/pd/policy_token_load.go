@@ -6,6 +6,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/ledger"
+	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
 )
@@ -60,8 +61,9 @@ func RegisterTokenLoad(c *Cascade, tl *TokenLoad) {
 type tokenLoadPrefill struct {
 	tl     *TokenLoad
 	hybrid bool
-	// last is the batch scored last. Score and Charge run in one cascade critical section
-	// (selectMu), so at Charge it is the batch of the request being charged.
+	// last is the batch scored last, for Charge called outside a cycle (the chain charges
+	// with ChargeCycle, from the batch the cycle scored). Score and Charge run in one
+	// critical section, so at Charge it is the batch of the request being charged.
 	last atomic.Pointer[PrefillBatch]
 }
 
@@ -90,8 +92,17 @@ func (p *tokenLoadPrefill) Score(b *PrefillBatch, i int) float64 {
 // Charge implements Charger: request_cost + new_tokens on the prefill pod, new_tokens by
 // the session delta, the unmatched part of the prompt (hybrid), or the whole prompt.
 func (p *tokenLoadPrefill) Charge(req *request.Request, prefill, _ *pool.Endpoint) (func(), func()) {
+	return p.charge(req, prefill, p.last.Load())
+}
+
+// ChargeCycle implements CycleCharger: Charge with the batch the cycle scored.
+func (p *tokenLoadPrefill) ChargeCycle(cy *picker.Cycle, prefill, _ *pool.Endpoint) (func(), func()) {
+	return p.charge(cy.Req, prefill, ScoredPrefillBatch(cy))
+}
+
+func (p *tokenLoadPrefill) charge(req *request.Request, prefill *pool.Endpoint, b *PrefillBatch) (func(), func()) {
 	knobs, match := &p.tl.Gateway, 0.0
-	if b := p.last.Load(); b != nil {
+	if b != nil {
 		knobs = b.Knobs
 		for i := range b.Pods {
 			if b.Pods[i].Endpoint == prefill {
@@ -113,10 +124,8 @@ type tokenLoadDecode struct {
 	tl *TokenLoad
 
 	mu sync.Mutex
-	// The batch scored last and the mean per-request generation rate of its pods that have
-	// one; recomputed when a new batch starts (Score is called for i = 0, 1, … in order).
-	last     *DecodeBatch
-	meanRate float64
+	// last is the batch scored last, for Charge called outside a cycle (its knobs).
+	last *DecodeBatch
 }
 
 func (*tokenLoadDecode) Name() string    { return PolicyTokenLoad }
@@ -133,23 +142,9 @@ func podRate(p *DecodePod) (float64, bool) {
 
 func (d *tokenLoadDecode) Score(b *DecodeBatch, i int) float64 {
 	d.mu.Lock()
-	if i == 0 || d.last != b {
-		d.last = b
-		var sum float64
-		var n int
-		for j := range b.Pods {
-			if r, ok := podRate(&b.Pods[j]); ok {
-				sum += r
-				n++
-			}
-		}
-		d.meanRate = 0
-		if n > 0 {
-			d.meanRate = sum / float64(n)
-		}
-	}
-	mean := d.meanRate
+	d.last = b
 	d.mu.Unlock()
+	mean := b.meanRate()
 	pod := &b.Pods[i]
 	rate, ok := podRate(pod)
 	if !ok {
@@ -162,17 +157,49 @@ func (d *tokenLoadDecode) Score(b *DecodeBatch, i int) float64 {
 // Charge implements Charger: the whole prompt on the decode pod, no request cost,
 // released when the request completes.
 func (d *tokenLoadDecode) Charge(req *request.Request, _, decode *pool.Endpoint) (func(), func()) {
-	knobs := &d.tl.Gateway
 	d.mu.Lock()
-	if d.last != nil {
-		knobs = d.last.Knobs
-	}
+	b := d.last
 	d.mu.Unlock()
+	return d.charge(req, decode, b)
+}
+
+// ChargeCycle implements CycleCharger: Charge with the batch the cycle scored.
+func (d *tokenLoadDecode) ChargeCycle(cy *picker.Cycle, _, decode *pool.Endpoint) (func(), func()) {
+	return d.charge(cy.Req, decode, ScoredDecodeBatch(cy))
+}
+
+func (d *tokenLoadDecode) charge(req *request.Request, decode *pool.Endpoint, b *DecodeBatch) (func(), func()) {
+	knobs := &d.tl.Gateway
+	if b != nil {
+		knobs = b.Knobs
+	}
 	ch := d.tl.Decode.Acquire(ledger.PodOf(decode), float64(req.BodyTokens), knobs.TokenLoadTTL)
 	return nil, ch.Release
 }
 
+// meanRate is the mean per-request generation rate of the batch's pods that have one,
+// computed once per batch (a batch is one request's).
+func (b *DecodeBatch) meanRate() float64 {
+	if !b.rate.done {
+		var sum float64
+		var n int
+		for j := range b.Pods {
+			if r, ok := podRate(&b.Pods[j]); ok {
+				sum += r
+				n++
+			}
+		}
+		if n > 0 {
+			b.rate.mean = sum / float64(n)
+		}
+		b.rate.done = true
+	}
+	return b.rate.mean
+}
+
 var (
-	_ Charger = (*tokenLoadPrefill)(nil)
-	_ Charger = (*tokenLoadDecode)(nil)
+	_ Charger      = (*tokenLoadPrefill)(nil)
+	_ Charger      = (*tokenLoadDecode)(nil)
+	_ CycleCharger = (*tokenLoadPrefill)(nil)
+	_ CycleCharger = (*tokenLoadDecode)(nil)
 )

@@ -45,9 +45,9 @@ func (c *Cascade) registrations() []picker.Registration {
 			Doc: "Step 0: with prompt-length bucketing on for the request, keeps the pods whose declared range covers the prompt."},
 		{Type: TypeStddevFilter, Kind: picker.KindFilter, Origin: picker.OriginTandem, Params: stddevParams{}, New: c.newStddevFilter,
 			Doc: "Step 3's skip: drops prefill pods with more requests in flight than mean + factor × std (lifted by the roleset handler when it leaves no pair)."},
-		{Type: TypePrefillPolicyScorer, Kind: picker.KindScorer, Origin: picker.OriginTandem, Params: policyScorerParams{}, New: c.newPolicyScorer(true),
+		{Type: TypePrefillPolicyScorer, Kind: picker.KindScorer, Origin: picker.OriginTandem, Params: prefillPolicyParams{}, New: c.newPolicyScorer(true),
 			Doc: "A seed prefill score policy (prefix_cache, least_request, conductor, token_load, hybrid_cache_load) as a scorer: 1 − cost / max(1, costs)."},
-		{Type: TypeDecodePolicyScorer, Kind: picker.KindScorer, Origin: picker.OriginTandem, Params: policyScorerParams{}, New: c.newPolicyScorer(false),
+		{Type: TypeDecodePolicyScorer, Kind: picker.KindScorer, Origin: picker.OriginTandem, Params: decodePolicyParams{}, New: c.newPolicyScorer(false),
 			Doc: "A seed decode score policy (load_balancing, least_request, conductor, token_load) as a scorer: 1 − cost / max(0.01, costs), with the seed's cold-start score."},
 	}
 }

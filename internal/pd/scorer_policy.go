@@ -22,8 +22,12 @@ const (
 	TypeDecodePolicyScorer  = "decode-policy-scorer"
 )
 
-type policyScorerParams struct {
-	Policy string `json:"policy" default:"the request's (routingConfig.prefillScorePolicy / decodeScorePolicy, else AIBRIX_PREFILL_SCORE_POLICY / AIBRIX_DECODE_SCORE_POLICY)" doc:"The registered score policy to use for every request; unset follows each request's profile, as the seed does."`
+type prefillPolicyParams struct {
+	Policy string `json:"policy" default:"the request's: routingConfig.prefillScorePolicy, else AIBRIX_PREFILL_SCORE_POLICY" doc:"The registered prefill policy to score every request with; unset follows each request's profile, as the seed does (an unregistered name falls back to the gateway's, then prefix_cache)."`
+}
+
+type decodePolicyParams struct {
+	Policy string `json:"policy" default:"the request's: routingConfig.decodeScorePolicy, else AIBRIX_DECODE_SCORE_POLICY" doc:"The registered decode policy to score every request with; unset follows each request's profile, as the seed does (an unregistered name fails the request with 503)."`
 }
 
 // policies is one request's pair of policies, resolved once per cycle.
@@ -89,8 +93,12 @@ func (c *Cascade) NewDecodePolicyScorer(policy string) *PolicyScorer {
 
 func (c *Cascade) newPolicyScorer(prefill bool) picker.Factory {
 	return func(name string, raw json.RawMessage, _ *picker.Handle) (picker.Plugin, error) {
-		var p policyScorerParams
-		if err := picker.DecodeParams(raw, &p); err != nil {
+		var p prefillPolicyParams
+		var into any = &p
+		if !prefill {
+			into = (*decodePolicyParams)(&p)
+		}
+		if err := picker.DecodeParams(raw, into); err != nil {
 			return nil, err
 		}
 		typ := TypeDecodePolicyScorer
