@@ -51,4 +51,3 @@ func TestReferenceExampleFileParses(t *testing.T) {
 		t.Fatalf("%v %+v", err, f)
 	}
 }
-
