@@ -3,7 +3,12 @@
 // and tracker registration — on pools of 16, 128 and 1024 endpoints, through the same
 // Router the ext_proc server calls. Every pool is rolesets of 2 prefill + 2 decode pods with
 // scraped metrics and live load; prompts share long prefixes so matching does real work.
-// It ends with RESULT lines. Run with `make bench-picker`. It is a measurement, not part of
+//
+// It then times, side by side in one run (picks interleaved, the order alternating), the
+// pd strategy as it ships — the plugin chain — against the cascade it replaced, frozen in
+// bench/picker/baseline, on the same pool, load and prompts; and llm-d-router v0.10.0's
+// pd-epp-config.yaml loaded as --config-file would load it. It ends with RESULT lines. Run
+// with `make bench-picker` from the repository root. It is a measurement, not part of
 // Tandem: it must not be imported, nor route through anything but the production Router.
 package main
 
@@ -18,6 +23,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-logr/logr"
+
+	"github.com/tandem-epp/tandem/bench/picker/baseline"
+	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/metrics"
@@ -30,6 +39,10 @@ import (
 
 const promptBytes = 32 << 10
 
+// llmdPDConfig is llm-d-router v0.10.0's deploy/config/pd-epp-config.yaml, as copied into
+// the pd package's testdata.
+const llmdPDConfig = "internal/pd/testdata/llm-d-router-v0.10.0/pd-epp-config.yaml"
+
 type setup struct {
 	router *picker.Router
 	snap   *pool.Snapshot
@@ -38,7 +51,10 @@ type setup struct {
 
 // build assembles the pool and router; policy, when not empty, is the prefill score policy
 // (the token-load policies are registered, with their decode policy token_load alongside).
-func build(ctx context.Context, n int, rng *rand.Rand, policy string) setup {
+// frozen builds the baseline cascade instead of the chain. seed fixes the pool's load and
+// the prompts, so two builds with one seed route the same traffic over the same state.
+func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) setup {
+	rng := rand.New(rand.NewPCG(seed, 11))
 	gw := config.DefaultPD()
 	if policy != "" {
 		gw.PrefillScorePolicy, gw.DecodeScorePolicy = policy, pd.PolicyTokenLoad
@@ -46,17 +62,22 @@ func build(ctx context.Context, n int, rng *rand.Rand, policy string) setup {
 	deps := picker.NewDeps(nil, gw.PrefixCache)
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 4096)
 	go deps.Warmer.Run(ctx)
-	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw})
-	pd.RegisterTokenLoad(cascade, pd.NewTokenLoad(gw, ledger.Options{}))
+	var strategies []picker.Strategy
+	if frozen {
+		c := baseline.New(baseline.Options{Deps: deps, Gateway: gw})
+		strategies = []picker.Strategy{c, picker.NewRandom(deps), picker.NewLeastRequestStrategy(deps), picker.NewPrefixCache(deps, gw)}
+	} else {
+		cascade := pd.New(pd.Options{Deps: deps, Gateway: gw})
+		pd.RegisterTokenLoad(cascade, pd.NewTokenLoad(gw, ledger.Options{}))
+		strategies = pd.Strategies(cascade, deps, gw)
+	}
 	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: pd.StrategyName}, config.Options{})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		fail(err)
 	}
-	router, err := picker.NewRouter(picker.RouterOptions{Resolver: res, Strategies: pd.Strategies(cascade, deps, gw)})
+	router, err := picker.NewRouter(picker.RouterOptions{Resolver: res, Strategies: strategies})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		fail(err)
 	}
 	eps := make([]*pool.Endpoint, n)
 	for i := range eps {
@@ -77,9 +98,11 @@ func build(ctx context.Context, n int, rng *rand.Rand, policy string) setup {
 			}
 		}
 	}
-	snap := pool.NewStore().Publish(pool.Info{Name: "bench"}, eps, true)
+	return setup{router: router, snap: pool.NewStore().Publish(pool.Info{Name: "bench"}, eps, true), reqs: requests(rng)}
+}
 
-	// 16 shared 24 KiB prefixes, each request adding its own 8 KiB tail.
+// requests are 16 shared 24 KiB prefixes, each request adding its own 8 KiB tail.
+func requests(rng *rand.Rand) []*request.Request {
 	prefixes := make([]string, 16)
 	for i := range prefixes {
 		prefixes[i] = randomText(rng, 24<<10)
@@ -90,12 +113,51 @@ func build(ctx context.Context, n int, rng *rand.Rand, policy string) setup {
 		body, _ := json.Marshal(map[string]any{"model": "bench", "prompt": text})
 		r, err := request.Parse("POST", "/v1/completions", map[string]string{}, body)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+			fail(err)
 		}
 		reqs[i] = r
 	}
-	return setup{router: router, snap: snap, reqs: reqs}
+	return reqs
+}
+
+// buildLLMD loads llm-d's PD config as cmd/epp does, over n endpoints labelled llm-d.ai/role
+// (half prefill, half decode, no rolesets) with scraped queues.
+func buildLLMD(ctx context.Context, n int, seed uint64) setup {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	data, err := os.ReadFile(llmdPDConfig)
+	if err != nil {
+		fail(fmt.Errorf("%w (run from the repository root: make bench-picker)", err))
+	}
+	f, err := config.ParseFile(llmdPDConfig, data, config.FileOptions{KnownPluginTypes: pd.IsPluginType})
+	if err != nil {
+		fail(err)
+	}
+	gw, _, err := config.Load(f, func(string) string { return "" })
+	if err != nil {
+		fail(err)
+	}
+	p, err := app.BuildPicker(app.PickerOptions{Gateway: gw, File: f, Logger: logr.Discard()})
+	if err != nil {
+		fail(err)
+	}
+	go p.Deps.Warmer.Run(ctx)
+	eps := make([]*pool.Endpoint, n)
+	for i := range eps {
+		role := "prefill"
+		if i%2 == 1 {
+			role = "decode"
+		}
+		eps[i] = pool.NewEndpoint("bench", fmt.Sprintf("pod-%d", i), fmt.Sprintf("127.1.%d.%d", 1+i/250, 1+i%250), 8000, 0,
+			map[string]string{pool.LabelModelName: "bench", pool.LabelLLMDRole: role}, nil)
+		p.Deps.Metrics.Put(eps[i].Key(), &metrics.Sample{Waiting: float64(rng.IntN(8)), HasWaiting: true,
+			KVUsage: rng.Float64() * 0.8, HasKVUsage: true, UpdatedAt: time.Now()})
+	}
+	return setup{router: p.Router, snap: pool.NewStore().Publish(pool.Info{Name: "bench"}, eps, true), reqs: requests(rng)}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
 }
 
 func randomText(rng *rand.Rand, n int) string {
@@ -107,32 +169,73 @@ func randomText(rng *rand.Rand, n int) string {
 	return b.String()[:n]
 }
 
-// run picks iters times (completing each request after the next pick, so one request is
-// always in flight) and returns the per-pick latencies and mallocs per pick.
+// runner picks on one setup, completing each request after the next pick (so one request
+// is always in flight).
+type runner struct {
+	s    setup
+	prev *picker.Decision
+	i    int
+}
+
+func (r *runner) pick(ctx context.Context) time.Duration {
+	req := r.s.reqs[r.i%len(r.s.reqs)]
+	r.i++
+	t0 := time.Now()
+	d, err := r.s.router.Schedule(ctx, req, r.s.snap, r.s.snap.Endpoints)
+	took := time.Since(t0)
+	if err != nil {
+		fail(fmt.Errorf("pick: %w", err))
+	}
+	if r.prev != nil {
+		r.prev.Lifecycle.ResponseHeaders(200, "")
+		r.prev.Lifecycle.Done(nil)
+	}
+	r.prev = d
+	return took
+}
+
+// run picks iters times and returns the per-pick latencies and mallocs per pick.
 func run(ctx context.Context, s setup, iters int) ([]time.Duration, float64) {
+	r := &runner{s: s}
 	lat := make([]time.Duration, iters)
-	var prev *picker.Decision
 	var ms0, ms1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms0)
 	for i := range iters {
-		req := s.reqs[i%len(s.reqs)]
-		t0 := time.Now()
-		d, err := s.router.Schedule(ctx, req, s.snap, s.snap.Endpoints)
-		lat[i] = time.Since(t0)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "pick:", err)
-			os.Exit(1)
-		}
-		if prev != nil {
-			prev.Lifecycle.ResponseHeaders(200, "")
-			prev.Lifecycle.Done(nil)
-		}
-		prev = d
+		lat[i] = r.pick(ctx)
 	}
 	runtime.ReadMemStats(&ms1)
-	prev.Lifecycle.Done(nil)
+	r.prev.Lifecycle.Done(nil)
 	return lat, float64(ms1.Mallocs-ms0.Mallocs) / float64(iters)
+}
+
+// sideBySide interleaves picks on a and b, alternating which goes first, so both see the
+// same machine at the same moments, and returns their latencies.
+func sideBySide(ctx context.Context, a, b setup, iters int) (la, lb []time.Duration) {
+	ra, rb := &runner{s: a}, &runner{s: b}
+	for i := range iters / 4 { // warm both
+		if i%2 == 0 {
+			ra.pick(ctx)
+			rb.pick(ctx)
+		} else {
+			rb.pick(ctx)
+			ra.pick(ctx)
+		}
+	}
+	runtime.GC()
+	la, lb = make([]time.Duration, iters), make([]time.Duration, iters)
+	for i := range iters {
+		if i%2 == 0 {
+			la[i] = ra.pick(ctx)
+			lb[i] = rb.pick(ctx)
+		} else {
+			lb[i] = rb.pick(ctx)
+			la[i] = ra.pick(ctx)
+		}
+	}
+	ra.prev.Lifecycle.Done(nil)
+	rb.prev.Lifecycle.Done(nil)
+	return la, lb
 }
 
 func pct(lat []time.Duration, p float64) time.Duration {
@@ -143,14 +246,15 @@ func pct(lat []time.Duration, p float64) time.Duration {
 
 func us(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Nanoseconds())/1000) }
 
+func usf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rng := rand.New(rand.NewPCG(7, 11))
 	fmt.Printf("bench-picker: full PD pick, %d-byte prompts, GOMAXPROCS=%d\n", promptBytes, runtime.GOMAXPROCS(0))
 	results := map[int][2]float64{}
-	for _, n := range []int{16, 128, 1024} {
-		s := build(ctx, n, rng, "")
+	for i, n := range []int{16, 128, 1024} {
+		s := build(ctx, n, uint64(7+i), "", false)
 		iters := 4000
 		if n == 1024 {
 			iters = 1500
@@ -160,7 +264,7 @@ func main() {
 		p50, p99 := pct(lat, 0.5), pct(lat, 0.99)
 		fmt.Printf("endpoints=%-5d picks=%d p50=%sµs p90=%sµs p99=%sµs allocs/pick=%.0f\n",
 			n, iters, us(p50), us(pct(lat, 0.9)), us(p99), allocs)
-		results[n] = [2]float64{float64(p50.Nanoseconds()) / 1000, allocs}
+		results[n] = [2]float64{usf(p50), allocs}
 	}
 	fmt.Printf("growth 128→1024: %.1f× the time for 8× the endpoints\n", results[1024][0]/results[128][0])
 	fmt.Printf("RESULT pick_p50_us_16=%.1f\n", results[16][0])
@@ -169,11 +273,38 @@ func main() {
 	fmt.Printf("RESULT allocs_per_pick_128=%.0f\n", results[128][1])
 	// The token-load policies (decode token_load too) on 128 endpoints: ledger reads in the
 	// scoring, charges in the critical section, releases on completion.
-	for _, pol := range []struct{ name, result string }{{pd.PolicyTokenLoad, "token_load"}, {pd.PolicyHybridCacheLoad, "hybrid"}} {
-		s := build(ctx, 128, rng, pol.name)
+	for i, pol := range []struct{ name, result string }{{pd.PolicyTokenLoad, "token_load"}, {pd.PolicyHybridCacheLoad, "hybrid"}} {
+		s := build(ctx, 128, uint64(20+i), pol.name, false)
 		run(ctx, s, 1000)
 		lat, allocs := run(ctx, s, 4000)
 		fmt.Printf("policy=%s endpoints=128 p50=%sµs p99=%sµs allocs/pick=%.0f\n", pol.name, us(pct(lat, 0.5)), us(pct(lat, 0.99)), allocs)
-		fmt.Printf("RESULT pick_p50_us_128_%s=%.1f\n", pol.result, float64(pct(lat, 0.5).Nanoseconds())/1000)
+		fmt.Printf("RESULT pick_p50_us_128_%s=%.1f\n", pol.result, usf(pct(lat, 0.5)))
 	}
+
+	// The chain against the cascade it replaced: same pool, load and prompts, interleaved,
+	// in 5 rounds; the ratio is the median of the rounds' p50 ratios (one round's can be
+	// skewed by another process taking the CPU for a while).
+	chainS, cascadeS := build(ctx, 128, 42, "", false), build(ctx, 128, 42, "", true)
+	var chain, cascade []time.Duration
+	var ratios []float64
+	for range 5 {
+		c, k := sideBySide(ctx, chainS, cascadeS, 3000)
+		chain, cascade = append(chain, c...), append(cascade, k...)
+		ratios = append(ratios, usf(pct(c, 0.5))/usf(pct(k, 0.5)))
+	}
+	slices.Sort(ratios)
+	cp50, kp50 := pct(chain, 0.5), pct(cascade, 0.5)
+	fmt.Printf("side by side, endpoints=128 picks=5×3000: chain p50=%sµs p99=%sµs, cascade (baseline) p50=%sµs p99=%sµs, round ratios %.3f\n",
+		us(cp50), us(pct(chain, 0.99)), us(kp50), us(pct(cascade, 0.99)), ratios)
+	fmt.Printf("RESULT pick_p50_us_128_chain=%.1f\n", usf(cp50))
+	fmt.Printf("RESULT pick_p50_us_128_cascade=%.1f\n", usf(kp50))
+	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratios[len(ratios)/2])
+
+	// llm-d's PD config: approx prefix producer, prefix and queue scorers on both profiles,
+	// the prefix-based decider.
+	l := buildLLMD(ctx, 128, 43)
+	run(ctx, l, 1000)
+	lat, allocs := run(ctx, l, 4000)
+	fmt.Printf("llm-d pd-epp-config.yaml endpoints=128 p50=%sµs p99=%sµs allocs/pick=%.0f\n", us(pct(lat, 0.5)), us(pct(lat, 0.99)), allocs)
+	fmt.Printf("RESULT pick_p50_us_128_llmd_pd=%.1f\n", usf(pct(lat, 0.5)))
 }

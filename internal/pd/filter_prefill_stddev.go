@@ -3,6 +3,7 @@ package pd
 import (
 	"context"
 	"encoding/json"
+	"math"
 
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -49,13 +50,10 @@ func (f *StddevFilter) Filter(_ context.Context, cy *picker.Cycle, eps []*pool.E
 			n = *f.factor
 		}
 		limit := stddevLimit(s.pb.Pods, n)
-		j := 0 // eps is an ordered subsequence of the batch
-		return keepIf(eps, func(e *pool.Endpoint) bool {
-			for j < len(s.pb.Pods) && s.pb.Pods[j].Endpoint != e {
-				j++
-			}
-			return j == len(s.pb.Pods) || s.pb.Pods[j].InFlight <= limit
-		})
+		if math.IsInf(limit, 1) {
+			return eps
+		}
+		return keepBatch(eps, s.pb.Pods, limit)
 	}
 	// Outside the roleset handler: the same rule over the endpoints given.
 	pods := make([]PrefillPod, len(eps))
@@ -67,6 +65,34 @@ func (f *StddevFilter) Filter(_ context.Context, cy *picker.Cycle, eps []*pool.E
 		n = *f.factor
 	}
 	limit := stddevLimit(pods, n)
-	i := -1
-	return keepIf(eps, func(*pool.Endpoint) bool { i++; return pods[i].InFlight <= limit })
+	return keepBatch(eps, pods, limit)
+}
+
+// keepBatch keeps the endpoints of eps (an ordered subsequence of pods: the scoring round's
+// endpoints are the batch's, in its order) whose pod has at most limit requests in flight;
+// an endpoint not in the batch is kept. One pass; eps itself when all are kept.
+func keepBatch(eps []*pool.Endpoint, pods []PrefillPod, limit float64) []*pool.Endpoint {
+	var out []*pool.Endpoint
+	j := 0
+	for i, e := range eps {
+		k := j
+		for k < len(pods) && pods[k].Endpoint != e {
+			k++
+		}
+		keep := k == len(pods) || pods[k].InFlight <= limit
+		if k < len(pods) {
+			j = k + 1
+		}
+		switch {
+		case keep && out != nil:
+			out = append(out, e)
+		case !keep && out == nil:
+			out = make([]*pool.Endpoint, i, len(eps)-1)
+			copy(out, eps[:i])
+		}
+	}
+	if out == nil {
+		return eps
+	}
+	return out
 }

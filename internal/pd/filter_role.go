@@ -47,36 +47,62 @@ func newRoleFilter(name string, raw json.RawMessage, _ *picker.Handle) (picker.P
 	return &RoleFilter{picker.NewTypedName(TypeRoleFilter, name), p.Role}, nil
 }
 
-func (f *RoleFilter) keeps(cy *picker.Cycle, e *pool.Endpoint) bool {
+// Filter implements picker.Filter.
+func (f *RoleFilter) Filter(_ context.Context, cy *picker.Cycle, eps []*pool.Endpoint) []*pool.Endpoint {
 	switch f.role {
 	case RolePrefill:
-		return e.Role == pool.RolePrefill
+		return keepRole(eps, pool.RolePrefill)
 	case RoleDecode:
-		return e.Role == pool.RoleDecode
+		return keepRole(eps, pool.RoleDecode)
 	}
-	return e.Role != pool.RolePrefill && e.Role != pool.RoleDecode && isCombined(e, cy.Routing(e))
+	var out []*pool.Endpoint
+	for _, e := range eps {
+		if e.Role != pool.RolePrefill && e.Role != pool.RoleDecode && isCombined(e, cy.Routing(e)) {
+			out = append(out, e) // combined pods are few: no room reserved for them
+		}
+	}
+	return out
 }
 
-// Filter implements picker.Filter. When it keeps every pod it returns eps itself.
-func (f *RoleFilter) Filter(_ context.Context, cy *picker.Cycle, eps []*pool.Endpoint) []*pool.Endpoint {
-	return keepIf(eps, func(e *pool.Endpoint) bool { return f.keeps(cy, e) })
-}
-
-// keepIf returns the endpoints keep accepts, in order; eps itself when it accepts all (the
-// scoring round re-runs the partition's filters on what they already kept).
-func keepIf(eps []*pool.Endpoint, keep func(*pool.Endpoint) bool) []*pool.Endpoint {
+// keepRole keeps the pods of one role in one pass (it runs over every candidate of every
+// PD pick): eps itself when all are of it, else a new slice sized for the rest.
+func keepRole(eps []*pool.Endpoint, role pool.Role) []*pool.Endpoint {
+	var out []*pool.Endpoint
 	for i, e := range eps {
-		if keep(e) {
-			continue
+		switch {
+		case e.Role == role && out != nil:
+			out = append(out, e)
+		case e.Role != role && out == nil:
+			out = make([]*pool.Endpoint, i, len(eps)-1)
+			copy(out, eps[:i])
 		}
-		out := make([]*pool.Endpoint, i, len(eps))
-		copy(out, eps[:i])
-		for _, e := range eps[i+1:] {
-			if keep(e) {
-				out = append(out, e)
-			}
-		}
-		return out
 	}
-	return eps
+	if out == nil {
+		return eps
+	}
+	return out
+}
+
+// keepIf returns the endpoints keep accepts, in order: eps itself when it accepts all, nil
+// when none, else exactly the ones it accepts (keep is asked twice per endpoint).
+func keepIf(eps []*pool.Endpoint, keep func(*pool.Endpoint) bool) []*pool.Endpoint {
+	n := 0
+	for _, e := range eps {
+		if keep(e) {
+			n++
+		}
+	}
+	switch n {
+	case len(eps):
+		return eps
+	case 0:
+		return nil
+	}
+	out := make([]*pool.Endpoint, 0, n)
+	for _, e := range eps {
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -54,12 +54,16 @@ type RolesetHandler struct {
 	c                                 *Cascade
 	prefillName, decodeName, combName string
 	prefill, decode, combined         *picker.Profile
-	prefillScorer, decodeScorer       *PolicyScorer
-	overflow                          CombinedOverflow
-	prefillFast                       PrefillFastPath
-	decodeFast                        DecodeFastPath
-	nonInference                      *picker.Profile
-	fallbacks                         int
+	// prefillScoring and decodeScoring are what the scoring round runs of the prefill and
+	// decode profiles: their scoring-only filters and their scorers (the other filters
+	// chose the candidates already).
+	prefillScoring, decodeScoring *picker.Profile
+	prefillScorer, decodeScorer   *PolicyScorer
+	overflow                      CombinedOverflow
+	prefillFast                   PrefillFastPath
+	decodeFast                    DecodeFastPath
+	nonInference                  *picker.Profile
+	fallbacks                     int
 }
 
 // Profile names of the default chain.
@@ -183,7 +187,18 @@ func (h *RolesetHandler) Bind(profiles []*picker.Profile) error {
 		}
 		*side.scorer = ps
 	}
+	h.prefillScoring, h.decodeScoring = scoringPart(h.prefill), scoringPart(h.decode)
 	return nil
+}
+
+func scoringPart(p *picker.Profile) *picker.Profile {
+	sp := &picker.Profile{Name: p.Name, Scorers: p.Scorers}
+	for _, f := range p.Filters {
+		if _, ok := f.(interface{ ScoringOnly() }); ok {
+			sp.Filters = append(sp.Filters, f)
+		}
+	}
+	return sp
 }
 
 // Produce implements picker.DataProducer: everything before the critical section.
@@ -204,9 +219,10 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 	}
 	s.prefPol, s.decPol = pol.prefill, pol.decode
 	s.trace.Note = fmt.Sprintf("%sprefill_policy=%s decode_policy=%s prompt_tokens=%d", pol.note, s.prefPol.Name(), s.decPol.Name(), cy.Req.PromptTokens)
-	prefill := h.candidates(ctx, cy, h.prefill)
-	decode := h.candidates(ctx, cy, h.decode)
-	combined := h.candidates(ctx, cy, h.combined)
+	var split roleSplit
+	prefill := h.candidates(ctx, cy, h.prefill, &split)
+	decode := h.candidates(ctx, cy, h.decode, &split)
+	combined := h.candidates(ctx, cy, h.combined, &split)
 	s.pt = partitionOf(cy.Candidates, prefill, decode, combined, s.knobs.PromptLengthBucketing)
 	if s.pt.bucketed {
 		s.trace.Add("bucketing")
@@ -215,20 +231,63 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 }
 
 // candidates runs a profile's filters, but for the scoring-only ones, over the candidates.
-func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *picker.Profile) []*pool.Endpoint {
+// A leading pd-role-filter takes its pods from one pass that sorts every candidate by role
+// for the three profiles at once (the same pods, in the same order, as the filter's own).
+func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *picker.Profile, split *roleSplit) []*pool.Endpoint {
 	if p == nil {
 		return nil
 	}
-	eps := cy.Candidates
-	for _, f := range p.Filters {
+	eps, filters := cy.Candidates, p.Filters
+	if len(filters) > 0 {
+		if rf, ok := filters[0].(*RoleFilter); ok {
+			eps, filters = split.of(cy, rf.role), filters[1:]
+		}
+	}
+	for _, f := range filters {
+		if len(eps) == 0 {
+			return nil
+		}
 		if _, scoringOnly := f.(interface{ ScoringOnly() }); scoringOnly {
 			continue
 		}
-		if eps = f.Filter(ctx, cy, eps); len(eps) == 0 {
-			return nil
-		}
+		eps = f.Filter(ctx, cy, eps)
+	}
+	if len(eps) == 0 {
+		return nil
 	}
 	return eps
+}
+
+// roleSplit is the candidates sorted by the seed's roles in one pass, made on first use.
+type roleSplit struct {
+	done                      bool
+	prefill, decode, combined []*pool.Endpoint
+}
+
+func (r *roleSplit) of(cy *picker.Cycle, role string) []*pool.Endpoint {
+	if !r.done {
+		r.done = true
+		n := len(cy.Candidates)
+		r.prefill = make([]*pool.Endpoint, 0, n/2+1)
+		r.decode = make([]*pool.Endpoint, 0, n/2+1)
+		for _, e := range cy.Candidates {
+			switch {
+			case e.Role == pool.RolePrefill:
+				r.prefill = append(r.prefill, e)
+			case e.Role == pool.RoleDecode:
+				r.decode = append(r.decode, e)
+			case isCombined(e, cy.Routing(e)):
+				r.combined = append(r.combined, e)
+			}
+		}
+	}
+	switch role {
+	case RolePrefill:
+		return r.prefill
+	case RoleDecode:
+		return r.decode
+	}
+	return r.combined
 }
 
 // Next implements picker.ProfileHandler: the fast paths, then the scoring rounds.
@@ -254,7 +313,7 @@ func (h *RolesetHandler) Next(_ context.Context, cy *picker.Cycle, _ []*picker.P
 		// The skip left no roleset with both sides: score the prefill side without it.
 		s.relaxed = true
 		s.trace.Add("stddev_skip_ignored")
-		return []picker.ProfileRun{{Profile: h.prefill, Endpoints: s.prefillEndpoints()}}
+		return []picker.ProfileRun{{Profile: h.prefillScoring, Endpoints: s.prefillEPs}}
 	case 3:
 		h.pair(s)
 	}
@@ -339,20 +398,17 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 		s.pb.MaxInFlight = math.Max(s.pb.MaxInFlight, p.InFlight)
 	}
 	s.preRS, s.b, s.decRS = preRS, b, decRS
-	s.prefCost, s.decCost = make([]float64, len(pre)), make([]float64, len(b.Pods))
-	decodeEPs := make([]*pool.Endpoint, len(b.Pods))
+	costs := make([]float64, len(pre)+len(b.Pods))
+	s.prefCost, s.decCost = costs[:len(pre):len(pre)], costs[len(pre):]
+	eps := make([]*pool.Endpoint, len(pre)+len(b.Pods))
+	for i := range pre {
+		eps[i] = pre[i].Endpoint
+	}
 	for i := range b.Pods {
-		decodeEPs[i] = b.Pods[i].Endpoint
+		eps[len(pre)+i] = b.Pods[i].Endpoint
 	}
-	return []picker.ProfileRun{{Profile: h.prefill, Endpoints: s.prefillEndpoints()}, {Profile: h.decode, Endpoints: decodeEPs}}
-}
-
-func (s *selection) prefillEndpoints() []*pool.Endpoint {
-	out := make([]*pool.Endpoint, len(s.pb.Pods))
-	for i := range s.pb.Pods {
-		out[i] = s.pb.Pods[i].Endpoint
-	}
-	return out
+	s.prefillEPs = eps[:len(pre):len(pre)]
+	return []picker.ProfileRun{{Profile: h.prefillScoring, Endpoints: s.prefillEPs}, {Profile: h.decodeScoring, Endpoints: eps[len(pre):]}}
 }
 
 // pair runs steps 3–5 on the costs the policy scorers recorded; it reports whether a

@@ -66,7 +66,9 @@ func (c *Cascade) bestOf(costs []float64, rs []int, nRS int, floor float64) ([]i
 			continue
 		}
 		c.keepBest(best, score, ties, rs[i], i, sc)
-		maxScore = math.Max(maxScore, sc)
+		if sc > maxScore { // sc is not NaN: the same as math.Max, without its call
+			maxScore = sc
+		}
 	}
 	return best, score, maxScore
 }

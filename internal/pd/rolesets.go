@@ -45,8 +45,9 @@ func partitionOf(cands, prefill, decode, combined []*pool.Endpoint, bucketed boo
 	type side struct{ prefill, decode int }
 	var counts []side
 	var names []string
-	slot := make([]int32, len(cands)) // roleset index; -1 for pods on no side
-	kept := make([]int8, len(cands))  // 1 prefill, 2 decode
+	// slot is each candidate's roleset index, as 2·index for a prefill member and
+	// 2·index+1 for a decode member; -1 for pods on no side.
+	slot := make([]int32, len(cands))
 	pi, di := 0, 0
 	for i, e := range cands {
 		slot[i] = -1
@@ -76,10 +77,10 @@ func partitionOf(cands, prefill, decode, combined []*pool.Endpoint, bucketed boo
 		}
 		switch {
 		case inPrefill:
-			kept[i], slot[i] = 1, int32(r)
+			slot[i] = int32(2 * r)
 			counts[r].prefill++
 		case inDecode:
-			kept[i], slot[i] = 2, int32(r)
+			slot[i] = int32(2*r + 1)
 			counts[r].decode++
 		}
 	}
@@ -107,11 +108,11 @@ func partitionOf(cands, prefill, decode, combined []*pool.Endpoint, bucketed boo
 		}
 	}
 	for i, e := range cands {
-		if slot[i] < 0 || pos[slot[i]] < 0 {
+		if slot[i] < 0 || pos[slot[i]/2] < 0 {
 			continue
 		}
-		rs := &pt.rolesets[pos[slot[i]]]
-		if kept[i] == 1 {
+		rs := &pt.rolesets[pos[slot[i]/2]]
+		if slot[i]%2 == 0 {
 			rs.Prefill = append(rs.Prefill, e)
 		} else {
 			rs.Decode = append(rs.Decode, e)

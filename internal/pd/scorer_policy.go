@@ -44,6 +44,10 @@ var policiesKey = picker.NewStateKey[*policies]("pd.policies")
 // has one, else the seed's precedence (Policies.resolve). An unregistered prefill name
 // falls back (noted, logged once); an unregistered decode name is an error.
 func (c *Cascade) policiesFor(ctx context.Context, cy *picker.Cycle, fixedPrefill, fixedDecode string) *policies {
+	sel := selectionOf(cy)
+	if sel != nil && sel.policies != nil {
+		return sel.policies
+	}
 	if p, ok := policiesKey.Read(cy.State); ok {
 		return p
 	}
@@ -65,7 +69,11 @@ func (c *Cascade) policiesFor(ctx context.Context, cy *picker.Cycle, fixedPrefil
 		p.err = apierror.Unavailable("unknown_decode_policy",
 			"%v; fix decodeScorePolicy in the model config or AIBRIX_DECODE_SCORE_POLICY", p.err)
 	}
-	policiesKey.Write(cy.State, p)
+	if sel != nil {
+		sel.policies = p
+	} else {
+		policiesKey.Write(cy.State, p)
+	}
 	return p
 }
 
@@ -160,56 +168,84 @@ func (c *Cascade) matchPrefix(cy *picker.Cycle, sel *selection) {
 	})
 }
 
-// Score implements picker.Scorer.
+// Score implements picker.Scorer: the costs, then their [0, 1] view, in out.
 func (s *PolicyScorer) Score(ctx context.Context, cy *picker.Cycle, eps []*pool.Endpoint, out []float64) {
-	var costs []float64
-	if s.prefill {
-		costs = s.prefillCosts(ctx, cy, eps)
-	} else {
-		costs = s.decodeCosts(ctx, cy, eps)
-	}
 	floor := decodeMaxScoreFloor
 	if s.prefill {
 		floor = 1
+		s.prefillCosts(ctx, cy, eps, out)
+	} else {
+		s.decodeCosts(ctx, cy, eps, out)
 	}
 	hi := floor
-	for _, v := range costs {
-		if !math.IsNaN(v) {
-			hi = math.Max(hi, v)
+	for _, v := range out {
+		if v > hi { // false for NaN
+			hi = v
 		}
 	}
-	for i, v := range costs {
-		if !math.IsNaN(v) {
+	for i, v := range out {
+		if math.IsNaN(v) {
+			out[i] = 0
+		} else {
 			out[i] = 1 - v/hi
 		}
 	}
 }
 
-// prefillCosts scores eps (an ordered subsequence of the handler's batch in its scoring
-// round, which then records the costs) and returns their costs.
-func (s *PolicyScorer) prefillCosts(ctx context.Context, cy *picker.Cycle, eps []*pool.Endpoint) []float64 {
+// walker finds the batch index of each endpoint of an ordered subsequence of the batch
+// (the roleset handler's scoring round hands a profile the batch's endpoints in order, so
+// the first probe is nearly always the answer).
+type walker struct{ next int }
+
+func (w *walker) index(n int, at func(int) *pool.Endpoint, e *pool.Endpoint) int {
+	for k := w.next; k < n; k++ {
+		if at(k) == e {
+			w.next = k + 1
+			return k
+		}
+	}
+	return -1
+}
+
+// aligned reports whether eps are exactly the batch's endpoints, in order.
+func aligned(n int, at func(int) *pool.Endpoint, eps []*pool.Endpoint) bool {
+	if len(eps) != n {
+		return false
+	}
+	for i, e := range eps {
+		if at(i) != e {
+			return false
+		}
+	}
+	return true
+}
+
+// prefillCosts writes eps's costs into out. In the handler's scoring round it scores the
+// handler's batch and records the costs there.
+func (s *PolicyScorer) prefillCosts(ctx context.Context, cy *picker.Cycle, eps []*pool.Endpoint, out []float64) {
 	sel := selectionOf(cy)
 	if sel.scoring() {
 		pol, pb := sel.prefPol, sel.pb
 		for i := range sel.prefCost {
 			sel.prefCost[i] = math.NaN()
 		}
-		out := make([]float64, len(eps))
-		j := 0
-		for i, e := range eps {
-			for j < len(pb.Pods) && pb.Pods[j].Endpoint != e {
-				j++
+		at := func(k int) *pool.Endpoint { return pb.Pods[k].Endpoint }
+		if aligned(len(pb.Pods), at, eps) {
+			for i := range eps {
+				out[i] = pol.Score(pb, i)
 			}
-			if j == len(pb.Pods) {
-				out[i] = math.NaN()
-				j = 0
-				continue
-			}
-			out[i] = pol.Score(pb, j)
-			sel.prefCost[j] = out[i]
+			copy(sel.prefCost, out)
+			return
 		}
-		prefillBatchKey.Write(cy.State, pb)
-		return out
+		var w walker
+		for i, e := range eps {
+			out[i] = math.NaN()
+			if j := w.index(len(pb.Pods), at, e); j >= 0 {
+				out[i] = pol.Score(pb, j)
+				sel.prefCost[j] = out[i]
+			}
+		}
+		return
 	}
 	p := s.resolve(ctx, cy)
 	pb := &PrefillBatch{Pods: make([]PrefillPod, len(eps)), MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: &cy.Resolved.PD}
@@ -224,34 +260,21 @@ func (s *PolicyScorer) prefillCosts(ctx context.Context, cy *picker.Cycle, eps [
 			MatchPct: match[e.Key()], Sample: s.c.deps.Metrics.Get(e.Key())}
 		pb.MaxInFlight = math.Max(pb.MaxInFlight, pb.Pods[i].InFlight)
 	}
-	out := make([]float64, len(eps))
 	for i := range eps {
 		out[i] = p.prefill.Score(pb, i)
 	}
 	prefillBatchKey.Write(cy.State, pb)
-	return out
 }
 
 // decodeCosts is prefillCosts for the decode side.
-func (s *PolicyScorer) decodeCosts(ctx context.Context, cy *picker.Cycle, eps []*pool.Endpoint) []float64 {
+func (s *PolicyScorer) decodeCosts(ctx context.Context, cy *picker.Cycle, eps []*pool.Endpoint, out []float64) {
 	sel := selectionOf(cy)
 	var pol DecodePolicy
 	var b *DecodeBatch
-	idx := make([]int, len(eps))
 	if sel.scoring() {
 		pol, b = sel.decPol, sel.b
 		for i := range sel.decCost {
 			sel.decCost[i] = math.NaN()
-		}
-		j := 0
-		for i, e := range eps {
-			for j < len(b.Pods) && b.Pods[j].Endpoint != e {
-				j++
-			}
-			idx[i] = j
-			if j == len(b.Pods) {
-				idx[i], j = -1, 0
-			}
 		}
 	} else {
 		pol = s.resolve(ctx, cy).decode
@@ -259,27 +282,30 @@ func (s *PolicyScorer) decodeCosts(ctx context.Context, cy *picker.Cycle, eps []
 			pol = loadBalancingPolicy{}
 		}
 		b = s.c.decodeBatch(cy, &cy.Resolved.PD, eps, nil, nil)
-		for i := range idx {
-			idx[i] = i
-		}
 	}
+	at := func(k int) *pool.Endpoint { return b.Pods[k].Endpoint }
+	// The cold-start rule looks at every pod scored: a first pass for "has any the metric".
 	anyMetrics := false
-	for _, j := range idx {
-		anyMetrics = anyMetrics || (j >= 0 && b.Pods[j].HasRunning)
-	}
-	out := make([]float64, len(eps))
-	for i, j := range idx {
-		if j < 0 {
-			out[i] = math.NaN()
-			continue
-		}
-		out[i] = decodeCost(pol, b, j, anyMetrics)
-		if sel.scoring() {
-			sel.decCost[j] = out[i]
+	var w walker
+	for _, e := range eps {
+		if j := w.index(len(b.Pods), at, e); j >= 0 && b.Pods[j].HasRunning {
+			anyMetrics = true
+			break
 		}
 	}
-	decodeBatchKey.Write(cy.State, b)
-	return out
+	w = walker{}
+	for i, e := range eps {
+		out[i] = math.NaN()
+		if j := w.index(len(b.Pods), at, e); j >= 0 {
+			out[i] = decodeCost(pol, b, j, anyMetrics)
+			if sel.scoring() {
+				sel.decCost[j] = out[i]
+			}
+		}
+	}
+	if !sel.scoring() {
+		decodeBatchKey.Write(cy.State, b)
+	}
 }
 
 // Reserve implements picker.Reserver: a policy with a ledger is charged for the chosen pair

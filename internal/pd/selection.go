@@ -3,6 +3,7 @@ package pd
 import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // selection is one request's pass through the PD chain, in the cycle's state (never in a
@@ -10,6 +11,7 @@ import (
 // first round built, the costs the policy scorers wrote, and the pair.
 type selection struct {
 	nonInference bool
+	policies     *policies // resolved once per cycle, by the handler's producer
 	knobs        *config.PD
 	prefPol      PrefillPolicy
 	decPol       DecodePolicy
@@ -24,6 +26,7 @@ type selection struct {
 	// its roleset index, and the costs the scorers wrote (NaN: not scored).
 	rounds         int
 	pb             *PrefillBatch
+	prefillEPs     []*pool.Endpoint // pb's endpoints, the prefill profile's input
 	preRS          []int
 	b              *DecodeBatch
 	decRS          []int
@@ -58,12 +61,18 @@ var (
 // ScoredPrefillBatch is the prefill batch the request's prefill policy scored, nil when
 // none did.
 func ScoredPrefillBatch(cy *picker.Cycle) *PrefillBatch {
+	if s := selectionOf(cy); s.scoring() {
+		return s.pb
+	}
 	b, _ := prefillBatchKey.Read(cy.State)
 	return b
 }
 
 // ScoredDecodeBatch is the decode batch the request's decode policy scored, nil when none did.
 func ScoredDecodeBatch(cy *picker.Cycle) *DecodeBatch {
+	if s := selectionOf(cy); s.scoring() {
+		return s.b
+	}
 	b, _ := decodeBatchKey.Read(cy.State)
 	return b
 }

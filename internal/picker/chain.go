@@ -128,7 +128,7 @@ func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
 // destination (whatever the handler: a non-PD strategy must never send a whole request to
 // a pod that only runs prefill).
 func (s *Chain) decide(ctx context.Context, c *Cycle) (*Decision, map[string]*ProfileResult, error) {
-	done := map[string]*ProfileResult{}
+	done := make(map[string]*ProfileResult, 4)
 	for round := 0; ; round++ {
 		next := s.Handler.Next(ctx, c, s.Profiles, done)
 		if len(next) == 0 {

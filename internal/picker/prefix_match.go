@@ -2,6 +2,7 @@ package picker
 
 import (
 	"strconv"
+	"sync"
 
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/prefix"
@@ -43,10 +44,17 @@ func (m *PrefixMatch) Total() int {
 	return len(m.Hashes)
 }
 
+// hashKeys holds the state key of each block size asked for (a handful per process).
+var hashKeys sync.Map // int -> StateKey[[]uint64]
+
 // PromptHashes returns the request's prompt block hashes for blocks of blockTokens tokens,
 // computing them once per cycle.
 func PromptHashes(c *Cycle, blockTokens int) []uint64 {
-	key := NewStateKey[[]uint64]("prefix.hashes/" + strconv.Itoa(blockTokens))
+	k, ok := hashKeys.Load(blockTokens)
+	if !ok {
+		k, _ = hashKeys.LoadOrStore(blockTokens, NewStateKey[[]uint64]("prefix.hashes/"+strconv.Itoa(blockTokens)))
+	}
+	key := k.(StateKey[[]uint64])
 	if h, ok := key.Read(c.State); ok {
 		return h
 	}

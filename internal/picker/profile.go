@@ -25,7 +25,8 @@ type WeightedScorer struct {
 }
 
 // ProfileResult is what one profile chose: Ranked[0] is its pick; Scored holds every
-// endpoint that passed the filters, in filter order, with its weighted total.
+// endpoint that passed the filters, in filter order, with its weighted total (nil for a
+// profile without a picker: its handler ranks the endpoints, in Ranked, itself).
 type ProfileResult struct {
 	Ranked []*pool.Endpoint
 	Scored []ScoredEndpoint
@@ -53,22 +54,28 @@ func (p *Profile) Run(ctx context.Context, c *Cycle, eps []*pool.Endpoint) (*Pro
 	if emptied != "" {
 		return nil, apierror.Unavailable("no_endpoint", "profile %q: filter %q left no endpoint for the request", p.Name, emptied)
 	}
-	scored := make([]ScoredEndpoint, len(eps))
-	for i, e := range eps {
-		scored[i].Endpoint = e
+	var scored []ScoredEndpoint
+	if p.Picker != nil {
+		scored = make([]ScoredEndpoint, len(eps))
+		for i, e := range eps {
+			scored[i].Endpoint = e
+		}
 	}
 	if len(p.Scorers) > 0 {
 		buf := make([]float64, len(eps))
 		for _, ws := range p.Scorers {
 			clear(buf)
 			ws.Scorer.Score(ctx, c, eps, buf)
+			if scored == nil {
+				continue // the handler ranks: the scorers leave what it reads in the cycle
+			}
 			for i, s := range buf {
 				scored[i].Score += ws.Weight * clamp01(s)
 			}
 		}
 	}
 	if p.Picker == nil {
-		return &ProfileResult{Ranked: eps, Scored: scored}, nil
+		return &ProfileResult{Ranked: eps}, nil
 	}
 	ranked := p.Picker.Pick(ctx, c, scored)
 	if len(ranked) == 0 {

@@ -12,12 +12,13 @@ type CycleState struct {
 }
 
 type stateEntry struct {
-	key any
-	val any
+	name string
+	val  any
 }
 
-// StateKey names one value in a CycleState and fixes its type: a value is read back with
-// the type it was written with. Two keys are the same key when name and type agree.
+// StateKey names one value in a CycleState and fixes its type: Read returns a value only
+// as the type the key was declared with. Names are unique per value (a package prefixes its
+// own: "pd.selection").
 type StateKey[T any] struct{ name string }
 
 // NewStateKey returns the key called name for values of type T.
@@ -35,7 +36,7 @@ func (k StateKey[T]) Read(s *CycleState) (T, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for i := range s.entries {
-		if s.entries[i].key == any(k) {
+		if s.entries[i].name == k.name {
 			v, ok := s.entries[i].val.(T)
 			return v, ok
 		}
@@ -48,7 +49,7 @@ func (k StateKey[T]) Write(s *CycleState, v T) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.entries {
-		if s.entries[i].key == any(k) {
+		if s.entries[i].name == k.name {
 			s.entries[i].val = v
 			return
 		}
@@ -56,5 +57,5 @@ func (k StateKey[T]) Write(s *CycleState, v T) {
 	if s.entries == nil {
 		s.entries = make([]stateEntry, 0, 8)
 	}
-	s.entries = append(s.entries, stateEntry{key: k, val: v})
+	s.entries = append(s.entries, stateEntry{name: k.name, val: v})
 }
