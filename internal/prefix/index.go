@@ -250,21 +250,25 @@ func (ix *Index) trim(key string, capacity int) {
 	for r != nil && r.n > capacity {
 		old := r.prev
 		ix.release(key, old)
-		b := old.b
-		n := 0
-		for _, h := range b.holders {
-			if h.key != key {
-				b.holders[n] = h
-				n++
-			}
-		}
-		b.holders = b.holders[:n]
-		if n == 0 {
+		if b := old.b; b.without(key) == 0 {
 			ix.unlink(b)
 			ix.drop(b)
 		}
 		r = ix.holders[key]
 	}
+}
+
+// without drops key from the block's holders and returns how many are left.
+func (b *block) without(key string) int {
+	n := 0
+	for _, h := range b.holders {
+		if h.key != key {
+			b.holders[n] = h
+			n++
+		}
+	}
+	b.holders = b.holders[:n]
+	return n
 }
 
 func (ix *Index) unlink(b *block) {
@@ -307,15 +311,7 @@ func (ix *Index) Forget(key string) {
 	defer ix.mu.Unlock()
 	for b := ix.lru.next; b != &ix.lru; {
 		next := b.next
-		n := 0
-		for _, h := range b.holders {
-			if h.key != key {
-				b.holders[n] = h
-				n++
-			}
-		}
-		b.holders = b.holders[:n]
-		if n == 0 {
+		if b.without(key) == 0 {
 			ix.evict(b)
 		}
 		b = next
