@@ -272,7 +272,7 @@ var Vars = []Var{
 		"Milliseconds between two scrapes of an engine pod's metrics.",
 		func(g *Gateway) *time.Duration { return &g.MetricRefreshInterval }),
 	strategyVar("ROUTING_ALGORITHM", "routingAlgorithm",
-		"Gateway default routing strategy, used when neither the model config nor the `routing-strategy` header names one. Unset: `pd` when the model's endpoints carry prefill/decode roles, else `least-request`.",
+		"Gateway default routing strategy, used when neither the model config nor the `routing-strategy` header names one. Unset: the `--config-file`'s scheduling when it has one, else `pd` when the model's endpoints carry prefill/decode roles, else `least-request`.",
 		func(g *Gateway) *string { return &g.DefaultStrategy }),
 	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffSidecar, HandoffEPP}, false,
 		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy) or `epp` (Tandem runs the prefill leg itself).",

@@ -11,7 +11,7 @@ type configReload struct {
 func (m *Metrics) newConfigReload() configReload {
 	return configReload{
 		total:   m.counterVec("tandem_config_reloads_total", "Changes of the --config-file seen while running, by result: applied, or rejected (the last good configuration keeps routing; the log says what is wrong).", "result"),
-		applied: m.gauge("tandem_config_file_applied", "1 when the --config-file's current content is the configuration routing, 0 after a change was rejected."),
+		applied: m.gauge("tandem_config_file_applied", "1 when the --config-file's current content is the configuration routing; 0 after a change was rejected (and without a --config-file)."),
 	}
 }
 
