@@ -4,10 +4,10 @@
 // Router the ext_proc server calls. Every pool is rolesets of 2 prefill + 2 decode pods with
 // scraped metrics and live load; prompts share long prefixes so matching does real work.
 //
-// It then times, side by side in one run (picks interleaved, the order alternating), the
+// It first times, side by side in one run (picks interleaved, the order alternating), the
 // pd strategy as it ships — the plugin chain — against the cascade it replaced, frozen in
-// bench/picker/baseline, on the same pool, load and prompts; and llm-d-router v0.10.0's
-// pd-epp-config.yaml loaded as --config-file would load it. It ends with RESULT lines. Run
+// bench/picker/baseline, on the same pool, load and prompts; and at the end llm-d-router
+// v0.10.0's pd-epp-config.yaml loaded as --config-file would load it. It ends with RESULT lines. Run
 // with `make bench-picker` from the repository root. It is a measurement, not part of
 // Tandem: it must not be imported, nor route through anything but the production Router.
 package main
@@ -209,32 +209,19 @@ func run(ctx context.Context, s setup, iters int) ([]time.Duration, float64) {
 	return lat, float64(ms1.Mallocs-ms0.Mallocs) / float64(iters)
 }
 
-// sideBySide interleaves picks on a and b, alternating which goes first, so both see the
-// same machine at the same moments, and returns their latencies.
-func sideBySide(ctx context.Context, a, b setup, iters int) (la, lb []time.Duration) {
-	ra, rb := &runner{s: a}, &runner{s: b}
-	for i := range iters / 4 { // warm both
-		if i%2 == 0 {
-			ra.pick(ctx)
-			rb.pick(ctx)
-		} else {
-			rb.pick(ctx)
-			ra.pick(ctx)
-		}
-	}
-	runtime.GC()
+// interleave picks iters times on each of a and b, alternating which goes first, so both
+// see the same machine at the same moments, and returns their latencies.
+func interleave(ctx context.Context, a, b *runner, iters int) (la, lb []time.Duration) {
 	la, lb = make([]time.Duration, iters), make([]time.Duration, iters)
 	for i := range iters {
 		if i%2 == 0 {
-			la[i] = ra.pick(ctx)
-			lb[i] = rb.pick(ctx)
+			la[i] = a.pick(ctx)
+			lb[i] = b.pick(ctx)
 		} else {
-			lb[i] = rb.pick(ctx)
-			la[i] = ra.pick(ctx)
+			lb[i] = b.pick(ctx)
+			la[i] = a.pick(ctx)
 		}
 	}
-	ra.prev.Lifecycle.Done(nil)
-	rb.prev.Lifecycle.Done(nil)
 	return la, lb
 }
 
@@ -252,9 +239,38 @@ func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	fmt.Printf("bench-picker: full PD pick, %d-byte prompts, GOMAXPROCS=%d\n", promptBytes, runtime.GOMAXPROCS(0))
+	// The chain against the cascade it replaced: same pool, load and prompts, picks
+	// interleaved (the order alternating) on one locked thread, before anything else has
+	// grown the heap; 5 rounds, the ratio the median of the rounds' p50 ratios (one round's can
+	// be skewed by another process taking the CPU for a while).
+	runtime.LockOSThread()
+	chainR, cascadeR := &runner{s: build(ctx, 128, 42, "", false)}, &runner{s: build(ctx, 128, 42, "", true)}
+	interleave(ctx, chainR, cascadeR, 2000) // warm both
+	var chain, cascade []time.Duration
+	var ratios []float64
+	for range 5 {
+		runtime.GC()
+		c, k := interleave(ctx, chainR, cascadeR, 4000)
+		chain, cascade = append(chain, c...), append(cascade, k...)
+		ratios = append(ratios, usf(pct(c, 0.5))/usf(pct(k, 0.5)))
+	}
+	runtime.UnlockOSThread()
+	chainR.prev.Lifecycle.Done(nil)
+	cascadeR.prev.Lifecycle.Done(nil)
+	slices.Sort(ratios)
+	cp50, kp50 := pct(chain, 0.5), pct(cascade, 0.5)
+	fmt.Printf("side by side, endpoints=128 picks=5×4000: chain p50=%sµs p99=%sµs, cascade (baseline) p50=%sµs p99=%sµs, round ratios %.3f\n",
+		us(cp50), us(pct(chain, 0.99)), us(kp50), us(pct(cascade, 0.99)), ratios)
+	fmt.Printf("RESULT pick_p50_us_128_chain=%.1f\n", usf(cp50))
+	fmt.Printf("RESULT pick_p50_us_128_cascade=%.1f\n", usf(kp50))
+	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratios[len(ratios)/2])
+
 	results := map[int][2]float64{}
 	for i, n := range []int{16, 128, 1024} {
-		s := build(ctx, n, uint64(7+i), "", false)
+		// Each setup's warmer stops with its context, so its pool and index are garbage
+		// before the next setup is timed (a live 1024-endpoint index would slow every GC).
+		sctx, stop := context.WithCancel(ctx)
+		s := build(sctx, n, uint64(7+i), "", false)
 		iters := 4000
 		if n == 1024 {
 			iters = 1500
@@ -265,6 +281,7 @@ func main() {
 		fmt.Printf("endpoints=%-5d picks=%d p50=%sµs p90=%sµs p99=%sµs allocs/pick=%.0f\n",
 			n, iters, us(p50), us(pct(lat, 0.9)), us(p99), allocs)
 		results[n] = [2]float64{usf(p50), allocs}
+		stop()
 	}
 	fmt.Printf("growth 128→1024: %.1f× the time for 8× the endpoints\n", results[1024][0]/results[128][0])
 	fmt.Printf("RESULT pick_p50_us_16=%.1f\n", results[16][0])
@@ -274,31 +291,14 @@ func main() {
 	// The token-load policies (decode token_load too) on 128 endpoints: ledger reads in the
 	// scoring, charges in the critical section, releases on completion.
 	for i, pol := range []struct{ name, result string }{{pd.PolicyTokenLoad, "token_load"}, {pd.PolicyHybridCacheLoad, "hybrid"}} {
-		s := build(ctx, 128, uint64(20+i), pol.name, false)
+		sctx, stop := context.WithCancel(ctx)
+		s := build(sctx, 128, uint64(20+i), pol.name, false)
 		run(ctx, s, 1000)
 		lat, allocs := run(ctx, s, 4000)
 		fmt.Printf("policy=%s endpoints=128 p50=%sµs p99=%sµs allocs/pick=%.0f\n", pol.name, us(pct(lat, 0.5)), us(pct(lat, 0.99)), allocs)
 		fmt.Printf("RESULT pick_p50_us_128_%s=%.1f\n", pol.result, usf(pct(lat, 0.5)))
+		stop()
 	}
-
-	// The chain against the cascade it replaced: same pool, load and prompts, interleaved,
-	// in 5 rounds; the ratio is the median of the rounds' p50 ratios (one round's can be
-	// skewed by another process taking the CPU for a while).
-	chainS, cascadeS := build(ctx, 128, 42, "", false), build(ctx, 128, 42, "", true)
-	var chain, cascade []time.Duration
-	var ratios []float64
-	for range 5 {
-		c, k := sideBySide(ctx, chainS, cascadeS, 3000)
-		chain, cascade = append(chain, c...), append(cascade, k...)
-		ratios = append(ratios, usf(pct(c, 0.5))/usf(pct(k, 0.5)))
-	}
-	slices.Sort(ratios)
-	cp50, kp50 := pct(chain, 0.5), pct(cascade, 0.5)
-	fmt.Printf("side by side, endpoints=128 picks=5×3000: chain p50=%sµs p99=%sµs, cascade (baseline) p50=%sµs p99=%sµs, round ratios %.3f\n",
-		us(cp50), us(pct(chain, 0.99)), us(kp50), us(pct(cascade, 0.99)), ratios)
-	fmt.Printf("RESULT pick_p50_us_128_chain=%.1f\n", usf(cp50))
-	fmt.Printf("RESULT pick_p50_us_128_cascade=%.1f\n", usf(kp50))
-	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratios[len(ratios)/2])
 
 	// llm-d's PD config: approx prefix producer, prefix and queue scorers on both profiles,
 	// the prefix-based decider.

@@ -219,11 +219,17 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 	}
 	s.prefPol, s.decPol = pol.prefill, pol.decode
 	s.trace.Note = fmt.Sprintf("%sprefill_policy=%s decode_policy=%s prompt_tokens=%d", pol.note, s.prefPol.Name(), s.decPol.Name(), cy.Req.PromptTokens)
-	var split roleSplit
-	prefill := h.candidates(ctx, cy, h.prefill, &split)
-	decode := h.candidates(ctx, cy, h.decode, &split)
-	combined := h.candidates(ctx, cy, h.combined, &split)
-	s.pt = partitionOf(cy.Candidates, prefill, decode, combined, s.knobs.PromptLengthBucketing)
+	split := &s.split
+	prefill := h.candidates(ctx, cy, h.prefill, split)
+	decode := h.candidates(ctx, cy, h.decode, split)
+	combined := h.candidates(ctx, cy, h.combined, split)
+	if split.done && sameSlice(prefill, split.prefill) && sameSlice(decode, split.decode) {
+		// The profiles kept what the role split sorted (no other filter dropped a pod): the
+		// split's roleset index is the partition's first pass.
+		s.pt = split.ix.partition(cy.Candidates, combined, s.knobs.PromptLengthBucketing)
+	} else {
+		s.pt = partitionOf(cy.Candidates, prefill, decode, combined, s.knobs.PromptLengthBucketing)
+	}
 	if s.pt.bucketed {
 		s.trace.Add("bucketing")
 	}
@@ -258,10 +264,16 @@ func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *pi
 	return eps
 }
 
-// roleSplit is the candidates sorted by the seed's roles in one pass, made on first use.
+// roleSplit is the candidates sorted by the seed's roles in one pass, made on first use,
+// with the roleset index of that sorting.
 type roleSplit struct {
 	done                      bool
 	prefill, decode, combined []*pool.Endpoint
+	ix                        rolesetIndex // the partition's first pass for this sorting
+}
+
+func sameSlice(a, b []*pool.Endpoint) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
 func (r *roleSplit) of(cy *picker.Cycle, role string) []*pool.Endpoint {
@@ -270,7 +282,8 @@ func (r *roleSplit) of(cy *picker.Cycle, role string) []*pool.Endpoint {
 		n := len(cy.Candidates)
 		r.prefill = make([]*pool.Endpoint, 0, n/2+1)
 		r.decode = make([]*pool.Endpoint, 0, n/2+1)
-		for _, e := range cy.Candidates {
+		r.ix.init(n)
+		for i, e := range cy.Candidates {
 			switch {
 			case e.Role == pool.RolePrefill:
 				r.prefill = append(r.prefill, e)
@@ -279,6 +292,7 @@ func (r *roleSplit) of(cy *picker.Cycle, role string) []*pool.Endpoint {
 			case isCombined(e, cy.Routing(e)):
 				r.combined = append(r.combined, e)
 			}
+			r.ix.add(i, e, e.Role == pool.RolePrefill, e.Role == pool.RoleDecode)
 		}
 	}
 	switch role {
@@ -332,15 +346,10 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 	}
 
 	// The prefill and decode candidates, each with its roleset index.
-	nPre, nDec := 0, 0
-	for ri := range pt.rolesets {
-		nPre += len(pt.rolesets[ri].Prefill)
-		nDec += len(pt.rolesets[ri].Decode)
-	}
-	pre := make([]PrefillPod, 0, nPre)
-	preRS := make([]int, 0, nPre)
-	decEPs := make([]*pool.Endpoint, 0, nDec)
-	decRS := make([]int, 0, nDec)
+	pre := make([]PrefillPod, 0, len(pt.prefill))
+	preRS := make([]int, 0, len(pt.prefill))
+	decEPs := pt.decode
+	decRS := make([]int, 0, len(pt.decode))
 	for ri := range pt.rolesets {
 		rs := &pt.rolesets[ri]
 		for _, e := range rs.Prefill {
@@ -348,8 +357,7 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 				MatchPct: s.match[e.Key()]})
 			preRS = append(preRS, ri)
 		}
-		for _, e := range rs.Decode {
-			decEPs = append(decEPs, e)
+		for range rs.Decode {
 			decRS = append(decRS, ri)
 		}
 	}
@@ -400,15 +408,22 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 	s.preRS, s.b, s.decRS = preRS, b, decRS
 	costs := make([]float64, len(pre)+len(b.Pods))
 	s.prefCost, s.decCost = costs[:len(pre):len(pre)], costs[len(pre):]
-	eps := make([]*pool.Endpoint, len(pre)+len(b.Pods))
-	for i := range pre {
-		eps[i] = pre[i].Endpoint
+	// The profiles' inputs: the partition's own lists when no fast path narrowed them.
+	s.prefillEPs = pt.prefill
+	if len(pre) != len(pt.prefill) {
+		s.prefillEPs = make([]*pool.Endpoint, len(pre))
+		for i := range pre {
+			s.prefillEPs[i] = pre[i].Endpoint
+		}
 	}
-	for i := range b.Pods {
-		eps[len(pre)+i] = b.Pods[i].Endpoint
+	decodeEPs := pt.decode
+	if len(b.Pods) != len(pt.decode) {
+		decodeEPs = make([]*pool.Endpoint, len(b.Pods))
+		for i := range b.Pods {
+			decodeEPs[i] = b.Pods[i].Endpoint
+		}
 	}
-	s.prefillEPs = eps[:len(pre):len(pre)]
-	return []picker.ProfileRun{{Profile: h.prefillScoring, Endpoints: s.prefillEPs}, {Profile: h.decodeScoring, Endpoints: eps[len(pre):]}}
+	return []picker.ProfileRun{{Profile: h.prefillScoring, Endpoints: s.prefillEPs}, {Profile: h.decodeScoring, Endpoints: decodeEPs}}
 }
 
 // pair runs steps 3–5 on the costs the policy scorers recorded; it reports whether a

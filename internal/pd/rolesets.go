@@ -20,7 +20,10 @@ type Roleset struct {
 // partition is a request's candidates sorted into rolesets and combined pods.
 type partition struct {
 	rolesets []Roleset // complete rolesets only, in first-seen order
-	combined []*pool.Endpoint
+	// prefill and decode are every complete roleset's pods of one side, in roleset order:
+	// the rolesets' Prefill and Decode are windows of them.
+	prefill, decode []*pool.Endpoint
+	combined        []*pool.Endpoint
 	// incomplete counts the rolesets skipped for missing a side; nPrefill/nDecode count
 	// the PD pods seen at all (for error messages).
 	incomplete, nPrefill, nDecode int
@@ -39,18 +42,10 @@ func isCombined(e *pool.Endpoint, rc config.RoutingConfig) bool {
 // candidate carries its name with a PD role, in first-seen order; it is complete, and
 // kept, when both sides kept a pod. combined are the combined profile's pods.
 func partitionOf(cands, prefill, decode, combined []*pool.Endpoint, bucketed bool) partition {
-	pt := partition{combined: combined, bucketed: bucketed}
-	// Pass 1: each PD candidate's roleset index; which side the filters kept it on.
-	idx := make(map[string]int, len(cands)/4+1)
-	type side struct{ prefill, decode int }
-	var counts []side
-	var names []string
-	// slot is each candidate's roleset index, as 2·index for a prefill member and
-	// 2·index+1 for a decode member; -1 for pods on no side.
-	slot := make([]int32, len(cands))
+	var ix rolesetIndex
+	ix.init(len(cands))
 	pi, di := 0, 0
 	for i, e := range cands {
-		slot[i] = -1
 		// The filters keep candidate order, so each list is walked once alongside.
 		inPrefill := pi < len(prefill) && prefill[pi] == e
 		if inPrefill {
@@ -60,59 +55,100 @@ func partitionOf(cands, prefill, decode, combined []*pool.Endpoint, bucketed boo
 		if inDecode {
 			di++
 		}
-		if e.Role != pool.RolePrefill && e.Role != pool.RoleDecode {
-			continue
-		}
-		if e.Role == pool.RolePrefill {
-			pt.nPrefill++
-		} else {
-			pt.nDecode++
-		}
-		r, ok := idx[e.Roleset]
-		if !ok {
-			r = len(counts)
-			idx[e.Roleset] = r
-			counts = append(counts, side{})
-			names = append(names, e.Roleset)
-		}
-		switch {
-		case inPrefill:
-			slot[i] = int32(2 * r)
-			counts[r].prefill++
-		case inDecode:
-			slot[i] = int32(2*r + 1)
-			counts[r].decode++
-		}
+		ix.add(i, e, inPrefill, inDecode)
 	}
-	// Pass 2: complete rolesets only, in first-seen order, laid out in one backing array.
-	pos := make([]int, len(counts)) // index into pt.rolesets, -1 when incomplete
+	return ix.partition(cands, combined, bucketed)
+}
+
+// rolesetIndex is the first pass of a partition: each PD candidate's roleset, and the side
+// its profile's filters kept it on.
+type rolesetIndex struct {
+	idx    map[string]int
+	counts []struct{ prefill, decode int }
+	names  []string
+	// slot is each candidate's roleset index, as 2·index for a prefill member and
+	// 2·index+1 for a decode member; -1 for pods on no side.
+	slot              []int32
+	nPrefill, nDecode int
+}
+
+func (ix *rolesetIndex) init(n int) {
+	// Rolesets are usually 2 prefill + 2 decode pods: room for n/4 of them up front.
+	ix.idx = make(map[string]int, n/4+1)
+	ix.counts = make([]struct{ prefill, decode int }, 0, n/4+1)
+	ix.names = make([]string, 0, n/4+1)
+	ix.slot = make([]int32, n)
+}
+
+// add records candidate i; inPrefill and inDecode say which profile kept it.
+func (ix *rolesetIndex) add(i int, e *pool.Endpoint, inPrefill, inDecode bool) {
+	ix.slot[i] = -1
+	if e.Role != pool.RolePrefill && e.Role != pool.RoleDecode {
+		return
+	}
+	if e.Role == pool.RolePrefill {
+		ix.nPrefill++
+	} else {
+		ix.nDecode++
+	}
+	r, ok := ix.idx[e.Roleset]
+	if !ok {
+		r = len(ix.counts)
+		ix.idx[e.Roleset] = r
+		ix.counts = append(ix.counts, struct{ prefill, decode int }{})
+		ix.names = append(ix.names, e.Roleset)
+	}
+	switch {
+	case inPrefill:
+		ix.slot[i] = int32(2 * r)
+		ix.counts[r].prefill++
+	case inDecode:
+		ix.slot[i] = int32(2*r + 1)
+		ix.counts[r].decode++
+	}
+}
+
+// partition is the second pass: complete rolesets only, in first-seen order, laid out in
+// one backing array, every prefill pod first, then every decode pod.
+func (ix *rolesetIndex) partition(cands, combined []*pool.Endpoint, bucketed bool) partition {
+	pt := partition{combined: combined, bucketed: bucketed, nPrefill: ix.nPrefill, nDecode: ix.nDecode}
+	pos := make([]int, len(ix.counts)) // index into pt.rolesets, -1 when incomplete
+	pt.rolesets = make([]Roleset, 0, len(ix.counts))
 	total := 0
-	for r, c := range counts {
+	for r, c := range ix.counts {
 		pos[r] = -1
 		if c.prefill > 0 && c.decode > 0 {
 			pos[r] = len(pt.rolesets)
-			pt.rolesets = append(pt.rolesets, Roleset{Name: names[r]})
+			pt.rolesets = append(pt.rolesets, Roleset{Name: ix.names[r]})
 			total += c.prefill + c.decode
 		} else {
 			pt.incomplete++
 		}
 	}
-	backing := make([]*pool.Endpoint, 0, total)
-	for r, c := range counts {
-		if p := pos[r]; p >= 0 {
-			rs := &pt.rolesets[p]
-			rs.Prefill = backing[len(backing) : len(backing) : len(backing)+c.prefill]
-			backing = backing[:len(backing)+c.prefill]
-			rs.Decode = backing[len(backing) : len(backing) : len(backing)+c.decode]
-			backing = backing[:len(backing)+c.decode]
+	nPre := 0
+	for r, c := range ix.counts {
+		if pos[r] >= 0 {
+			nPre += c.prefill
+		}
+	}
+	backing := make([]*pool.Endpoint, total)
+	pt.prefill, pt.decode = backing[:nPre:nPre], backing[nPre:]
+	p, d := 0, 0
+	for r, c := range ix.counts {
+		if i := pos[r]; i >= 0 {
+			rs := &pt.rolesets[i]
+			rs.Prefill = pt.prefill[p : p : p+c.prefill]
+			rs.Decode = pt.decode[d : d : d+c.decode]
+			p, d = p+c.prefill, d+c.decode
 		}
 	}
 	for i, e := range cands {
-		if slot[i] < 0 || pos[slot[i]/2] < 0 {
+		slot := ix.slot[i]
+		if slot < 0 || pos[slot/2] < 0 {
 			continue
 		}
-		rs := &pt.rolesets[pos[slot[i]/2]]
-		if slot[i]%2 == 0 {
+		rs := &pt.rolesets[pos[slot/2]]
+		if slot%2 == 0 {
 			rs.Prefill = append(rs.Prefill, e)
 		} else {
 			rs.Decode = append(rs.Decode, e)

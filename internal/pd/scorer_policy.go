@@ -58,7 +58,12 @@ func (c *Cascade) policiesFor(ctx context.Context, cy *picker.Cycle, fixedPrefil
 	if fixedDecode != "" {
 		rc.DecodeScorePolicy = fixedDecode
 	}
-	p := &policies{}
+	var p *policies
+	if sel != nil {
+		p = &sel.pols
+	} else {
+		p = &policies{}
+	}
 	p.prefill, p.decode, p.note, p.err = c.policies.resolve(c.gwPrefill, &cy.Resolved.PD, &rc)
 	if p.note != "" {
 		if _, seen := c.noted.LoadOrStore(p.note, struct{}{}); !seen {

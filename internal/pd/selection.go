@@ -12,6 +12,8 @@ import (
 type selection struct {
 	nonInference bool
 	policies     *policies // resolved once per cycle, by the handler's producer
+	pols         policies  // what policies points to
+	split        roleSplit // the candidates by role, for the profiles' role filters
 	knobs        *config.PD
 	prefPol      PrefillPolicy
 	decPol       DecodePolicy
