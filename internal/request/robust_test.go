@@ -17,7 +17,8 @@ import (
 // are routed without reading the body.
 func TestDeeplyNestedBodyIsRefusedNotFatal(t *testing.T) {
 	deep := func(n int, open, close string) []byte {
-		return []byte(`{"model":"m","prompt":` + strings.Repeat(open, n) + strings.Repeat(close, n) + `}`)
+		// Nested in a field Tandem does not read (a deep prompt is no prompt shape vLLM accepts).
+		return []byte(`{"model":"m","prompt":"p","extra":` + strings.Repeat(open, n) + strings.Repeat(close, n) + `}`)
 	}
 	const bodyLimit = 10 << 20 // extproc.DefaultMaxBodyBytes: what reaches Parse by default
 	cases := []struct {
@@ -30,7 +31,7 @@ func TestDeeplyNestedBodyIsRefusedNotFatal(t *testing.T) {
 		{"no path, a body-limit's worth of [", "", bytes.Repeat([]byte("["), bodyLimit), 400, ""},
 		{"completions, deep objects", "/v1/completions", deep(1<<20, `{"a":`, `}`), 400, ""},
 		{"other route, deep arrays: routed unread", "/upload", bytes.Repeat([]byte("["), bodyLimit), 0, APIOther},
-		{"at the limit: token ids", "/v1/completions", deep(MaxJSONDepth-1, `[`, `]`), 0, APICompletions},
+		{"at the limit", "/v1/completions", deep(MaxJSONDepth-1, `[`, `]`), 0, APICompletions},
 		{"just over the limit", "/v1/completions", deep(MaxJSONDepth, `[`, `]`), 400, ""},
 	}
 	for _, tc := range cases {
