@@ -175,15 +175,22 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 			return nil, fmt.Errorf("--metrics-port=%d: %w", opts.MetricsPort, err)
 		}
 	}
+	bodyTimeout := opts.RequestBodyTimeout
+	if bodyTimeout == 0 {
+		bodyTimeout = -1 // the flag's 0 disables it; extproc's zero means its default
+	}
 	ext := extproc.NewServer(a.store, sched, extproc.Options{
 		MaxBodyBytes: opts.MaxBodyBytes, ConformanceMode: opts.Conformance,
 		DebugTraceHeader: opts.DebugTraceHeader, Logger: log, Observer: tel.extprocObserver(),
-		Handoff: a.handoff,
+		Handoff: a.handoff, TrustClientPDFields: opts.TrustClientPDFields,
+		Limits: extproc.Limits{MaxStreams: opts.MaxStreams, MaxBufferedBodyBytes: opts.MaxBufferedBodyBytes,
+			RequestBodyTimeout: bodyTimeout},
 	})
+	tel.m.BufferedBodyBytesFrom(func() float64 { return float64(ext.BufferedBodyBytes()) })
 	a.serving, err = serving.New(serving.Config{
 		Host: opts.BindAddress, GRPCPort: opts.GRPCPort, HealthPort: opts.GRPCHealthPort,
 		SecureServing: opts.SecureServing, CertPath: opts.CertPath, GracePeriod: opts.GracePeriod,
-		Logger: log.WithName("serving"),
+		Logger: log.WithName("serving"), Recovered: tel.grpcRecovered,
 	}, ext, a.store)
 	if err != nil {
 		if a.metricsL != nil {

@@ -150,4 +150,10 @@ var headerDocs = []headerDoc{
 	{apierror.HeaderPDDecode, "response (written)", "`true` when the decode watchdog failed the request (504)."},
 	{HeaderTrace, "request (read), response (written); opt-in",
 		"When debug tracing is enabled, the decision trace (steps, candidates, scores) as JSON."},
+	{"retry-after", "response (written)",
+		"`1` on a request refused over a limit (429 `--max-streams`, 503 `--max-buffered-body-bytes`): the same request may succeed shortly."},
+	{"x-encoder-hosts-ports", "request (removed)",
+		"A target llm-d's routing sidecar connects to (encoder legs): client-sent values are removed, like `x-prefiller-host-port`."},
+	{"x-data-parallel-host-port", "request (removed)",
+		"A target llm-d's routing sidecar connects to (data-parallel rank): client-sent values are removed."},
 }

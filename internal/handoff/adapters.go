@@ -21,6 +21,9 @@ type Observer interface {
 	// DecodeAbort reports one /abort_request decision; reason is the prefill failure class or
 	// the watchdog's "watchdog_<phase>".
 	DecodeAbort(reason string, result AbortResult)
+	// Panicked reports a panic recovered in a goroutine of a hand-off ("handoff_prefill",
+	// "handoff_abort"); the request it served failed, the process goes on.
+	Panicked(where string)
 }
 
 // Stages of a prefill failure relative to the decode leg.
@@ -33,6 +36,7 @@ type nopObserver struct{}
 
 func (nopObserver) PrefillDone(string, FailureClass, string, time.Duration) {}
 func (nopObserver) DecodeAbort(string, AbortResult)                         {}
+func (nopObserver) Panicked(string)                                         {}
 
 // Options are the shared parts of the hand-off; nil fields get working defaults.
 type Options struct {

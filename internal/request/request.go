@@ -169,8 +169,13 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	if err := noDuplicates(members); err != nil {
 		return nil, err
 	}
-	if model.Exists() && model.Type != gjson.String && model.Type != gjson.Null {
-		return nil, apierror.BadRequest("bad_model", "model", "\"model\" must be a string, not %s", kind(model))
+	if r.Model == "" {
+		// vLLM would serve its default model; the Inference Extension's EPP (lwepp) refuses a
+		// request without one, and so does Tandem, which routes by it.
+		if model.Exists() && model.Type != gjson.String && model.Type != gjson.Null {
+			return nil, apierror.BadRequest("bad_model", "model", "\"model\" must be a string, not %s", kind(model))
+		}
+		return nil, apierror.BadRequest("missing_model", "model", "the %s API needs a non-empty string \"model\"", api)
 	}
 	var err error
 	if r.Stream, err = laxBool(f("stream"), "stream"); err != nil {

@@ -68,8 +68,10 @@ func TestFieldsTandemReadsFollowVLLMsRules(t *testing.T) {
 		{name: "max_tokens huge but finite", path: comp, body: `{"model":"m","prompt":"x","max_tokens":1e30}`, model: "m"},
 		{name: "max_tokens 0 (completions echo)", path: comp, body: `{"model":"m","prompt":"x","max_tokens":0,"echo":true}`, model: "m"},
 		{name: "max_completion_tokens null", path: chat, body: `{"model":"m",` + msgs + `,"max_completion_tokens":null}`, model: "m"},
-		{name: "no model: vLLM serves its default", path: chat, body: `{` + msgs + `}`},
-		{name: "model null", path: chat, body: `{"model":null,` + msgs + `}`},
+		// The one deliberate difference: vLLM serves its default model when none is named;
+		// the Inference Extension's EPP refuses, and Tandem (which routes by it) keeps that.
+		{name: "no model", path: chat, body: `{` + msgs + `}`, param: "model", msg: "non-empty string"},
+		{name: "model null", path: chat, body: `{"model":null,` + msgs + `}`, param: "model", msg: "non-empty string"},
 		{name: "empty messages", path: chat, body: `{"model":"m","messages":[]}`, model: "m"},
 		{name: "content null (assistant with tool calls)", path: chat, body: `{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[]}]}`, model: "m"},
 		{name: "content absent", path: chat, body: `{"model":"m","messages":[{"role":"assistant"}]}`, model: "m"},

@@ -366,3 +366,5 @@ func (o openedObserver) StreamClosed()                 {}
 func (o openedObserver) RequestBody(int)               {}
 func (o openedObserver) Decided(extproc.DecisionEvent) {}
 func (o openedObserver) RequestFailed(int, string)     {}
+func (o openedObserver) Panicked(string)               {}
+func (o openedObserver) FieldsRemoved([]string)        {}

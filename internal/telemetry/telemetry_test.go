@@ -59,6 +59,8 @@ func exercise(m *Metrics) {
 	m.ScrapeDone(d, time.Millisecond, metrics.ErrClassTimeout)
 	m.EndpointSample(d, &metrics.Sample{Running: 3, HasRunning: true, Waiting: 1, HasWaiting: true, KVUsage: 0.5, HasKVUsage: true})
 	m.ConfigError(d, "annotation", fmt.Errorf("bad"))
+	m.PanicRecovered("extproc_stream")
+	m.ClientFieldsRemoved([]string{"kv_transfer_params"})
 	closed()
 }
 
