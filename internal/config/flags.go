@@ -9,7 +9,7 @@ type FlagDoc struct{ Name, Default, Description string }
 var LimitFlags = []FlagDoc{
 	{"max-streams", "4096",
 		"Most ext_proc streams (requests in flight through this replica, each until its response ends) open at once; the next request is answered 429 with `Retry-After: 1` at once."},
-	{"max-buffered-body-bytes", "268435456",
+	{"max-buffered-body-bytes", "201326592",
 		"Memory, in bytes, all streams together may hold in request bodies while they arrive; a body chunk that does not fit is answered 503 with `Retry-After: 1` and its body dropped. A body that arrives whole in one message is never refused. Must be at least `--max-body-bytes`."},
 	{"request-body-timeout", "1m0s",
 		"Longest time a request body may take to arrive after its headers; a slower one is answered 408. `0` disables."},

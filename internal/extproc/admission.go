@@ -7,10 +7,10 @@ import (
 
 // Defaults of Limits (the epp flags --max-streams, --max-buffered-body-bytes and
 // --request-body-timeout). With them, 200 streams each holding a 5 MiB partial body keep the
-// process under 700 MiB: the budget holds about 50 of them and answers the others 503 at once.
+// process under 700 MiB: the budget holds about 38 of them and answers the others 503 at once.
 const (
 	DefaultMaxStreams           = 4096
-	DefaultMaxBufferedBodyBytes = 256 << 20
+	DefaultMaxBufferedBodyBytes = 192 << 20
 	DefaultRequestBodyTimeout   = 60 * time.Second
 )
 

@@ -98,11 +98,12 @@ type Options struct {
 // The body is scanned once for its top-level members, once for validity and once for the
 // fields Tandem reads (gjson), which keeps parsing a 4 KiB chat body in the low microseconds.
 func ParseWith(method, path string, headers map[string]string, raw []byte, o Options) (*Request, error) {
+	sessionKey := headers[HeaderSessionKey] // the seed's length rule is about the key as sent
 	cleanHeaders(headers)
 	r := &Request{Method: method, Path: path, Headers: headers, Body: raw, BodyTokens: len(raw) / 4}
 	r.ID = headers["x-request-id"]
-	if k := headers[HeaderSessionKey]; k != "" && len(k) <= maxSessionKeyBytes {
-		r.SessionKey = k
+	if sessionKey != "" && len(sessionKey) <= maxSessionKeyBytes {
+		r.SessionKey = headers[HeaderSessionKey]
 	}
 	api := APIFromPath(path)
 	inference := api == APIChatCompletions || api == APICompletions
@@ -122,18 +123,19 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 		}
 		return nil, apierror.BadRequest("bad_body", "", format, args...)
 	}
-	if !utf8.Valid(raw) {
-		// Engines decode the body as UTF-8 and refuse it; nothing of it may become a label.
-		return other("request body is not valid UTF-8; send it UTF-8 encoded")
-	}
 	members, object := topLevel(raw)
 	if object && !o.TrustPDFields {
-		// Before anything else reads the body: every route, every strategy, forwards this one.
+		// Before anything else reads the body: every route, every strategy, forwards this one,
+		// even a body Tandem then declines to read.
 		raw, r.RemovedFields = withoutControlFields(raw, members)
 		if r.RemovedFields != nil {
 			r.Body, r.BodyTokens = raw, len(raw)/4
 			members, _ = topLevel(raw)
 		}
+	}
+	if !utf8.Valid(raw) {
+		// Engines decode the body as UTF-8 and refuse it; nothing of it may become a label.
+		return other("request body is not valid UTF-8; send it UTF-8 encoded")
 	}
 	if TooDeep(raw, MaxJSONDepth) {
 		// Checked before gjson reads the body: its recursion would overflow the stack.
