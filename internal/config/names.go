@@ -145,7 +145,7 @@ var headerDocs = []headerDoc{
 		"Restricts the candidates to the listed IPs or `ip:port`s; removed outside conformance mode."},
 	{HeaderConformanceServed, "response (written, conformance mode only)",
 		"The endpoint that served the request, as the conformance suite expects."},
-	{apierror.HeaderRouting, "response (written)", "`true` on a gateway-generated routing error (bad strategy, no endpoint)."},
+	{apierror.HeaderRouting, "response (written)", "`true` on a gateway-generated routing error (bad strategy, no endpoint, a refusal over a limit, an internal error)."},
 	{apierror.HeaderPDPrefill, "response (written)", "`true` when the prefill leg of a PD request failed."},
 	{apierror.HeaderPDDecode, "response (written)", "`true` when the decode watchdog failed the request (504)."},
 	{HeaderTrace, "request (read), response (written); opt-in",

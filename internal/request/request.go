@@ -1,6 +1,8 @@
 // Package request owns the parsed view of one client request: which OpenAI API it
 // calls, the model, the prompt text, a token estimate, streaming and session keys.
-// The body is parsed once, here; nothing downstream re-parses it to decide.
+// The body is parsed once, here; nothing downstream re-parses it to decide. It is also the
+// boundary where client input is made safe: validation by the engines' rules, client strings
+// made valid UTF-8 and bounded, client-sent PD control fields removed.
 package request
 
 import (
