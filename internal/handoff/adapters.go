@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -89,7 +90,11 @@ func NewAdapters(pd config.PD, opts Options) (*Adapters, error) {
 	switch pd.TRTScheduleStyle {
 	case ScheduleGenerationFirst:
 		if a.opts.ServerInfo == nil {
-			a.opts.ServerInfo = trt.NewServerInfoCache(trt.ServerInfoOptions{})
+			a.opts.ServerInfo = trt.NewServerInfoCache(trt.ServerInfoOptions{Recovered: func(v any, stack []byte) {
+				a.opts.Observer.Panicked("handoff_server_info")
+				a.opts.Log.Error(fmt.Errorf("panic: %v", v), "recovered a panic in a TensorRT-LLM /server_info lookup; it fails, the process goes on",
+					"stack", string(stack))
+			}})
 		}
 		a.trt = &TRTGenerationFirst{IDs: ids, ServerInfo: a.opts.ServerInfo}
 	case ScheduleContextFirst, "":

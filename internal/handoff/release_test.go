@@ -92,3 +92,37 @@ func TestPrefillDoneFailsOnlyWhatFailsTheRequest(t *testing.T) {
 		<-h.Failed()
 	})
 }
+
+// TestAPanicInTheAsyncPrefillLegFailsThatRequestOnly: the async prefill leg runs on a goroutine
+// of its own, where a panic (here in the decision's PrefillDone, as a buggy ledger would) used
+// to end the process. It is recovered: counted, the request fails with a 500 on Failed, and
+// PrefillDone is not called again.
+func TestAPanicInTheAsyncPrefillLegFailsThatRequestOnly(t *testing.T) {
+	f := newFixture(t, config.DefaultPD())
+	pod := newPrefillPod(t, answer(`{}`))
+	calls := 0
+	h, err := f.a.New(context.Background(), Input{PD: f.pd,
+		Leg: Leg{RequestID: "r", Path: "/v1/completions", API: request.APICompletions, Body: []byte(`{"prompt":"p"}`),
+			Prefill: serverEndpoint(t, pod.Server, "p0", pool.EngineSGLang, nil, nil), Decode: f.decode},
+		PrefillDone: func(error) { calls++; panic("ledger bug") }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, aerr := h.Start(context.Background()); aerr != nil {
+		t.Fatal(aerr)
+	}
+	select {
+	case e := <-h.Failed():
+		if e.Status != 500 || e.Reason != "internal_panic" {
+			t.Errorf("failure %+v, want the 500 of a recovered panic", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no failure delivered")
+	}
+	f.ev.expect(t, "panic handoff_prefill")
+	h.Done()
+	waitBackground(t, h)
+	if calls != 1 {
+		t.Errorf("PrefillDone called %d times, want 1", calls)
+	}
+}
