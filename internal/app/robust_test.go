@@ -30,6 +30,20 @@ func route(t *testing.T, c *envoy.Client, ctx context.Context, req envoy.Request
 	return s, r
 }
 
+// dialSynced waits for the app's pool and connects an ext_proc client, closed with the test.
+func dialSynced(t *testing.T, a *App) (*envoy.Client, context.Context) {
+	t.Helper()
+	waitSynced(t, a)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	c, err := envoy.Dial(a.ExtProcAddr(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, ctx
+}
+
 func chat(model string) envoy.Request {
 	return envoy.Request{Method: "POST", Path: "/v1/chat/completions",
 		Body: []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"hello"}]}`)}
@@ -42,14 +56,7 @@ func chat(model string) envoy.Request {
 // answer, and the next one is routed.
 func TestOneClientCannotKillTheProcess(t *testing.T) {
 	a := startApp(t, "--endpoints-file="+writePool(t, pdPool), "--zap-log-level=debug")
-	waitSynced(t, a)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := envoy.Dial(a.ExtProcAddr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := dialSynced(t, a)
 	bad := "sim\xff" + strings.Repeat("\xc3", 3)
 	long := strings.Repeat("x", 64<<10)
 	cases := []struct {
@@ -95,14 +102,7 @@ func withHeaders(r envoy.Request, kv ...string) envoy.Request {
 // not one series per name a client invents; the pool's own model keeps its name.
 func TestModelLabelsStayBounded(t *testing.T) {
 	a := startApp(t, "--endpoints-file="+writePool(t, pdPool))
-	waitSynced(t, a)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c, err := envoy.Dial(a.ExtProcAddr(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := dialSynced(t, a)
 	answer := func(model string, status int) {
 		s, r := route(t, c, ctx, chat(model))
 		if r.Immediate != nil {
