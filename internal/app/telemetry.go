@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -116,13 +117,14 @@ func (o *extprocObserver) FieldsRemoved(fields []string) { o.m.ClientFieldsRemov
 // selected pair, time to first token and inter-token latency on the response stream, and the
 // seed's gateway_request_model_fail_total on failures.
 type observedScheduler struct {
-	inner picker.Scheduler
-	m     *telemetry.Metrics
+	inner  picker.Scheduler
+	m      *telemetry.Metrics
+	models atomic.Pointer[modelIndex] // of the last snapshot seen
 }
 
 func (s *observedScheduler) Schedule(ctx context.Context, req *request.Request, snap *pool.Snapshot, cands []*pool.Endpoint) (*picker.Decision, error) {
 	start := time.Now()
-	declared, named := modelOf(snap, req.Model)
+	declared, named := s.modelOf(snap, req.Model)
 	d, err := s.inner.Schedule(ctx, req, snap, cands)
 	if err != nil {
 		ae := apierror.From(err)
@@ -141,18 +143,25 @@ func (s *observedScheduler) Schedule(ctx context.Context, req *request.Request, 
 
 // modelOf says whether a pod of the snapshot names model as the one it serves (declared), and
 // whether any pod names a model at all (named). In a pool whose pods name none, a model becomes
-// a label value once it was answered successfully.
-func modelOf(snap *pool.Snapshot, model string) (declared, named bool) {
-	for _, e := range snap.Endpoints {
-		if e.Model == "" {
-			continue
+// a label value once it was answered successfully. The snapshot's model set is built once.
+func (s *observedScheduler) modelOf(snap *pool.Snapshot, model string) (declared, named bool) {
+	idx := s.models.Load()
+	if idx == nil || idx.snap != snap {
+		idx = &modelIndex{snap: snap, models: map[string]bool{}}
+		for _, e := range snap.Endpoints {
+			if e.Model != "" {
+				idx.models[e.Model] = true
+			}
 		}
-		named = true
-		if e.Model == model {
-			return true, true
-		}
+		s.models.Store(idx)
 	}
-	return false, named
+	return idx.models[model], len(idx.models) > 0
+}
+
+// modelIndex is the set of models a snapshot's pods name.
+type modelIndex struct {
+	snap   *pool.Snapshot
+	models map[string]bool
 }
 
 // timedLifecycle observes the response stream for TTFT and inter-token latency. Its model
