@@ -125,32 +125,39 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 		}
 		return nil, apierror.BadRequest("bad_body", "", format, args...)
 	}
-	members, object := topLevel(raw)
+	members, depth, object := topLevel(raw)
 	if object && !o.TrustPDFields {
 		// Before anything else reads the body: every route, every strategy, forwards this one,
 		// even a body Tandem then declines to read.
 		raw, r.RemovedFields = withoutControlFields(raw, members)
 		if r.RemovedFields != nil {
 			r.Body, r.BodyTokens = raw, len(raw)/4
-			members, _ = topLevel(raw)
+			members, depth, _ = topLevel(raw)
 		}
 	}
 	if !utf8.Valid(raw) {
 		// Engines decode the body as UTF-8 and refuse it; nothing of it may become a label.
 		return other("request body is not valid UTF-8; send it UTF-8 encoded")
 	}
-	if TooDeep(raw, MaxJSONDepth) {
+	if (object && depth > MaxJSONDepth) || (!object && TooDeep(raw, MaxJSONDepth)) {
 		// Checked before gjson reads the body: its recursion would overflow the stack.
 		return other("request body nests arrays or objects more than %d levels deep; flatten it", MaxJSONDepth)
 	}
 	if !gjson.ValidBytes(raw) {
 		return other("request body is not valid JSON; send a JSON object such as {\"model\": ..., \"messages\": [...]}")
 	}
-	root := gjson.ParseBytes(raw)
-	if !root.IsObject() {
-		return other("request body must be a JSON object, not %s", kind(root))
+	if !object {
+		return other("request body must be a JSON object, not %s", kind(gjson.ParseBytes(raw)))
 	}
-	f := root.Get
+	// The members' values, read where the scan found them (the first of a repeated key).
+	f := func(name string) gjson.Result {
+		for _, m := range members {
+			if m.is(name) {
+				return gjson.ParseBytes(raw[m.value:m.end])
+			}
+		}
+		return gjson.Result{}
+	}
 	model, prompt, messages := f("model"), f("prompt"), f("messages")
 	if api == "" {
 		switch {

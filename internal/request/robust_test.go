@@ -133,9 +133,9 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("unsafe strings: model %q session %q id %q", r.Model, r.SessionKey, r.ID)
 		}
 		// No client-sent PD control field survives in a body an engine can read.
-		if members, ok := topLevel(r.Body); ok {
+		if members, _, ok := topLevel(r.Body); ok {
 			for _, m := range members {
-				if slices.Contains(ControlFields, m.key) {
+				if m.isControl() {
 					t.Fatalf("%s left in %s", m.key, r.Body)
 				}
 			}
@@ -152,7 +152,7 @@ func FuzzTopLevel(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		members, ok := topLevel([]byte(body))
+		members, depth, ok := topLevel([]byte(body))
 		var v any
 		isObject := json.Unmarshal([]byte(body), &v) == nil && func() bool { _, o := v.(map[string]any); return o }()
 		if !isObject || !utf8.ValidString(body) {
@@ -162,6 +162,9 @@ func FuzzTopLevel(f *testing.F) {
 		}
 		if !ok {
 			t.Fatalf("a JSON object the scanner cannot read: %s", body)
+		}
+		if want := TooDeep([]byte(body), depth-1); !want || TooDeep([]byte(body), depth) {
+			t.Fatalf("depth %d, TooDeep disagrees: %s", depth, body)
 		}
 		dec := json.NewDecoder(strings.NewReader(body))
 		_, _ = dec.Token() // {
@@ -176,7 +179,11 @@ func FuzzTopLevel(f *testing.F) {
 		}
 		var got []string
 		for _, m := range members {
-			got = append(got, m.key)
+			got = append(got, string(m.key))
+			var val any
+			if err := json.Unmarshal([]byte(body[m.value:m.end]), &val); err != nil {
+				t.Fatalf("member %s: value %q is not the JSON value: %v", m.key, body[m.value:m.end], err)
+			}
 		}
 		if !slices.Equal(got, keys) {
 			t.Fatalf("members %q, encoding/json says %q: %s", got, keys, body)

@@ -8,54 +8,75 @@ import (
 
 // member is one top-level "key": value of a JSON object body.
 type member struct {
-	key        string // decoded: escapes such as \u005f resolved, as engines read it
+	key        []byte // decoded: escapes such as \u005f resolved, as engines read it
 	start, end int    // raw[start:end] is `"key": value`, exactly as sent
+	value      int    // raw[value:end] is the value
+}
+
+// is reports whether the member's key is name (without allocating).
+func (m member) is(name string) bool { return string(m.key) == name }
+
+func (m member) isControl() bool {
+	for _, f := range ControlFields {
+		if m.is(f) {
+			return true
+		}
+	}
+	return false
 }
 
 // topLevel lists the members of a JSON object in one pass, without recursion, whatever the
 // nesting depth (nested values are skipped by counting brackets outside strings, as TooDeep
-// does). ok is false when raw is not an object of that shape; values are not validated.
-func topLevel(raw []byte) (members []member, ok bool) {
+// does), and how deep the object nests. ok is false when raw is not an object of that shape;
+// values are not validated.
+func topLevel(raw []byte) (members []member, depth int, ok bool) {
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
-		return nil, false
+		return nil, 0, false
 	}
+	depth = 1
 	i = skipSpace(raw, i+1)
 	if i < len(raw) && raw[i] == '}' {
-		return nil, skipSpace(raw, i+1) == len(raw)
+		return nil, depth, skipSpace(raw, i+1) == len(raw)
 	}
+	members = make([]member, 0, 8)
 	for {
 		if i >= len(raw) || raw[i] != '"' {
-			return nil, false
+			return nil, 0, false
 		}
 		start := i
 		keyEnd, escaped := stringEnd(raw, i)
 		if keyEnd < 0 {
-			return nil, false
+			return nil, 0, false
 		}
-		key := string(raw[i+1 : keyEnd-1])
+		key := raw[i+1 : keyEnd-1]
 		if escaped {
-			if err := json.Unmarshal(raw[i:keyEnd], &key); err != nil {
-				return nil, false
+			var k string
+			if err := json.Unmarshal(raw[i:keyEnd], &k); err != nil {
+				return nil, 0, false
 			}
+			key = []byte(k)
 		}
 		i = skipSpace(raw, keyEnd)
 		if i >= len(raw) || raw[i] != ':' {
-			return nil, false
+			return nil, 0, false
 		}
-		i = valueEnd(raw, skipSpace(raw, i+1))
+		value := skipSpace(raw, i+1)
+		var d int
+		i, d = valueEnd(raw, value)
 		if i < 0 {
-			return nil, false
+			return nil, 0, false
 		}
-		members = append(members, member{key: key, start: start, end: i})
+		depth = max(depth, 1+d)
+		members = append(members, member{key: key, start: start, value: value, end: i})
 		i = skipSpace(raw, i)
 		switch {
 		case i < len(raw) && raw[i] == ',':
 			i = skipSpace(raw, i+1)
 		case i < len(raw) && raw[i] == '}':
-			return members, skipSpace(raw, i+1) == len(raw)
+			return members, depth, skipSpace(raw, i+1) == len(raw)
 		default:
-			return nil, false
+			return nil, 0, false
 		}
 	}
 }
@@ -82,44 +103,47 @@ func stringEnd(raw []byte, i int) (end int, escaped bool) {
 	return -1, escaped
 }
 
-// valueEnd returns the index after the value starting at raw[i], or -1. Containers are skipped
-// by depth counting; scalars run to the next ',', '}' or ']' (or space) at depth 0.
-func valueEnd(raw []byte, i int) int {
+// valueEnd returns the index after the value starting at raw[i] (-1 if there is none) and how
+// deep the value nests. Containers are skipped by depth counting; scalars run to the next ',',
+// '}' or ']' (or space).
+func valueEnd(raw []byte, i int) (end, depth int) {
 	if i >= len(raw) {
-		return -1
+		return -1, 0
 	}
 	switch raw[i] {
 	case '"':
 		end, _ := stringEnd(raw, i)
-		return end
+		return end, 0
 	case '{', '[':
-		depth := 0
+		d := 0
 		for j := i; j < len(raw); j++ {
 			switch raw[j] {
 			case '"':
 				end, _ := stringEnd(raw, j)
 				if end < 0 {
-					return -1
+					return -1, 0
 				}
 				j = end - 1
 			case '{', '[':
-				depth++
+				if d++; d > depth {
+					depth = d
+				}
 			case '}', ']':
-				if depth--; depth == 0 {
-					return j + 1
+				if d--; d == 0 {
+					return j + 1, depth
 				}
 			}
 		}
-		return -1
+		return -1, 0
 	}
 	j := i
 	for j < len(raw) && !strings.ContainsRune(",}] \t\n\r", rune(raw[j])) {
 		j++
 	}
 	if j == i {
-		return -1
+		return -1, 0
 	}
-	return j
+	return j, 0
 }
 
 // ControlFields are the top-level body fields that make an engine open a connection to a
@@ -137,8 +161,8 @@ var ControlFields = []string{"bootstrap_host", "bootstrap_port", "bootstrap_room
 func withoutControlFields(raw []byte, members []member) ([]byte, []string) {
 	var removed []string
 	for _, m := range members {
-		if slices.Contains(ControlFields, m.key) && !slices.Contains(removed, m.key) {
-			removed = append(removed, m.key)
+		if m.isControl() && !slices.Contains(removed, string(m.key)) {
+			removed = append(removed, string(m.key))
 		}
 	}
 	if removed == nil {
@@ -149,7 +173,7 @@ func withoutControlFields(raw []byte, members []member) ([]byte, []string) {
 	out = append(out, '{')
 	first := true
 	for _, m := range members {
-		if slices.Contains(ControlFields, m.key) {
+		if m.isControl() {
 			continue
 		}
 		if !first {

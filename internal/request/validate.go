@@ -23,17 +23,17 @@ import (
 var readFields = []string{"model", "messages", "prompt", "stream", "max_tokens", "max_completion_tokens"}
 
 func noDuplicates(members []member) error {
-	seen := make(map[string]bool, len(readFields))
+	var seen [6]bool // one per readFields entry
 	for _, m := range members {
-		for _, f := range readFields {
-			if m.key != f {
+		for i, f := range readFields {
+			if !m.is(f) {
 				continue
 			}
-			if seen[f] {
+			if seen[i] {
 				return apierror.BadRequest("duplicate_key", f,
 					"the body names %q more than once; send it once (engines read the last, routing would read the first)", f)
 			}
-			seen[f] = true
+			seen[i] = true
 		}
 	}
 	return nil
@@ -186,10 +186,11 @@ func chatText(v gjson.Result) (string, error) {
 	var bad error
 	i := 0
 	v.ForEach(func(_, m gjson.Result) bool {
-		at := fmt.Sprintf("messages[%d]", i)
+		n := i
 		i++
+		at := func() string { return fmt.Sprintf("messages[%d]", n) } // for errors only
 		if !m.IsObject() {
-			bad = apierror.BadRequest("bad_messages", at, "%s must be a {\"role\", \"content\"} object, not %s", at, kind(m))
+			bad = apierror.BadRequest("bad_messages", at(), "%s must be a {\"role\", \"content\"} object, not %s", at(), kind(m))
 			return false
 		}
 		role := m.Get("role")
@@ -198,7 +199,7 @@ func chatText(v gjson.Result) (string, error) {
 			if role.Exists() {
 				what = "must be a string, not " + describe(role)
 			}
-			bad = apierror.BadRequest("bad_messages", at+".role", "%s.role %s", at, what)
+			bad = apierror.BadRequest("bad_messages", at()+".role", "%s.role %s", at(), what)
 			return false
 		}
 		sb.WriteString(role.Str)
@@ -218,7 +219,7 @@ func chatText(v gjson.Result) (string, error) {
 						sb.WriteString(t.Str)
 					}
 				default:
-					p := fmt.Sprintf("%s.content[%d]", at, j)
+					p := fmt.Sprintf("%s.content[%d]", at(), j)
 					bad = apierror.BadRequest("bad_messages", p, "%s must be a content part (an object such as {\"type\": \"text\", \"text\": ...}), not %s", p, describe(part))
 					return false
 				}
@@ -226,7 +227,7 @@ func chatText(v gjson.Result) (string, error) {
 				return true
 			})
 		case c.Type == gjson.Number || c.Type == gjson.True || c.Type == gjson.False:
-			bad = apierror.BadRequest("bad_messages", at+".content", "%s.content must be a string, a list of content parts or null, not %s", at, describe(c))
+			bad = apierror.BadRequest("bad_messages", at()+".content", "%s.content must be a string, a list of content parts or null, not %s", at(), describe(c))
 		}
 		sb.WriteByte('\n')
 		return bad == nil
