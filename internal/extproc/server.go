@@ -222,7 +222,10 @@ func (st *stream) panicked(v any, stack []byte) (err error) {
 	}()
 	st.ho.stop()
 	st.finish(e)
-	if st.respSent {
+	switch {
+	case st.rejected:
+		return nil // the client already has its error answer
+	case st.respSent:
 		return status.Error(codes.Internal, e.Message)
 	}
 	st.answered, st.rejected = true, true
