@@ -109,8 +109,11 @@ func typed[T any](t *testing.T, objs []*unstructured.Unstructured, kind, name st
 
 // TestBaseFitsTogether checks what the apiserver cannot: that the pieces name each other right,
 // and that the EPP accepts its own arguments.
-func TestBaseFitsTogether(t *testing.T) {
-	objs := render(t, "base")
+func TestBaseFitsTogether(t *testing.T) { checkFitsTogether(t, render(t, "base")) }
+
+// checkFitsTogether checks a rendering of the EPP (kustomize base or Helm chart).
+func checkFitsTogether(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
 	dep := typed[appsv1.Deployment](t, objs, "Deployment", "tandem-epp")
 	svc := typed[corev1.Service](t, objs, "Service", "tandem-epp")
 	role := typed[rbacv1.Role](t, objs, "Role", "tandem-epp")
@@ -149,8 +152,13 @@ func TestBaseFitsTogether(t *testing.T) {
 		t.Errorf("pod security context = %+v, want user 65532 (the image's nonroot user)", ps)
 	}
 
-	if svc.Spec.Selector["app.kubernetes.io/name"] != dep.Spec.Template.Labels["app.kubernetes.io/name"] {
-		t.Errorf("Service selector %v does not select the Deployment's pods %v", svc.Spec.Selector, dep.Spec.Template.Labels)
+	for k, v := range svc.Spec.Selector {
+		if dep.Spec.Template.Labels[k] != v || dep.Spec.Selector.MatchLabels[k] != v {
+			t.Errorf("Service selector %v does not select the Deployment's pods %v", svc.Spec.Selector, dep.Spec.Template.Labels)
+		}
+	}
+	if len(svc.Spec.Selector) == 0 {
+		t.Error("the Service selects no pods")
 	}
 	var grpcPort *corev1.ServicePort
 	for i := range svc.Spec.Ports {
@@ -238,8 +246,6 @@ func startEnv(t *testing.T) *k8stest.Env {
 // EPP's ServiceAccount against the sample pods.
 func TestApply(t *testing.T) {
 	env := startEnv(t)
-	ctx := context.Background()
-
 	ns := env.Namespace(t, "tandem")
 	apply(t, env, ns, render(t, "base"))
 	samples := render(t, "samples/pd-vllm")
@@ -254,6 +260,15 @@ func TestApply(t *testing.T) {
 		})
 	}
 
+	checkEPPRights(t, env, ns, samples)
+}
+
+// checkEPPRights checks, in ns where the EPP's objects and the sample model servers were
+// created, that the ServiceAccount tandem-epp may read what the EPP needs and nothing else, and
+// that the pool source, running with only its rights, serves the sample pods of tandem-pool.
+func checkEPPRights(t *testing.T, env *k8stest.Env, ns string, samples []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
 	// The ServiceAccount may read what the EPP needs, and nothing else.
 	sa := rest.CopyConfig(env.Config)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":tandem-epp"}

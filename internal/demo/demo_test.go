@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/demo/workload"
 	"github.com/tandem-epp/tandem/internal/extproc"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/pool/file"
-	"github.com/tandem-epp/tandem/internal/demo/workload"
 	"github.com/tandem-epp/tandem/internal/serving"
 	"github.com/tandem-epp/tandem/traces"
 )

@@ -38,7 +38,7 @@ func section(t *testing.T, doc, title string) []string {
 	return strings.Split(rest, "\n")
 }
 
-// firstCell returns the code span of each table row's first cell (``a`b`` or `a`).
+// firstCell returns the code span of each table row's first cell (“a`b“ or `a`).
 func firstCells(lines []string) []string {
 	cell := regexp.MustCompile("^\\| (``(.+?)``|`([^`]+)`) \\|")
 	var out []string
@@ -81,10 +81,7 @@ func TestExampleIsShippedAndLoads(t *testing.T) {
 
 // TestDocumentedFieldsAreTheParsersFields: the fields table lists exactly what the parser accepts.
 func TestDocumentedFieldsAreTheParsersFields(t *testing.T) {
-	var want []string
-	for _, f := range TopFields {
-		want = append(want, f)
-	}
+	want := append([]string{}, TopFields...)
 	for _, f := range PoolFields {
 		want = append(want, "pool."+f)
 	}
