@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/app"
+	"github.com/tandem-epp/tandem/internal/app/apptest"
 	"github.com/tandem-epp/tandem/internal/config"
 )
 
@@ -297,10 +298,14 @@ func TestChartSettingsMatchConfig(t *testing.T) {
 func nonDefault(t *testing.T, v *config.Var) (string, any) {
 	t.Helper()
 	var candidates []string
-	if strings.HasPrefix(v.Type, "one of ") {
+	switch {
+	case strings.HasPrefix(v.Type, "one of "):
 		candidates = strings.Split(strings.TrimPrefix(v.Type, "one of "), ", ")
+	case v.Type == "strategy name": // checked against the strategy registry at start, not by FromEnv
+		candidates = []string{"random", "pd"}
+	default:
+		candidates = []string{"true", "false", "7", "42", "0.25", "2", "1", "250"}
 	}
-	candidates = append(candidates, "true", "false", "7", "42", "0.25", "2", "1", "250", "pd", "random")
 	for _, c := range candidates {
 		if c == v.Default() {
 			continue
@@ -371,6 +376,29 @@ func TestChartSettingsReachTandem(t *testing.T) {
 	if dep.Spec.Template.Annotations["checksum/config"] == "" {
 		t.Error("no checksum/config annotation: a settings change would not roll the pods")
 	}
+	// And the real Tandem starts with it (plugins built, every setting applied).
+	apptest.Start(t, apptest.Options{Args: []string{"--config-file=" + file, "--endpoints-file=" + filepath.Join("..", "examples", "pool.yaml"), "--secure-serving=false"}})
+}
+
+// startWithChartConfig starts a real Tandem with the config file and the plain environment
+// variables the chart renders for the helm arguments.
+func startWithChartConfig(t *testing.T, args ...string) {
+	t.Helper()
+	objs := helmTemplate(t, args...)
+	cm := typed[corev1.ConfigMap](t, objs, "ConfigMap", "tandem-epp-config")
+	dep := typed[appsv1.Deployment](t, objs, "Deployment", "tandem-epp")
+	file := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(file, []byte(cm.Data["config.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom == nil {
+			env[e.Name] = e.Value
+		}
+	}
+	apptest.Start(t, apptest.Options{Env: env,
+		Args: []string{"--config-file=" + file, "--endpoints-file=" + filepath.Join("..", "examples", "pool.yaml"), "--secure-serving=false"}})
 }
 
 func parseArgs(t *testing.T, args []string) *app.Options {
@@ -432,6 +460,7 @@ func TestChartValuesReachTheEPP(t *testing.T) {
 	if !tlsVol {
 		t.Errorf("no volume from the TLS Secret: %+v", spec.Volumes)
 	}
+	startWithChartConfig(t, "-f", "testdata/chart-values-full.yaml")
 	ip := byKindName(objs)["InferencePool/llama-pool"]
 	if ip == nil {
 		t.Fatal("no InferencePool llama-pool")

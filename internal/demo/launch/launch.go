@@ -70,8 +70,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	err = Build(ctx, BuildOptions{Root: root, OutDir: tmp, Packages: pkgs, What: what,
 		LDFlags: version.LDFlags(version.Stamped()), Progress: stderr, TTY: IsTerminal(stderr)})
+	interrupted := ctx.Err() != nil
 	stop()
-	if err != nil {
+	switch {
+	case interrupted:
+		fmt.Fprintln(stderr, "demo: interrupted during the build")
+		return 130
+	case err != nil:
 		fmt.Fprintln(stderr, "demo:", err)
 		return 1
 	}
