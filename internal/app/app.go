@@ -36,12 +36,17 @@ import (
 	"github.com/tandem-epp/tandem/internal/pool/kube"
 	"github.com/tandem-epp/tandem/internal/prefix"
 	"github.com/tandem-epp/tandem/internal/serving"
+	"github.com/tandem-epp/tandem/internal/version"
 )
 
 // Run parses args as the epp command line and runs Tandem until ctx ends.
 func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	opts, err := ParseFlags(args, stdout, os.Getenv)
 	if err != nil {
+		return err
+	}
+	if opts.Version {
+		_, err := fmt.Fprintln(stdout, version.Line("epp"))
 		return err
 	}
 	a, err := New(ctx, opts, Env{Getenv: os.Getenv, Environ: os.Environ()})
@@ -253,7 +258,7 @@ func (a *App) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	a.log.Info("tandem started", "extproc", a.ExtProcAddr(), "health", a.HealthAddr(), "metrics", a.MetricsAddr())
+	a.log.Info("tandem started", "version", version.Get().Version, "commit", version.Get().Commit, "extproc", a.ExtProcAddr(), "health", a.HealthAddr(), "metrics", a.MetricsAddr())
 	wg.Wait()
 	a.handoff.Close()
 	return res

@@ -53,6 +53,9 @@ type Options struct {
 
 	Zap zap.Options
 
+	// Version: print the version and exit (--version); nothing else is checked.
+	Version bool
+
 	// metricsAnyPort serves /metrics on a free port when MetricsPort is 0 (tests).
 	metricsAnyPort bool
 }
@@ -124,6 +127,7 @@ Flags:
 	fs.StringVar(&o.RedisPassword, "redis-password", "", "Redis password (prefer $TANDEM_REDIS_PASSWORD).")
 	fs.BoolVar(&o.RedisTLS, "redis-tls", false, "Connect to Redis over TLS (also $TANDEM_REDIS_TLS).")
 	fs.BoolVar(&o.RedisTLSSkipVerify, "redis-tls-insecure-skip-verify", false, "Do not verify the Redis server certificate.")
+	fs.BoolVar(&o.Version, "version", false, "Print the version, commit and Go version, then exit.")
 	o.Zap.BindFlags(fs)
 	return fs
 }
@@ -150,6 +154,9 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: epp takes flags only (see --help)", fs.Args())
+	}
+	if o.Version {
+		return o, nil
 	}
 	if o.PoolNamespace == "" {
 		o.PoolNamespace = getenv("NAMESPACE")

@@ -157,11 +157,7 @@ func (s *Server) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	if s.reloader != nil {
-		if err := s.reloader.startWatch(watchCtx); err != nil {
-			_ = s.extLis.Close()
-			_ = s.hlthLis.Close()
-			return err
-		}
+		s.reloader.start(watchCtx)
 	}
 	synced := make(chan struct{})
 	go s.followSync(watchCtx, synced)
