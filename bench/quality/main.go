@@ -96,7 +96,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	reqs := fs.Int("requests", 0, "requests per workload (0: conv 1500, code 1500, mix 2000, mooncake 600)")
 	out := fs.String("out", "", "output directory (default bench/quality/out under the repository)")
 	docs := fs.String("docs", "", "also copy the markdown table and PNGs here (e.g. docs/quality)")
-	data := fs.String("data", "", "trace directory (default ../shared/data from the repository root)")
+	data := fs.String("data", "", "trace directory (default traces/ in the repository)")
 	scrape := fs.Duration("scrape", time.Second, "metric scrape interval (the gateway default is 1s)")
 	workers := fs.Int("workers", min(2, runtime.NumCPU()), "runs simulated in parallel")
 	validate := fs.Bool("validate", true, "compare the virtual-time engine with the real-time simulator first")

@@ -54,7 +54,7 @@ type workload struct {
 	dropped int     // requests whose prompt+output exceed one pod's KV capacity
 }
 
-// findData resolves ../shared/data relative to the repository root (found by walking up to
+// findData resolves the traces shipped in the repository (traces/, found by walking up to
 // go.mod from the working directory), so no machine path is written down.
 func findData(flagDir string) (string, error) {
 	if flagDir != "" {
@@ -66,7 +66,7 @@ func findData(flagDir string) (string, error) {
 	}
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			data := filepath.Join(d, "..", "shared", "data")
+			data := filepath.Join(d, "traces")
 			if _, err := os.Stat(data); err != nil {
 				return "", fmt.Errorf("trace directory %s: %w; pass -data DIR", data, err)
 			}

@@ -113,14 +113,16 @@ func TestConfigFileReload(t *testing.T) {
 	}
 
 	write("plugins:\n- type: queue-scorer\n  parameters: {depth: 3}\nschedulingProfiles:\n- name: slow\n  plugins:\n  - pluginRef: queue-scorer\n")
-	eventually("the bad file is counted", func() bool { return counter(t, a, "tandem_config_reloads_total", "rejected") == 1 })
+	eventually("the bad file is counted", func() bool {
+		return counter(t, a, "tandem_config_reloads_total", map[string]string{"result": "rejected"}) == 1
+	})
 	if got := strategyOf(); got != "fast" {
 		t.Fatalf("after a rejected file: strategy %q, want the last good %q", got, "fast")
 	}
 	if got := gauge(t, a, "tandem_config_file_applied"); got != 0 {
 		t.Fatalf("tandem_config_file_applied = %v after a rejected file", got)
 	}
-	if applied := counter(t, a, "tandem_config_reloads_total", "applied"); applied != 1 {
+	if applied := counter(t, a, "tandem_config_reloads_total", map[string]string{"result": "applied"}); applied != 1 {
 		t.Fatalf("%v reloads applied, want 1", applied)
 	}
 }
@@ -145,17 +147,4 @@ func gauge(t *testing.T, a *App, name string) float64 {
 		return mf.GetMetric()[0].GetGauge().GetValue()
 	}
 	return -1
-}
-
-func counter(t *testing.T, a *App, name, result string) float64 {
-	t.Helper()
-	mf := metricFamily(t, a, name)
-	for _, m := range mf.GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == "result" && l.GetValue() == result {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
 }

@@ -106,6 +106,15 @@ func Reference(plugins []PluginDoc) []byte {
 	p("\nCross-field rule: `AIBRIX_BUCKET_SERVE=true` requires `AIBRIX_PROMPT_LENGTH_BUCKETING=true`; otherwise Tandem\n")
 	p("does not start. Unknown `AIBRIX_*`/`TANDEM_*` variables are logged as warnings.\n\n")
 
+	p("## Limits (command-line flags)\n\n")
+	p("What one client, or many, can make Tandem hold. A request over a limit is answered at once, never queued, and\n")
+	p("Tandem's health stays SERVING. `epp --help` lists every flag.\n\n")
+	p("| Flag | Default | Description |\n|---|---|---|\n")
+	for _, f := range LimitFlags {
+		p("| `--%s` | `%s` | %s |\n", f.Name, f.Default, cell(f.Description))
+	}
+	p("\n")
+
 	p("## Config file (`--config-file`)\n\n")
 	p("An `EndpointPickerConfig`, in the shape llm-d-router (`apiVersion: llm-d.ai/v1alpha1`) and GIE\n")
 	p("(`inference.networking.x-k8s.io/v1alpha1`) use: llm-d-router v0.10.0's `deploy/config` files and GIE v1.3.1's\n")

@@ -42,9 +42,11 @@ const (
 	// MetadataKeyPrefiller carries the same prefill target in MetadataNamespaceLB (sidecar
 	// hand-off), for decode-side proxies that read dynamic metadata.
 	MetadataKeyPrefiller = "x-prefiller-host-port"
-	// HeaderEncoderHostsPorts names llm-d's encode targets (E/P/D); Tandem never sets it and
-	// never forwards a client's.
-	HeaderEncoderHostsPorts = "x-encoder-hosts-ports"
+	// HeaderEncoderHostsPorts names llm-d's encode targets (E/P/D) and
+	// HeaderDataParallelHostPort its data-parallel leg: the sidecar connects to the hosts they
+	// name, so Tandem never sets them and removes a client's.
+	HeaderEncoderHostsPorts    = "x-encoder-hosts-ports"
+	HeaderDataParallelHostPort = "x-data-parallel-host-port"
 )
 
 // Headers of Tandem's own routing contract (the seed's names, and Tandem's trace).

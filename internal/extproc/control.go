@@ -1,0 +1,7 @@
+package extproc
+
+// The headers llm-d's decode-side routing sidecar acts on besides the prefill target —
+// wire.HeaderEncoderHostsPorts and wire.HeaderDataParallelHostPort: it sends the encoder and
+// data-parallel legs to the hosts they name. Like the prefill target, a client must never
+// choose them (the sidecar would connect wherever the client says), so they are removed from
+// every client request.
