@@ -85,11 +85,10 @@ type trtOpaque struct {
 func trtKey(id int64) string { return fmt.Sprintf("trt/%d", id) }
 
 func trtContextLeg(s *Server, q *inferReq, id int64) *leg {
-	return &leg{kind: legPrefill, handOff: func(_ context.Context, a *admission) (extra, *httpError) {
+	return &leg{kind: legPrefill, handOff: func(_ context.Context, free func()) (extra, *httpError) {
 		first, _ := outputToken(q.hash, 0)
 		ob, _ := json.Marshal(trtOpaque{KV: s.KVHostPort(), ID: id})
 		opaque := base64.StdEncoding.EncodeToString(ob)
-		free := a.keep()
 		h := &trtHold{hash: q.hash, tokens: len(q.ids), first: first, opaque: opaque, free: free}
 		if err := s.table.put(trtKey(id), h, Wall(s.p.KVHold, s.scale), free); err != nil {
 			free()
