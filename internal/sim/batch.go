@@ -35,7 +35,7 @@ type Batch struct {
 	used     int       // KV blocks held by sequences
 	total    int       // KV blocks
 	cache    prefixCache
-	inflight []*Seq   // scheduled in the iteration Plan started
+	inflight []*Seq // scheduled in the iteration Plan started
 	planned  bool
 	last     float64 // model seconds of the iteration in flight
 	// prefilling are sequences between their first scheduling and their first token (they
@@ -74,15 +74,15 @@ type Seq struct {
 	computed  int // tokens whose KV is computed (or arrived)
 	generated int
 	blocks    int
-	cached    int  // prompt tokens the prefix cache gave at the first scheduling
-	scheduled bool // scheduled at least once
-	allocated bool // decode leg: KV blocks for the prompt are held
-	ready     bool // decode leg: the KV arrived
-	local     bool // computes its own prompt (not a decode leg waiting for remote KV)
-	remember  bool // prompt blocks not yet in the prefix cache
+	cached    int     // prompt tokens the prefix cache gave at the first scheduling
+	scheduled bool    // scheduled at least once
+	allocated bool    // decode leg: KV blocks for the prompt are held
+	ready     bool    // decode leg: the KV arrived
+	local     bool    // computes its own prompt (not a decode leg waiting for remote KV)
+	remember  bool    // prompt blocks not yet in the prefix cache
 	prefillS  float64 // model seconds from the first scheduling to the first token
 	n         int     // tokens scheduled in the iteration in flight
-	chunked   bool // a prompt chunk of it has been scheduled (PrefillBase is paid)
+	chunked   bool    // a prompt chunk of it has been scheduled (PrefillBase is paid)
 }
 
 type seqState int

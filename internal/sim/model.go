@@ -87,7 +87,7 @@ func DefaultParams() Params {
 //   - vLLM's H100 defaults: max_num_batched_tokens 8192, max_num_seqs 1024; 400k tokens of KV.
 func Llama8BH100() Params {
 	const kvBytes = 2 * 32 * 8 * 128 * 2 // bytes of KV per token
-	const bw = 0.77 * 3.35e12             // sustained HBM bytes/s
+	const bw = 0.77 * 3.35e12            // sustained HBM bytes/s
 	return Params{
 		PrefillPerToken:  2 * 8.03e9 / 544e12,
 		PrefillQuadratic: 2 * 32 * 4096 / 350e12,

@@ -17,11 +17,11 @@ func TestLatencyModel(t *testing.T) {
 		uncached int
 		want     float64
 	}{
-		{0, 0},        // nothing to compute
-		{1, 0.021},    // memory-bound: max(0.0001 + 1e-6, 0.01 + 0.001) + 0.01
-		{100, 0.03},   // compute: 0.01 + 0.01, + 0.01 base
-		{1000, 1.11},  // 0.1 + 1: the attention term dominates long prompts
-		{2000, 4.21},  // 0.2 + 4
+		{0, 0},       // nothing to compute
+		{1, 0.021},   // memory-bound: max(0.0001 + 1e-6, 0.01 + 0.001) + 0.01
+		{100, 0.03},  // compute: 0.01 + 0.01, + 0.01 base
+		{1000, 1.11}, // 0.1 + 1: the attention term dominates long prompts
+		{2000, 4.21}, // 0.2 + 4
 	}
 	for _, c := range prefill {
 		if got := PrefillSeconds(p, c.uncached); !near(got, c.want) {
@@ -151,4 +151,3 @@ func TestTokenizeAndBlockHashes(t *testing.T) {
 		t.Errorf("31 tokens make %d full blocks, want 1", got)
 	}
 }
-

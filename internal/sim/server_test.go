@@ -238,7 +238,7 @@ func header(t *testing.T, r reply, name string) float64 {
 }
 
 func TestPrefixCacheLowersPrefill(t *testing.T) {
-	p := DefaultParams() // a=0.01 b=0.00005 c=1e-8, block 16
+	p := DefaultParams()                // a=0.01 b=0.00005 c=1e-8, block 16
 	p.DecodeBase, p.DecodePerSeq = 0, 0 // compute-bound, so the cached tokens show
 	s := startPod(t, PodConfig{Engine: EngineVLLM, Params: p})
 	shared := strings.Repeat("You are a helpful assistant. ", 14)[:384] // 96 tokens = 6 blocks
