@@ -174,7 +174,6 @@ func tandemPolicy(name string) bool {
 	return false
 }
 
-
 // productionPolicy is true for the policies the production picker provides (every strategy
 // and PD configuration a user can set); the bench's own round-robin never counts.
 func productionPolicy(name string) bool {
