@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/sim"
 )
@@ -163,16 +162,6 @@ func (r *report) find(wl, cluster, pol string, load float64) *cell {
 	return nil
 }
 
-// tandemPolicy is true for the PD cascade's policies: the "best policy" of the goal is
-// chosen among them (the non-PD strategies and round-robin are reported beside it).
-func tandemPolicy(name string) bool {
-	for _, p := range allPolicies {
-		if p.name == name {
-			return p.strategy == pd.StrategyName
-		}
-	}
-	return false
-}
 
 // productionPolicy is true for the policies the production picker provides (every strategy
 // and PD configuration a user can set); the bench's own round-robin never counts.
@@ -257,8 +246,6 @@ func best(hs []headline) headline {
 	}
 	return b
 }
-
-func pctS(x float64) string { return fmt.Sprintf("%.0f%%", x*100) }
 
 func (r *report) write(stdout io.Writer) error {
 	var md strings.Builder

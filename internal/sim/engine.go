@@ -247,12 +247,6 @@ func (e *engine) loop() {
 	}
 }
 
-// lookup returns how many leading blocks of hashes the prefix cache holds, touching them.
-func (e *engine) lookup(hashes []uint64) int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.b.Lookup(hashes)
-}
 
 // remember puts blocks in the prefix cache (a decode leg's pulled prompt).
 func (e *engine) remember(hashes []uint64) {

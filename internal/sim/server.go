@@ -511,10 +511,6 @@ func sleepWall(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// sleep waits model seconds at the pod's time scale; false if ctx ended first.
-func (s *Server) sleep(ctx context.Context, seconds float64) bool {
-	return sleepWall(ctx, Wall(seconds, s.scale))
-}
 
 func (s *Server) nextID(prefix string) string {
 	return prefix + strconv.FormatInt(s.seq.Add(1), 16) + "-" + s.cfg.Name
