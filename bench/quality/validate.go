@@ -36,7 +36,7 @@ const (
 var valChecks = []struct {
 	workload string
 	rate     float64 // requests per model second
-}{{"conv", 2}, {"code", 6}}
+}{{"conv", 2}, {"code", 20}}
 
 type validation struct {
 	n                    int
