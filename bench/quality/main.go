@@ -28,11 +28,16 @@ import (
 // time on an idle pod when that is longer (a 100k-token prompt cannot prefill in 1 s on any
 // pod). TPOT: 50 ms (20 tokens/s, faster than reading), which a decode pod meets at hundreds
 // of sequences and a combined pod misses when its decodes share iterations with long chunks.
-const (
-	sloTTFT        = 1.0
-	sloTTFTPrefill = 3.0
-	sloTPOT        = 0.050
-)
+type sloSpec struct {
+	ttft, ttftPrefill, tpot float64 // seconds, a multiple, seconds
+}
+
+var defaultSLO = sloSpec{ttft: 1.0, ttftPrefill: 3.0, tpot: 0.050}
+
+// of is one request's SLO bounds: TTFT, TPOT.
+func (s sloSpec) of(p sim.Params, prompt int) (float64, float64) {
+	return max(s.ttft, s.ttftPrefill*sim.PrefillSeconds(p, prompt)), s.tpot
+}
 
 type options struct {
 	seed      uint64
@@ -53,6 +58,7 @@ type options struct {
 	profile   string
 	params    sim.Params
 	full      bool
+	slo       sloSpec
 }
 
 // defaultRequests per repetition: with 4 repetitions and the first and last 10 % of each left
@@ -116,6 +122,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	workers := fs.Int("workers", min(2, runtime.NumCPU()), "runs simulated in parallel")
 	validate := fs.Bool("validate", true, "compare the virtual-time engine with the real-time simulator first")
 	valScale := fs.Float64("validate-scale", valTimeScale, "time scale of the real-time simulator in the check (wall = model × scale)")
+	sloTTFT := fs.Duration("slo-ttft", secondsDur(defaultSLO.ttft), "SLO: TTFT bound (the larger of this and -slo-ttft-prefill × the request's idle-pod prefill)")
+	sloTTFTx := fs.Float64("slo-ttft-prefill", defaultSLO.ttftPrefill, "SLO: TTFT bound as a multiple of the request's own idle-pod prefill time")
+	sloTPOT := fs.Duration("slo-tpot", secondsDur(defaultSLO.tpot), "SLO: TPOT bound (mean time per output token after the first)")
 	reps := fs.Int("reps", 4, "repetitions per cell: repetition k replays window k of the trace with Poisson arrivals and picker seed seed+k; requests are pooled")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -138,7 +147,11 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	o := &options{args: reportArgs(args), seed: *seed, outDir: *out, docsDir: *docs, dataDir: *data, scrape: scrape.Seconds(),
-		workers: max(1, *workers), validate: *validate, valScale: *valScale, reps: *reps, profile: *profile, params: mk(), full: *full, requests: map[string]int{}}
+		workers: max(1, *workers), validate: *validate, valScale: *valScale, reps: *reps, profile: *profile, params: mk(), full: *full, requests: map[string]int{},
+		slo: sloSpec{ttft: sloTTFT.Seconds(), ttftPrefill: *sloTTFTx, tpot: sloTPOT.Seconds()}}
+	if o.slo.ttft <= 0 || o.slo.ttftPrefill < 0 || o.slo.tpot <= 0 {
+		return nil, fmt.Errorf("-slo-ttft %v, -slo-ttft-prefill %v, -slo-tpot %v: want positive bounds (the multiple may be 0)", *sloTTFT, *sloTTFTx, *sloTPOT)
+	}
 	if o.reps < 1 || o.reps > 100 {
 		return nil, fmt.Errorf("-reps=%d: want 1..100", o.reps)
 	}
@@ -341,7 +354,7 @@ func run(o *options, stdout io.Writer) error {
 			}
 			wins := make([]*workload, o.reps)
 			for k := range wins {
-				if wins[k], err = tr.window(o.requests[wn], k, o.params, o.seed); err != nil {
+				if wins[k], err = tr.window(o.requests[wn], k, o.params, o.seed, o.slo); err != nil {
 					return err
 				}
 			}

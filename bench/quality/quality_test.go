@@ -269,8 +269,8 @@ func TestPoissonArrivalsAndWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w0, _ := tr.window(100, 0, sim.Llama8BH100(), 7)
-	w1, _ := tr.window(100, 1, sim.Llama8BH100(), 7)
+	w0, _ := tr.window(100, 0, sim.Llama8BH100(), 7, defaultSLO)
+	w1, _ := tr.window(100, 1, sim.Llama8BH100(), 7, defaultSLO)
 	if string(w0.reqs[0].body) == string(w1.reqs[0].body) {
 		t.Fatal("windows 0 and 1 start with the same request")
 	}
@@ -322,7 +322,14 @@ func TestReportArgsDropPaths(t *testing.T) {
 			t.Errorf("reportArgs(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
-	if _, err := parseFlags([]string{"-validate-scale", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-validate-scale") {
-		t.Errorf("-validate-scale 0: error %v, want one naming -validate-scale", err)
+	for _, c := range [][]string{{"-validate-scale", "0"}, {"-profile", "gpt-9"}, {"-slo-tpot", "0s"}} {
+		if _, err := parseFlags(c, io.Discard); err == nil || !strings.Contains(err.Error(), c[0]) {
+			t.Errorf("%v: error %v, want one naming %s", c, err, c[0])
+		}
+	}
+	// -full widens loads and shapes unless they are given.
+	o, err := parseFlags([]string{"-full", "-loads", "0.9"}, io.Discard)
+	if err != nil || len(o.loads) != 1 || len(o.clusters) != 3 {
+		t.Errorf("-full -loads 0.9: loads %v, %d clusters, err %v; want [0.9] and 3", o.loads, len(o.clusters), err)
 	}
 }

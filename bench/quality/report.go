@@ -268,7 +268,7 @@ func (r *report) write(stdout io.Writer) error {
 		"Goodput = measured requests meeting both ÷ the measurement window (req/s). Queueing = TTFT − the request's own idle-pod TTFT; slowdown = TTFT ÷ it. "+
 		"Times in ms. PD/comb = share routed as a prefill/decode pair / to a combined (standard) pod (the rest went whole to one pod). "+
 		"Prefill on / decode on = share of requests whose prefill (decode) ran on prefill / decode / standard pods; busy = share of time the pods of each class ran iterations.\n\n",
-		headerSLOTTFT, headerSLOTPOT, sloTTFT, sloTTFTPrefill, sloTPOT*1000)
+		headerSLOTTFT, headerSLOTPOT, r.o.slo.ttft, r.o.slo.ttftPrefill, r.o.slo.tpot*1000)
 	if len(r.validation) > 0 {
 		md.WriteString("## Engine model check against the real-time simulator\n\n")
 	}

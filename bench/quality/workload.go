@@ -43,7 +43,7 @@ type wreq struct {
 	body   []byte
 	hashes []uint64 // sim.BlockHashes(sim.Tokenize(prompt text)), what the engine caches
 	ids    []int    // the trace's hash_ids (Mooncake), for tests
-	// the request's SLO: TTFT ≤ max(sloTTFT, sloTTFTPrefill × its idle-pod prefill), TPOT ≤ sloTPOT
+	// the request's SLO bounds (sloSpec.of)
 	sloTTFT, sloTPOT float64
 }
 
@@ -229,7 +229,7 @@ func loadWorkload(dataDir, name string, n int, p sim.Params, seed uint64) (*work
 	if err != nil {
 		return nil, err
 	}
-	return tr.window(n, 0, p, seed)
+	return tr.window(n, 0, p, seed, defaultSLO)
 }
 
 // window is the k-th window of n consecutive requests (in arrival order, wrapping around the
@@ -237,7 +237,7 @@ func loadWorkload(dataDir, name string, n int, p sim.Params, seed uint64) (*work
 // for Mooncake, its multi-turn order and prefix sharing; an Azure window (no sharing recorded)
 // is shuffled, seeded, so its mix of prompt sizes is steady over the run instead of following
 // the trace's bursts (the 2000-request mix window carries half its prefill work in its last fifth).
-func (tr *trace) window(n, k int, p sim.Params, seed uint64) (*workload, error) {
+func (tr *trace) window(n, k int, p sim.Params, seed uint64, slo sloSpec) (*workload, error) {
 	w := &workload{name: tr.name, source: tr.source, window: k, shuffled: tr.name != "mooncake"}
 	var fit []int // indexes of the requests that fit
 	for i, r := range tr.reqs {
@@ -274,9 +274,10 @@ func (tr *trace) window(n, k int, p sim.Params, seed uint64) (*workload, error) 
 		if w.shuffled || at < 0 {
 			at = 0 // a shuffled window has no trace timing; it is always replayed at a rate
 		}
-		w.reqs = append(w.reqs, wreq{id: i, at: at, prompt: r.prompt, out: r.out, body: body,
-			hashes: sim.BlockHashes(sim.Tokenize(text), p.BlockSize), ids: r.hashIDs,
-			sloTTFT: max(sloTTFT, sloTTFTPrefill*sim.PrefillSeconds(p, r.prompt)), sloTPOT: sloTPOT})
+		q := wreq{id: i, at: at, prompt: r.prompt, out: r.out, body: body,
+			hashes: sim.BlockHashes(sim.Tokenize(text), p.BlockSize), ids: r.hashIDs}
+		q.sloTTFT, q.sloTPOT = slo.of(p, r.prompt)
+		w.reqs = append(w.reqs, q)
 	}
 	if !w.shuffled {
 		w.span = w.reqs[len(w.reqs)-1].at
