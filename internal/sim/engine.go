@@ -213,15 +213,19 @@ func (e *engine) deliverLocked(evs []Event) {
 }
 
 // loop runs iterations while there is work and waits for a kick when there is none. It
-// ends when the pod closes.
+// ends when the pod closes. Back-to-back iterations are timed from the previous one's
+// deadline, not from when the loop got round to planning, so the loop's own overhead (locks,
+// goroutine wake-ups, timer slack) does not add up over a busy run.
 func (e *engine) loop() {
 	var timer *time.Timer
+	var deadline time.Time // when the previous iteration was due to end; zero after idling
 	for {
 		e.mu.Lock()
 		evs, secs, ok := e.b.Plan()
 		e.deliverLocked(evs)
 		e.mu.Unlock()
 		if !ok {
+			deadline = time.Time{}
 			select {
 			case <-e.kick:
 				continue
@@ -229,7 +233,12 @@ func (e *engine) loop() {
 				return
 			}
 		}
-		if d := Wall(secs, e.scale); d > 0 {
+		now := time.Now()
+		if deadline.IsZero() || deadline.Before(now.Add(-Wall(secs, e.scale))) {
+			deadline = now // idle before, or so far behind that catching up would distort
+		}
+		deadline = deadline.Add(Wall(secs, e.scale))
+		if d := time.Until(deadline); d > 0 {
 			if timer == nil {
 				timer = time.NewTimer(d)
 			} else {
@@ -246,7 +255,6 @@ func (e *engine) loop() {
 		e.mu.Unlock()
 	}
 }
-
 
 // remember puts blocks in the prefix cache (a decode leg's pulled prompt).
 func (e *engine) remember(hashes []uint64) {
