@@ -162,7 +162,6 @@ func (r *report) find(wl, cluster, pol string, load float64) *cell {
 	return nil
 }
 
-
 // productionPolicy is true for the policies the production picker provides (every strategy
 // and PD configuration a user can set); the bench's own round-robin never counts.
 func productionPolicy(name string) bool {

@@ -511,7 +511,6 @@ func sleepWall(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-
 func (s *Server) nextID(prefix string) string {
 	return prefix + strconv.FormatInt(s.seq.Add(1), 16) + "-" + s.cfg.Name
 }
