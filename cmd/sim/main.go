@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"sigs.k8s.io/yaml"
@@ -58,7 +60,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	config := fs.String("config", "", "YAML file with `pods: [...]` (PodConfig fields in snake_case); replaces the single-pod flags")
 	exitOnCrash := fs.Bool("exit-on-crash", true, "exit with status 3 when a pod crashes, as a real engine process would")
 	verbose := fs.Bool("v", false, "log to stderr")
-	cfg := sim.PodConfig{Params: sim.DefaultParams()}
+	// -profile picks the parameter set the other model flags start from, so it is read first.
+	profile := profileArg(args)
+	mk, ok := sim.Profiles[profile]
+	if !ok {
+		return fmt.Errorf("-profile %q: unknown; valid: %s", profile, strings.Join(profileNames(), ", "))
+	}
+	fs.String("profile", "default", "engine model the other model flags start from: "+strings.Join(profileNames(), ", "))
+	cfg := sim.PodConfig{Params: mk()}
 	fs.StringVar(&cfg.Name, "name", "", "pod name (default engine-role-port)")
 	fs.StringVar(&cfg.Engine, "engine", sim.EngineVLLM, "vllm, sglang or trtllm")
 	fs.StringVar(&cfg.Role, "role", "", "prefill, decode or empty for a standard pod")
@@ -144,6 +153,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+}
+
+// profileArg is the value of -profile (or --profile) in args, "default" without one.
+func profileArg(args []string) string {
+	for i, a := range args {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "profile" {
+			continue
+		}
+		if hasVal {
+			return val
+		}
+		if i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return "default"
+}
+
+func profileNames() []string {
+	var ns []string
+	for n := range sim.Profiles {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	return ns
 }
 
 // loadConfig reads `pods:` from YAML. Each pod starts from DefaultParams, model sim-model and
