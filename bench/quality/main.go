@@ -1,7 +1,9 @@
 // Command quality is the routing-quality benchmark (make bench-quality): it replays real
 // traces (Azure LLM 2023 conv and code, their mix, Mooncake) through the real Tandem picker
-// in virtual time, over simulated engine pods that use internal/sim's latency model, and
-// compares routing policies on the latency users feel: TTFT, TPOT, end-to-end, SLO goodput.
+// in virtual time, over simulated engine pods that run internal/sim's engine model and
+// scheduling core (a calibrated profile, llama8b-h100 by default), at steady Poisson load over
+// several windows of each trace, and compares routing policies on the latency users feel:
+// TTFT, queueing delay, slowdown, TPOT, end-to-end, SLO goodput per request.
 //
 // It owns the discrete-event simulation, the workloads, the report (markdown, PNG, RESULT
 // lines) and the check of the virtual-time engine against the real-time simulator. It must
