@@ -151,3 +151,21 @@ func TestTokenizeAndBlockHashes(t *testing.T) {
 		t.Errorf("31 tokens make %d full blocks, want 1", got)
 	}
 }
+
+// Every named profile is a valid pod configuration, and the bigger model is slower per token
+// on its 8 GPUs than the 8B on one only where it should be: prefill (≈ 9× the FLOPs on 8×
+// the GPUs at 0.8 efficiency) and the weight read.
+func TestProfiles(t *testing.T) {
+	for name, mk := range Profiles {
+		if err := mk().validate(); err != nil {
+			t.Errorf("profile %s: %v", name, err)
+		}
+	}
+	small, big := Llama8BH100(), Llama70BH100x8()
+	if a, b := PrefillSeconds(small, 8192), PrefillSeconds(big, 8192); b <= a || b > 2*a {
+		t.Errorf("8192-token prefill: 8B %.3f s, 70B×8 %.3f s; want the 70B slower but within 2×", a, b)
+	}
+	if a, b := InterTokenSeconds(small, 1, 0), InterTokenSeconds(big, 1, 0); b <= a || b > 2*a {
+		t.Errorf("decode step: 8B %.4f s, 70B×8 %.4f s; want the 70B slower but within 2×", a, b)
+	}
+}
