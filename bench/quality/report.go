@@ -301,11 +301,7 @@ func (r *report) write(stdout io.Writer) error {
 		fmt.Sprintf("RESULT model_prefill_s_131072=%.2f", p128),
 		fmt.Sprintf("RESULT model_tpot_ms_batch32_ctx8192=%.1f", tp),
 	}
-	if f, ok := fittedTo[r.o.profile]; ok {
-		for i, name := range []string{"model_prefill_s_8192", "model_prefill_s_131072", "model_tpot_ms_batch32_ctx8192"} {
-			fmt.Fprintf(stdout, "# %s fitted to: %s\n", name, f[i])
-		}
-	}
+
 	var notes []string
 	split := func(m map[string]float64, keys ...string) string {
 		var xs []string
@@ -419,8 +415,12 @@ func (r *report) write(stdout io.Writer) error {
 	for _, n := range notes {
 		fmt.Fprintln(stdout, n)
 	}
-	for _, l := range results {
+	f, fitted := fittedTo[r.o.profile]
+	for i, l := range results {
 		fmt.Fprintln(stdout, l)
+		if fitted && i < len(f) { // the three model lines come first
+			fmt.Fprintf(stdout, "#   fitted to: %s\n", f[i])
+		}
 	}
 	fmt.Fprintf(stdout, "wrote %s (total %s)\n", mdPath, r.elapsed.Round(time.Millisecond))
 	return nil
