@@ -4,6 +4,10 @@
 #   docker build -t tandem-epp .                          # production (default, last stage)
 #   docker build --target conformance -t tandem-epp:conf . # entrypoint adds --conformance
 #
+# `epp --version` shows the version and commit from git (the build context includes .git), or
+# from --build-arg VERSION=v0.2.0 --build-arg COMMIT=<sha> when given: hack/ldflags.sh, as `make build`.
+# Without a container engine, `make image` builds an equivalent image tarball (see the README).
+#
 # The conformance image honours the upstream suite's test-epp-endpoint-selection header and echoes
 # x-conformance-test-served-endpoint; never run it in production. conformance/README.md shows how to
 # load it under the lwepp tag the upstream manifests use.
@@ -15,10 +19,10 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
-ARG TARGETOS TARGETARCH
+ARG TARGETOS TARGETARCH VERSION COMMIT
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=${TARGETOS} GOARCH=${TARGETARCH} \
-    go build -trimpath -ldflags="-s -w" -o /out/epp ./cmd/epp
+    go build -trimpath -ldflags="-s -w $(hack/ldflags.sh)" -o /out/epp ./cmd/epp
 
 FROM gcr.io/distroless/static-debian12:nonroot AS conformance
 COPY --from=build /out/epp /epp

@@ -2,23 +2,46 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 
-.PHONY: demo test build lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality
+# Version and commit stamped into every binary (`epp --version`), from git unless given:
+# `make build VERSION=v0.2.0 COMMIT=…`. hack/ldflags.sh is shared with the Dockerfile.
+LDFLAGS := $(shell VERSION='$(VERSION)' COMMIT='$(COMMIT)' hack/ldflags.sh)
+
+# make demo ARGS='--handoff epp --stay' passes flags to the demo (go run ./cmd/demo --help lists them).
+ARGS ?=
+# make image: an OCI image of the static cmd/epp binary, as a tarball for docker/podman load,
+# kind load image-archive or crane push. IMAGE names it; GOARCH picks the platform.
+IMAGE ?= ghcr.io/tandem-epp/tandem-epp:$(shell hack/ldflags.sh | sed -n 's/.*version=\([^ ]*\).*/\1/p')
+IMAGE_TAR ?= bin/tandem-epp-image.tar
+
+.PHONY: demo test build image lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality
 
 ## demo: simulated prefill/decode/standard pods, Tandem and a local gateway on loopback, a real trace replayed.
 demo:
-	$(GO) run ./cmd/demo
+	@echo "make demo: compiling the launcher (cmd/demo); it checks the inputs, then builds Tandem with a progress line." >&2
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/demo $(ARGS)
 
 ## test: gofmt, vet, staticcheck and every test (-race) against a real kube-apiserver + etcd and Redis.
 test:
 	hack/test.sh
 
+BIN_DIR ?= bin
+
+## build: static binaries of cmd/... into bin/ (BIN_DIR), stamped with the version.
 build:
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./cmd/...
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w $(LDFLAGS)" -o $(BIN_DIR)/ ./cmd/...
+
+## image: the EPP image as an OCI tarball, built without a container engine (cmd/epp on an empty base).
+image:
+	$(GO) run ./hack/image -ldflags "-s -w $(LDFLAGS)" -image "$(IMAGE)" -out "$(IMAGE_TAR)" $(if $(GOARCH),-arch $(GOARCH))
 
 lint:
 	gofmt -l $$(git ls-files '*.go') | (! grep .)
 	$(GO) vet ./...
 	$$(hack/ensure-staticcheck.sh) ./...
+
+## helm-lint: helm lint of charts/tandem (Helm is built once from the Go module proxy).
+helm-lint:
+	$$(hack/ensure-helm.sh) lint --strict charts/tandem
 
 ## bench-extproc: whole ext_proc round trip, Tandem vs upstream lwepp in the same run.
 bench-extproc:

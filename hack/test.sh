@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, vet, staticcheck, and every Go test with the race detector,
-# against a real kube-apiserver + etcd and real Redis. `make test` and .ci/run call this.
+# against a real kube-apiserver + etcd and real Redis, Helm and promtool. `make test` and .ci/run call this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export KUBEBUILDER_ASSETS="$(hack/ensure-k8s-bins.sh)"
 export TANDEM_REDIS_SERVER="$(hack/ensure-redis.sh)"
+# The chart tests run Helm (built once from the Go module proxy) and the rules tests promtool.
+export TANDEM_HELM="$(hack/ensure-helm.sh)"
+export TANDEM_PROMTOOL="$(hack/ensure-promtool.sh)"
 staticcheck="$(hack/ensure-staticcheck.sh)"
 
 echo "== gofmt"

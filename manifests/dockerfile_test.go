@@ -13,8 +13,8 @@ import (
 // There is no container engine here, so the image itself is not built; this checks the
 // Dockerfile's promises and runs its build command.
 
-// dockerBuild is the Dockerfile's build command, without its GOOS/GOARCH.
-const dockerBuild = `go build -trimpath -ldflags="-s -w" -o /out/epp ./cmd/epp`
+// dockerBuild is the Dockerfile's build command: static, trimmed, stamped by hack/ldflags.sh.
+const dockerBuild = `go build -trimpath -ldflags="-s -w $(hack/ldflags.sh)" -o /out/epp ./cmd/epp`
 
 type dockerStage struct {
 	name  string
@@ -70,19 +70,35 @@ func TestDockerfile(t *testing.T) {
 	}
 }
 
-// TestDockerBuildCommandMakesAStaticBinary runs the Dockerfile's build command and checks the
-// result needs no dynamic loader, so it runs on distroless/static or scratch.
+// TestDockerBuildCommandMakesAStaticBinary runs the Dockerfile's build command, as its RUN line
+// has it, with the VERSION and COMMIT build args set, and checks the result needs no dynamic
+// loader (it runs on distroless/static or scratch) and reports the stamped version.
 func TestDockerBuildCommandMakesAStaticBinary(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds cmd/epp; skipped with -short")
 	}
 	out := filepath.Join(t.TempDir(), "epp")
-	// dockerBuild, as exec arguments.
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./cmd/epp")
+	var run string
+	for _, l := range dockerStages(t)[0].lines {
+		if strings.Contains(l, "go build") {
+			run = strings.TrimSpace(l)
+		}
+	}
+	if run != dockerBuild {
+		t.Fatalf("the build stage's go build line is %q, want %q", run, dockerBuild)
+	}
+	cmd := exec.Command("bash", "-c", strings.Replace(run, "/out/epp", out, 1))
 	cmd.Dir = ".."
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "VERSION=v0.0.0-dockerfile-test", "COMMIT=0123456789abcdef")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", cmd, err, b)
+	}
+	got, err := exec.Command(out, "--version").Output()
+	if err != nil {
+		t.Fatalf("epp --version: %v", err)
+	}
+	if !strings.HasPrefix(string(got), "epp v0.0.0-dockerfile-test (commit 0123456789abcdef, go") {
+		t.Errorf("epp --version = %q, want the VERSION and COMMIT build args", got)
 	}
 	f, err := elf.Open(out)
 	if err != nil {

@@ -1,14 +1,18 @@
-// Package manifests_test renders every kustomization under manifests/ and applies the objects to
-// a real kube-apiserver with the Gateway API and InferencePool CRDs installed; the EPP's pool
-// source then runs with the ServiceAccount's permissions only. It has tests only: it must not
-// write to manifests/ nor grant the EPP anything the manifests do not.
+// Package manifests_test renders every kustomization under manifests/ and the Helm chart in
+// charts/tandem and applies the objects to a real kube-apiserver with the Gateway API,
+// InferencePool and prometheus-operator CRDs installed; the EPP's pool source then runs with the
+// ServiceAccount's permissions only. It also checks the monitoring rules with promtool, the
+// Dockerfile's build, and that the chart and the kustomize base agree. It has tests only: it
+// must not write to manifests/ or charts/ nor grant the EPP anything the manifests do not.
 package manifests_test
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -45,6 +49,7 @@ var kustomizations = map[string][]string{
 	"overlays/envoy-gateway": {"Deployment", "EnvoyExtensionPolicy", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
 	"overlays/kgateway":      {"Deployment", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
 	"overlays/istio":         {"Deployment", "DestinationRule", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"monitoring":             {"ConfigMap", "PrometheusRule", "ServiceMonitor"},
 }
 
 // vendorKinds are gateway implementations' own CRDs, not installed here: rendered and checked, not applied.
@@ -104,8 +109,11 @@ func typed[T any](t *testing.T, objs []*unstructured.Unstructured, kind, name st
 
 // TestBaseFitsTogether checks what the apiserver cannot: that the pieces name each other right,
 // and that the EPP accepts its own arguments.
-func TestBaseFitsTogether(t *testing.T) {
-	objs := render(t, "base")
+func TestBaseFitsTogether(t *testing.T) { checkFitsTogether(t, render(t, "base")) }
+
+// checkFitsTogether checks a rendering of the EPP (kustomize base or Helm chart).
+func checkFitsTogether(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
 	dep := typed[appsv1.Deployment](t, objs, "Deployment", "tandem-epp")
 	svc := typed[corev1.Service](t, objs, "Service", "tandem-epp")
 	role := typed[rbacv1.Role](t, objs, "Role", "tandem-epp")
@@ -122,8 +130,8 @@ func TestBaseFitsTogether(t *testing.T) {
 	if opts.PoolName != ip.Name || opts.PoolNamespace != "prod" || opts.GRPCPort != 9002 || opts.GRPCHealthPort != 9003 || opts.MetricsPort != 9090 || !opts.SecureServing {
 		t.Errorf("args %q parse to pool %s/%s ports %d/%d/%d secure=%v", args, opts.PoolNamespace, opts.PoolName, opts.GRPCPort, opts.GRPCHealthPort, opts.MetricsPort, opts.SecureServing)
 	}
-	if c.Image != "ghcr.io/tandem-epp/tandem-epp:latest" {
-		t.Errorf("image = %q", c.Image)
+	if c.Image != defaultImage {
+		t.Errorf("image = %q, want %s", c.Image, defaultImage)
 	}
 	ports := map[string]int32{}
 	for _, p := range c.Ports {
@@ -144,8 +152,13 @@ func TestBaseFitsTogether(t *testing.T) {
 		t.Errorf("pod security context = %+v, want user 65532 (the image's nonroot user)", ps)
 	}
 
-	if svc.Spec.Selector["app.kubernetes.io/name"] != dep.Spec.Template.Labels["app.kubernetes.io/name"] {
-		t.Errorf("Service selector %v does not select the Deployment's pods %v", svc.Spec.Selector, dep.Spec.Template.Labels)
+	for k, v := range svc.Spec.Selector {
+		if dep.Spec.Template.Labels[k] != v || dep.Spec.Selector.MatchLabels[k] != v {
+			t.Errorf("Service selector %v does not select the Deployment's pods %v", svc.Spec.Selector, dep.Spec.Template.Labels)
+		}
+	}
+	if len(svc.Spec.Selector) == 0 {
+		t.Error("the Service selects no pods")
 	}
 	var grpcPort *corev1.ServicePort
 	for i := range svc.Spec.Ports {
@@ -204,43 +217,58 @@ func TestSamplesMatchThePool(t *testing.T) {
 	}
 }
 
+// apply creates objs in namespace ns and returns the kinds it skipped: vendorKinds, whose CRDs
+// are not installed. Any other failure fails the test.
+func apply(t *testing.T, env *k8stest.Env, ns string, objs []*unstructured.Unstructured) (skipped []string) {
+	t.Helper()
+	for _, o := range objs {
+		o = o.DeepCopy()
+		o.SetNamespace(ns)
+		err := env.Client.Create(context.Background(), o)
+		if meta.IsNoMatchError(err) && slices.Contains(vendorKinds, o.GetKind()) {
+			skipped = append(skipped, o.GetKind())
+			continue
+		}
+		if err != nil {
+			t.Fatalf("create %s %s/%s: %v", o.GetKind(), ns, o.GetName(), err)
+		}
+	}
+	return skipped
+}
+
+// startEnv is the control plane the apply tests share the shape of: InferencePool, Gateway API
+// and prometheus-operator CRDs.
+func startEnv(t *testing.T) *k8stest.Env {
+	return k8stest.Start(t, k8stest.WithGatewayAPI(), k8stest.WithPrometheusOperator())
+}
+
 // TestApply creates every rendered object on a real apiserver, then runs the pool source as the
 // EPP's ServiceAccount against the sample pods.
 func TestApply(t *testing.T) {
-	env := k8stest.Start(t, k8stest.WithGatewayAPI())
-	ctx := context.Background()
-
-	create := func(t *testing.T, ns string, objs []*unstructured.Unstructured) (skipped []string) {
-		t.Helper()
-		for _, o := range objs {
-			o = o.DeepCopy()
-			o.SetNamespace(ns)
-			err := env.Client.Create(ctx, o)
-			if meta.IsNoMatchError(err) && slices.Contains(vendorKinds, o.GetKind()) {
-				skipped = append(skipped, o.GetKind())
-				continue
-			}
-			if err != nil {
-				t.Fatalf("create %s %s/%s: %v", o.GetKind(), ns, o.GetName(), err)
-			}
-		}
-		return skipped
-	}
-
+	env := startEnv(t)
 	ns := env.Namespace(t, "tandem")
-	create(t, ns, render(t, "base"))
+	apply(t, env, ns, render(t, "base"))
 	samples := render(t, "samples/pd-vllm")
-	create(t, ns, samples)
+	apply(t, env, ns, samples)
 	for dir := range kustomizations {
-		if !strings.HasPrefix(dir, "overlays/") {
+		if !strings.HasPrefix(dir, "overlays/") && dir != "monitoring" {
 			continue
 		}
 		t.Run(dir, func(t *testing.T) {
-			skipped := create(t, env.Namespace(t, filepath.Base(dir)), render(t, dir))
+			skipped := apply(t, env, env.Namespace(t, filepath.Base(dir)), render(t, dir))
 			t.Logf("not applied (vendor CRDs not installed): %v", skipped)
 		})
 	}
 
+	checkEPPRights(t, env, ns, samples)
+}
+
+// checkEPPRights checks, in ns where the EPP's objects and the sample model servers were
+// created, that the ServiceAccount tandem-epp may read what the EPP needs and nothing else, and
+// that the pool source, running with only its rights, serves the sample pods of tandem-pool.
+func checkEPPRights(t *testing.T, env *k8stest.Env, ns string, samples []*unstructured.Unstructured) {
+	t.Helper()
+	ctx := context.Background()
 	// The ServiceAccount may read what the EPP needs, and nothing else.
 	sa := rest.CopyConfig(env.Config)
 	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":tandem-epp"}
@@ -334,4 +362,40 @@ func (u unstructuredList) Get() *unstructured.UnstructuredList {
 	l.SetAPIVersion(u.group + "/" + u.version)
 	l.SetKind(u.kind)
 	return l
+}
+
+// defaultImage is the image the base runs; a user's kustomization replaces it by this name.
+const defaultImage = "ghcr.io/tandem-epp/tandem-epp:latest"
+
+// TestOwnImageRecipe follows manifests/README.md's "use your own image" recipe: a kustomization
+// of one's own that uses base, with the images entry `kustomize edit set image NAME=IMAGE`
+// writes, renders the Deployment with that image.
+func TestOwnImageRecipe(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("`kustomize edit set image ([^=` ]+)=<registry>/tandem-epp:<tag>`").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("manifests/README.md has no `kustomize edit set image NAME=<registry>/tandem-epp:<tag>` recipe")
+	}
+	name := string(m[1])
+	base, err := filepath.Abs("base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rel, err := filepath.Rel(dir, base) // kustomize takes relative paths only
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What `kustomize edit set image NAME=registry.example/team/tandem-epp:v1.2.3` writes.
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\nimages:\n- name: %s\n  newName: registry.example/team/tandem-epp\n  newTag: v1.2.3\n", rel, name)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dep := typed[appsv1.Deployment](t, render(t, dir), "Deployment", "tandem-epp")
+	if got := dep.Spec.Template.Spec.Containers[0].Image; got != "registry.example/team/tandem-epp:v1.2.3" {
+		t.Errorf("with the README's recipe the image is %q, want registry.example/team/tandem-epp:v1.2.3 (the base names its image %s)", got, defaultImage)
+	}
 }

@@ -81,7 +81,7 @@ func (w *workload) arrivals(rate float64, seed uint64) []float64 {
 	return out
 }
 
-// findData resolves ../shared/data relative to the repository root (found by walking up to
+// findData resolves the traces shipped in the repository (traces/, found by walking up to
 // go.mod from the working directory), so no machine path is written down.
 func findData(flagDir string) (string, error) {
 	if flagDir != "" {
@@ -93,7 +93,7 @@ func findData(flagDir string) (string, error) {
 	}
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			data := filepath.Join(d, "..", "shared", "data")
+			data := filepath.Join(d, "traces")
 			if _, err := os.Stat(data); err != nil {
 				return "", fmt.Errorf("trace directory %s: %w; pass -data DIR", data, err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr/funcr"
 
 	"github.com/tandem-epp/tandem/internal/gateway"
+	"github.com/tandem-epp/tandem/internal/version"
 )
 
 func main() {
@@ -37,8 +38,13 @@ func run(args []string) error {
 	decision := fs.Duration("decision-timeout", 60*time.Second, "longest wait for the EPP's routing decision")
 	connect := fs.Duration("connect-timeout", 2*time.Second, "TCP connect timeout per endpoint before the next fallback")
 	verbosity := fs.Int("v", 0, "log verbosity: 1 logs every request")
+	showVersion := fs.Bool("version", false, "print the version, commit and Go version, then exit")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Println(version.Line("gateway"))
+		return nil
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q: all settings are flags (see -h)", fs.Args())

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tandem-epp/tandem/internal/sim"
+	"github.com/tandem-epp/tandem/internal/version"
 )
 
 func main() {
@@ -60,6 +61,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	config := fs.String("config", "", "YAML file with `pods: [...]` (PodConfig fields in snake_case); replaces the single-pod flags")
 	exitOnCrash := fs.Bool("exit-on-crash", true, "exit with status 3 when a pod crashes, as a real engine process would")
 	verbose := fs.Bool("v", false, "log to stderr")
+	showVersion := fs.Bool("version", false, "print the version, commit and Go version, then exit")
 	// -profile picks the parameter set the other model flags start from, so it is read first.
 	profile := profileArg(args)
 	mk, ok := sim.Profiles[profile]
@@ -107,6 +109,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *showVersion {
+		_, err := fmt.Fprintln(stdout, version.Line("sim"))
+		return err
 	}
 	pods := []sim.PodConfig{cfg}
 	if *config != "" {

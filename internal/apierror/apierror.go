@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 )
 
 // Headers the seed uses to mark a gateway-generated failure.
@@ -27,6 +28,9 @@ type Error struct {
 	Header string
 	// Reason is a short, bounded label for metrics (e.g. "no_endpoint", "bad_body").
 	Reason string
+	// RetryAfter, when positive, is sent as the Retry-After header (seconds): the request was
+	// refused for load, not for what it says, and the same request may succeed later.
+	RetryAfter int
 }
 
 func (e *Error) Error() string {
@@ -73,6 +77,39 @@ func TooLarge(limit int) *Error {
 	return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 		Message: fmt.Sprintf("request body exceeds the %d-byte limit; send a smaller body or raise --max-body-bytes", limit),
 		Reason:  "body_too_large"}
+}
+
+// Reasons of the admission refusals (bounded metric labels).
+const (
+	ReasonTooManyStreams = "too_many_streams"
+	ReasonBodyBudget     = "body_budget_exhausted"
+	ReasonBodyTimeout    = "body_timeout"
+	ReasonPanic          = "internal_panic"
+)
+
+// TooManyStreams is a 429: the EPP already holds its limit of open requests.
+func TooManyStreams(limit int) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: 1, Reason: ReasonTooManyStreams,
+		Message: fmt.Sprintf("the gateway's endpoint picker is handling its limit of %d requests at once; retry shortly (operators: raise --max-streams or add EPP replicas)", limit)}
+}
+
+// BodyBudget is a 503: the request bodies the EPP holds while they arrive already fill its
+// memory budget for them.
+func BodyBudget(budget int64) *Error {
+	return &Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", RetryAfter: 1, Reason: ReasonBodyBudget,
+		Message: fmt.Sprintf("the gateway's endpoint picker is receiving its limit of %d bytes of request bodies at once; retry shortly (operators: raise --max-buffered-body-bytes or add EPP replicas)", budget)}
+}
+
+// BodyTimeout is a 408: the request body did not arrive in time.
+func BodyTimeout(limit time.Duration) *Error {
+	return &Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Reason: ReasonBodyTimeout,
+		Message: fmt.Sprintf("the request body did not arrive within %s; send it faster (operators: --request-body-timeout)", limit)}
+}
+
+// Panic is the 500 a request gets when Tandem failed on a bug while handling it (the stack is
+// logged); no part of the request is blamed.
+func Panic() *Error {
+	return Internal(ReasonPanic, "the gateway's endpoint picker failed while handling this request (an internal error, logged); retry it")
 }
 
 // Unavailable is a 503: no endpoint can serve the request.

@@ -36,12 +36,17 @@ import (
 	"github.com/tandem-epp/tandem/internal/pool/kube"
 	"github.com/tandem-epp/tandem/internal/prefix"
 	"github.com/tandem-epp/tandem/internal/serving"
+	"github.com/tandem-epp/tandem/internal/version"
 )
 
 // Run parses args as the epp command line and runs Tandem until ctx ends.
 func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	opts, err := ParseFlags(args, stdout, os.Getenv)
 	if err != nil {
+		return err
+	}
+	if opts.Version {
+		_, err := fmt.Fprintln(stdout, version.Line("epp"))
 		return err
 	}
 	a, err := New(ctx, opts, Env{Getenv: os.Getenv, Environ: os.Environ()})
@@ -175,15 +180,22 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 			return nil, fmt.Errorf("--metrics-port=%d: %w", opts.MetricsPort, err)
 		}
 	}
+	bodyTimeout := opts.RequestBodyTimeout
+	if bodyTimeout == 0 {
+		bodyTimeout = -1 // the flag's 0 disables it; extproc's zero means its default
+	}
 	ext := extproc.NewServer(a.store, sched, extproc.Options{
 		MaxBodyBytes: opts.MaxBodyBytes, ConformanceMode: opts.Conformance,
 		DebugTraceHeader: opts.DebugTraceHeader, Logger: log, Observer: tel.extprocObserver(),
-		Handoff: a.handoff,
+		Handoff: a.handoff, TrustClientPDFields: opts.TrustClientPDFields,
+		Limits: extproc.Limits{MaxStreams: opts.MaxStreams, MaxBufferedBodyBytes: opts.MaxBufferedBodyBytes,
+			RequestBodyTimeout: bodyTimeout},
 	})
+	tel.m.BufferedBodyBytesFrom(func() float64 { return float64(ext.BufferedBodyBytes()) })
 	a.serving, err = serving.New(serving.Config{
 		Host: opts.BindAddress, GRPCPort: opts.GRPCPort, HealthPort: opts.GRPCHealthPort,
 		SecureServing: opts.SecureServing, CertPath: opts.CertPath, GracePeriod: opts.GracePeriod,
-		Logger: log.WithName("serving"),
+		Logger: log.WithName("serving"), Recovered: tel.grpcRecovered,
 	}, ext, a.store)
 	if err != nil {
 		if a.metricsL != nil {
@@ -246,7 +258,7 @@ func (a *App) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	a.log.Info("tandem started", "extproc", a.ExtProcAddr(), "health", a.HealthAddr(), "metrics", a.MetricsAddr())
+	a.log.Info("tandem started", "version", version.Get().Version, "commit", version.Get().Commit, "extproc", a.ExtProcAddr(), "health", a.HealthAddr(), "metrics", a.MetricsAddr())
 	wg.Wait()
 	a.handoff.Close()
 	return res

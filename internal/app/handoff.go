@@ -34,6 +34,8 @@ func (o handoffObserver) DecodeAbort(reason string, result handoff.AbortResult) 
 	o.t.m.DecodeAbort(reason, string(result))
 }
 
+func (o handoffObserver) Panicked(where string) { o.t.m.PanicRecovered(where) }
+
 // DecodeWatchdog implements extproc.HandoffObserver.
 func (o *extprocObserver) DecodeWatchdog(_, phase string) { o.m.DecodeWatchdog(phase) }
 

@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/extproc"
 )
 
 // Options are the command-line settings of the EPP. Names and defaults follow GIE's lwepp so
@@ -37,12 +40,21 @@ type Options struct {
 	DebugTraceHeader bool
 	GracePeriod      time.Duration
 
+	// Limits (extproc.Limits) and trust of client-sent PD control fields.
+	MaxStreams           int
+	MaxBufferedBodyBytes int64
+	RequestBodyTimeout   time.Duration
+	TrustClientPDFields  bool
+
 	RedisAddr          string
 	RedisPassword      string
 	RedisTLS           bool
 	RedisTLSSkipVerify bool
 
 	Zap zap.Options
+
+	// Version: print the version and exit (--version); nothing else is checked.
+	Version bool
 
 	// metricsAnyPort serves /metrics on a free port when MetricsPort is 0 (tests).
 	metricsAnyPort bool
@@ -104,15 +116,30 @@ Flags:
 	fs.StringVar(&o.EndpointsFile, "endpoints-file", "", "YAML file of endpoints to route to instead of a Kubernetes InferencePool; reloaded on change.")
 	fs.StringVar(&o.ConfigFile, "config-file", "", "YAML file declaring plugins, scheduling profiles and gateway settings.")
 	fs.BoolVar(&o.Conformance, "conformance", false, "Conformance mode: honour the test-epp-endpoint-selection header and echo x-conformance-test-served-endpoint. Never in production.")
-	fs.IntVar(&o.MaxBodyBytes, "max-body-bytes", 10<<20, "Largest request body accepted; larger bodies get 413.")
+	fs.IntVar(&o.MaxBodyBytes, "max-body-bytes", extproc.DefaultMaxBodyBytes, limitFlag("max-body-bytes"))
+	fs.IntVar(&o.MaxStreams, "max-streams", extproc.DefaultMaxStreams, limitFlag("max-streams"))
+	fs.Int64Var(&o.MaxBufferedBodyBytes, "max-buffered-body-bytes", extproc.DefaultMaxBufferedBodyBytes, limitFlag("max-buffered-body-bytes"))
+	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", extproc.DefaultRequestBodyTimeout, limitFlag("request-body-timeout"))
+	fs.BoolVar(&o.TrustClientPDFields, "trust-client-pd-fields", false, limitFlag("trust-client-pd-fields"))
 	fs.BoolVar(&o.DebugTraceHeader, "debug-trace-header", false, "Return each decision's trace in the x-tandem-trace response header.")
 	fs.DurationVar(&o.GracePeriod, "grace-period", 30*time.Second, "How long open streams may run on after a shutdown signal.")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis host:port for the decode ledger shared across replicas (also $TANDEM_REDIS_ADDR); empty keeps it local.")
 	fs.StringVar(&o.RedisPassword, "redis-password", "", "Redis password (prefer $TANDEM_REDIS_PASSWORD).")
 	fs.BoolVar(&o.RedisTLS, "redis-tls", false, "Connect to Redis over TLS (also $TANDEM_REDIS_TLS).")
 	fs.BoolVar(&o.RedisTLSSkipVerify, "redis-tls-insecure-skip-verify", false, "Do not verify the Redis server certificate.")
+	fs.BoolVar(&o.Version, "version", false, "Print the version, commit and Go version, then exit.")
 	o.Zap.BindFlags(fs)
 	return fs
+}
+
+// limitFlag is the description of one of config.LimitFlags (the reference shows the same text).
+func limitFlag(name string) string {
+	for _, f := range config.LimitFlags {
+		if f.Name == name {
+			return strings.ReplaceAll(f.Description, "`", "")
+		}
+	}
+	panic("no config.LimitFlags entry for --" + name)
 }
 
 // ErrHelp is returned by ParseFlags when --help was asked for (usage already printed).
@@ -127,6 +154,9 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: epp takes flags only (see --help)", fs.Args())
+	}
+	if o.Version {
+		return o, nil
 	}
 	if o.PoolNamespace == "" {
 		o.PoolNamespace = getenv("NAMESPACE")
@@ -167,6 +197,16 @@ func (o *Options) validate() error {
 	}
 	if o.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes=%d: must be positive", o.MaxBodyBytes))
+	}
+	if o.MaxStreams <= 0 {
+		errs = append(errs, fmt.Errorf("--max-streams=%d: must be positive", o.MaxStreams))
+	}
+	if o.MaxBufferedBodyBytes < int64(o.MaxBodyBytes) {
+		errs = append(errs, fmt.Errorf("--max-buffered-body-bytes=%d: must be at least --max-body-bytes (%d), or no body of the largest size could arrive",
+			o.MaxBufferedBodyBytes, o.MaxBodyBytes))
+	}
+	if o.RequestBodyTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--request-body-timeout=%s: must not be negative (0 disables it)", o.RequestBodyTimeout))
 	}
 	if o.GracePeriod < 0 {
 		errs = append(errs, fmt.Errorf("--grace-period=%s: must not be negative", o.GracePeriod))

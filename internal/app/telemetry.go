@@ -3,7 +3,9 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -63,6 +65,13 @@ func (t *tel) sourceError(kind string, err error) {
 
 func (t *tel) extprocObserver() extproc.Observer { return &extprocObserver{m: t.m} }
 
+// grpcRecovered logs and counts a panic that escaped a gRPC handler (serving's outer net).
+func (t *tel) grpcRecovered(method string, v any, stack []byte) {
+	t.m.PanicRecovered("grpc")
+	t.log.Error(fmt.Errorf("panic: %v", v), "recovered a panic in a gRPC handler; that call failed, the process goes on",
+		"method", method, "stack", string(stack))
+}
+
 // extprocObserver adapts extproc.Observer to telemetry.Metrics.
 type extprocObserver struct {
 	m      *telemetry.Metrics
@@ -100,49 +109,90 @@ func (o *extprocObserver) RequestFailed(status int, reason string) {
 	o.m.Decision("", telemetry.OutcomeError, reason, 0)
 }
 
+func (o *extprocObserver) Panicked(where string) { o.m.PanicRecovered(where) }
+
+func (o *extprocObserver) FieldsRemoved(fields []string) { o.m.ClientFieldsRemoved(fields) }
+
 // observedScheduler wraps the router so every decision feeds the per-request metrics: the
 // selected pair, time to first token and inter-token latency on the response stream, and the
 // seed's gateway_request_model_fail_total on failures.
 type observedScheduler struct {
-	inner picker.Scheduler
-	m     *telemetry.Metrics
+	inner  picker.Scheduler
+	m      *telemetry.Metrics
+	models atomic.Pointer[modelIndex] // of the last snapshot seen
 }
 
 func (s *observedScheduler) Schedule(ctx context.Context, req *request.Request, snap *pool.Snapshot, cands []*pool.Endpoint) (*picker.Decision, error) {
 	start := time.Now()
+	declared, named := s.modelOf(snap, req.Model)
 	d, err := s.inner.Schedule(ctx, req, snap, cands)
 	if err != nil {
 		ae := apierror.From(err)
-		s.m.RequestModelFail(req.Model, "gateway_req_body_fail", ae.Status)
+		s.m.RequestModelFail(s.m.ModelLabel(req.Model, declared), "gateway_req_body_fail", ae.Status)
 		return nil, err
 	}
 	if len(d.Prefill) > 0 && len(d.Destination) > 0 {
 		s.m.SelectedPair(d.Prefill[0], d.Destination[0])
 	}
 	if len(d.Destination) > 0 {
-		d.Lifecycle = &timedLifecycle{inner: d.Lifecycle, timer: s.m.NewResponseTimer(req.Model, d.Destination[0].Role, start), m: s.m, model: req.Model}
+		d.Lifecycle = &timedLifecycle{inner: d.Lifecycle, m: s.m, model: req.Model, declared: declared,
+			learn: !named, role: d.Destination[0].Role, start: start}
 	}
 	return d, nil
 }
 
-// timedLifecycle observes the response stream for TTFT and inter-token latency.
-type timedLifecycle struct {
-	inner  picker.Lifecycle
-	timer  *telemetry.ResponseTimer
-	m      *telemetry.Metrics
-	model  string
-	status int
+// modelOf says whether a pod of the snapshot names model as the one it serves (declared), and
+// whether any pod names a model at all (named). In a pool whose pods name none, a model becomes
+// a label value once it was answered successfully. The snapshot's model set is built once.
+func (s *observedScheduler) modelOf(snap *pool.Snapshot, model string) (declared, named bool) {
+	idx := s.models.Load()
+	if idx == nil || idx.snap != snap {
+		idx = &modelIndex{snap: snap, models: map[string]bool{}}
+		for _, e := range snap.Endpoints {
+			if e.Model != "" {
+				idx.models[e.Model] = true
+			}
+		}
+		s.models.Store(idx)
+	}
+	return idx.models[model], len(idx.models) > 0
 }
+
+// modelIndex is the set of models a snapshot's pods name.
+type modelIndex struct {
+	snap   *pool.Snapshot
+	models map[string]bool
+}
+
+// timedLifecycle observes the response stream for TTFT and inter-token latency. Its model
+// label is fixed when the response status is known (a success teaches an unnamed pool's model).
+type timedLifecycle struct {
+	inner    picker.Lifecycle
+	timer    *telemetry.ResponseTimer
+	m        *telemetry.Metrics
+	model    string
+	declared bool // a pod names the model
+	learn    bool // no pod names any model: a successful answer makes the name a label value
+	role     pool.Role
+	start    time.Time
+	status   int
+}
+
+func (l *timedLifecycle) label() string { return l.m.ModelLabel(l.model, l.declared) }
 
 func (l *timedLifecycle) ResponseHeaders(status int, served string) {
 	l.status = status
+	if l.learn && status > 0 && status < 400 {
+		l.m.ModelServed(l.model)
+	}
+	l.timer = l.m.NewResponseTimer(l.label(), l.role, l.start)
 	if l.inner != nil {
 		l.inner.ResponseHeaders(status, served)
 	}
 }
 
 func (l *timedLifecycle) ResponseBody(size int, eos bool) {
-	if l.status == 0 || l.status < 400 {
+	if l.timer != nil && (l.status == 0 || l.status < 400) {
 		l.timer.BodyChunk(time.Now(), size)
 	}
 	if l.inner != nil {
@@ -154,11 +204,11 @@ func (l *timedLifecycle) Done(err error) {
 	var ae *apierror.Error
 	if errors.As(err, &ae) && ae.Status >= 400 {
 		// Tandem ended the request itself (PD hand-off: prefill failure, decode watchdog).
-		l.m.RequestModelFail(l.model, ae.Reason, ae.Status)
+		l.m.RequestModelFail(l.label(), ae.Reason, ae.Status)
 	} else if l.status >= 400 {
-		l.m.RequestModelFail(l.model, "upstream_error", l.status)
+		l.m.RequestModelFail(l.label(), "upstream_error", l.status)
 	} else if err != nil && !errors.Is(err, context.Canceled) {
-		l.m.RequestModelFail(l.model, "stream_error", 500)
+		l.m.RequestModelFail(l.label(), "stream_error", 500)
 	}
 	if l.inner != nil {
 		l.inner.Done(err)

@@ -94,6 +94,15 @@ func Reference() []byte {
 	p("\nCross-field rule: `AIBRIX_BUCKET_SERVE=true` requires `AIBRIX_PROMPT_LENGTH_BUCKETING=true`; otherwise Tandem\n")
 	p("does not start. Unknown `AIBRIX_*`/`TANDEM_*` variables are logged as warnings.\n\n")
 
+	p("## Limits (command-line flags)\n\n")
+	p("What one client, or many, can make Tandem hold. A request over a limit is answered at once, never queued, and\n")
+	p("Tandem's health stays SERVING. `epp --help` lists every flag.\n\n")
+	p("| Flag | Default | Description |\n|---|---|---|\n")
+	for _, f := range LimitFlags {
+		p("| `--%s` | `%s` | %s |\n", f.Name, f.Default, cell(f.Description))
+	}
+	p("\n")
+
 	p("## Config file (`--config-file`)\n\n")
 	p("Decoded strictly: an unknown field, a duplicate key or a second YAML document is an error naming the line.\n")
 	p("Plugin types are checked against the plugin registry; plugin names (default: the type) must be unique;\n")

@@ -1,23 +1,27 @@
 package demo
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+
+	"github.com/tandem-epp/tandem/internal/demo/launch"
+	"github.com/tandem-epp/tandem/internal/demo/workload"
 )
 
 // Options configure Run.
 type Options struct {
-	DataDir   string
-	Mix       Mix
+	// Requests is the workload, already loaded (cmd/demo checks it before building anything);
+	// when nil, Run loads Mix from Traces.
+	Requests  []workload.Request
+	Traces    fs.FS // traces.Open: the embedded traces or a --data directory
+	Mix       workload.Mix
 	TimeScale float64
 	Listen    string
 	// Stay keeps the stack up after the summary until ctx ends (for curl by hand).
@@ -38,9 +42,12 @@ type Options struct {
 // Run starts the stack, replays the workload with a live progress line, prints the summary
 // and stops everything (at the end, or when ctx ends).
 func Run(ctx context.Context, o Options) error {
-	reqs, err := LoadWorkload(o.DataDir, o.Mix)
-	if err != nil {
-		return err
+	reqs := o.Requests
+	if reqs == nil {
+		var err error
+		if reqs, err = workload.Load(o.Traces, o.Mix); err != nil {
+			return err
+		}
 	}
 	if len(reqs) == 0 {
 		return errors.New("demo: the workload is empty: set --conv, --code or --mooncake above 0")
@@ -112,38 +119,4 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // FindRepoRoot walks up from the working directory to Tandem's go.mod.
-func FindRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if isTandemRoot(dir) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("demo: not inside the Tandem repository (no go.mod with module github.com/tandem-epp/tandem above the working directory)")
-		}
-		dir = parent
-	}
-}
-
-// FindDataDir returns ../shared/data relative to the repository root.
-func FindDataDir() (string, error) {
-	root, err := FindRepoRoot()
-	if err != nil {
-		return "", fmt.Errorf("%w; pass --data DIR", err)
-	}
-	return filepath.Join(root, "..", "shared", "data"), nil
-}
-
-func isTandemRoot(dir string) bool {
-	f, err := os.Open(filepath.Join(dir, "go.mod"))
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	return sc.Scan() && strings.TrimSpace(sc.Text()) == "module github.com/tandem-epp/tandem"
-}
+func FindRepoRoot() (string, error) { return launch.FindRepoRoot() }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"flag"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,102 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/demo/workload"
 	"github.com/tandem-epp/tandem/internal/extproc"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/pool/file"
 	"github.com/tandem-epp/tandem/internal/serving"
+	"github.com/tandem-epp/tandem/traces"
 )
-
-func writeFile(t *testing.T, dir, name, content string) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func TestLoadWorkload(t *testing.T) {
-	dir := t.TempDir()
-	writeFile(t, dir, ConvFile, "TIMESTAMP,ContextTokens,GeneratedTokens\n"+
-		"2023-11-16 18:15:46.0000000,100,10\n"+
-		"2023-11-16 18:15:47.0000000,5000,400\n"+
-		"2023-11-16 18:15:50.0000000,300,5\n")
-	writeFile(t, dir, CodeFile, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,700,8\n")
-	writeFile(t, dir, MooncakeFile, ""+
-		`{"timestamp": 0, "input_length": 1200, "output_length": 3, "hash_ids": [1, 2, 3]}`+"\n"+
-		`{"timestamp": 10, "input_length": 50, "output_length": 3, "hash_ids": [7]}`+"\n"+
-		`{"timestamp": 40, "input_length": 1100, "output_length": 3, "hash_ids": [1, 2, 9]}`+"\n")
-
-	reqs, err := LoadWorkload(dir, Mix{Conv: 3, Code: 1, Mooncake: 5, Window: 10 * time.Second, MaxPromptTokens: 4096, MaxOutputTokens: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
-	type row struct {
-		src            string
-		at             time.Duration
-		prompt, output int
-	}
-	var got []row
-	for _, r := range reqs {
-		got = append(got, row{r.Source, r.At, r.PromptTokens, r.OutputTokens})
-		if len(r.Prompt) != r.PromptTokens*bytesPerToken {
-			t.Errorf("%s: prompt of %d bytes for %d tokens, want 4 bytes a token", r.Source, len(r.Prompt), r.PromptTokens)
-		}
-	}
-	// Each trace spans the window: conv arrivals 0s, 1s, 4s of 4s → 0, 2.5s, 10s; the lone
-	// code request sits at 0; Mooncake keeps only the two requests sharing block 1 (0, 40ms).
-	want := []row{
-		{"azure-llm-2023-conv", 0, 100, 10}, {"azure-llm-2023-code", 0, 700, 8}, {"mooncake-synthetic", 0, 1200, 3},
-		{"azure-llm-2023-conv", 2500 * time.Millisecond, 4096, 256},
-		{"azure-llm-2023-conv", 10 * time.Second, 300, 5}, {"mooncake-synthetic", 10 * time.Second, 1100, 3},
-	}
-	if len(got) != len(want) {
-		t.Fatalf("got %d requests %v, want %v", len(got), got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("request %d = %+v, want %+v", i, got[i], want[i])
-		}
-	}
-	// Mooncake requests share exactly their common blocks (1, 2): 2 × 512 tokens × 4 bytes.
-	a, b := reqs[2].Prompt, reqs[5].Prompt
-	common := 0
-	for common < len(a) && common < len(b) && a[common] == b[common] {
-		common++
-	}
-	if lo := 2 * mooncakeBlockTokens * bytesPerToken; common < lo || common > lo+16 {
-		t.Errorf("shared prefix %d bytes, want about %d (blocks 1 and 2)", common, lo)
-	}
-	if strings.HasPrefix(reqs[0].Prompt[:64], reqs[4].Prompt[:64]) {
-		t.Errorf("Azure prompts share a prefix; they must be unique")
-	}
-}
-
-func TestLoadWorkloadErrors(t *testing.T) {
-	cases := []struct{ name, file, content, want string }{
-		{"bad header", ConvFile, "time,a,b\n", "want TIMESTAMP,ContextTokens,GeneratedTokens"},
-		{"bad number", ConvFile, "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,x,1\n", "line 2: ContextTokens"},
-		{"bad json", MooncakeFile, "{nope\n", "line 1"},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			writeFile(t, dir, c.file, c.content)
-			m := Mix{Window: time.Second}
-			if c.file == ConvFile {
-				m.Conv = 1
-			} else {
-				m.Mooncake = 1
-			}
-			_, err := LoadWorkload(dir, m)
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Fatalf("err = %v, want it to mention %q", err, c.want)
-			}
-		})
-	}
-	if _, err := LoadWorkload(t.TempDir(), Mix{Code: 1}); err == nil || !strings.Contains(err.Error(), "--data") {
-		t.Errorf("missing file: err = %v, want a hint about --data", err)
-	}
-}
 
 func TestPercentile(t *testing.T) {
 	ms := func(v ...int) []time.Duration {
@@ -191,15 +101,11 @@ func standInEPP(ctx context.Context, args []string) error {
 // TestRunEndToEnd runs the whole demo (real simulated pods, real gRPC, real gateway, a slice
 // of the real traces) against the stand-in EPP.
 func TestRunEndToEnd(t *testing.T) {
-	dir, err := FindDataDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out, progress bytes.Buffer
-	err = Run(ctx, Options{
-		DataDir: dir, Mix: Mix{Conv: 12, Code: 4, Mooncake: 4, Window: 2 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
+	err := Run(ctx, Options{
+		Traces: traces.Embedded(), Mix: workload.Mix{Conv: 12, Code: 4, Mooncake: 4, Window: 2 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
 		TimeScale: 0.01, Listen: "127.0.0.1:0", RunEPP: standInEPP, Out: &out, Progress: &progress,
 	})
 	if err != nil {
@@ -232,10 +138,6 @@ func TestRunEndToEnd(t *testing.T) {
 // the generated endpoints file, and checks that long prompts went PD (a prefill leg fed the
 // decode pod) and short ones to the standard pod, with nothing failing.
 func TestRunWithTandem(t *testing.T) {
-	dataDir, err := FindDataDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	root, err := FindRepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +151,7 @@ func TestRunWithTandem(t *testing.T) {
 	}
 	var out, progress bytes.Buffer
 	err = Run(ctx, Options{
-		DataDir: dataDir, Mix: Mix{Conv: 16, Code: 6, Mooncake: 6, Window: 3 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
+		Traces: traces.Embedded(), Mix: workload.Mix{Conv: 16, Code: 6, Mooncake: 6, Window: 3 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
 		TimeScale: 0.02, Listen: "127.0.0.1:0", RunEPP: ProcessEPP(bin, filepath.Join(tmp, "epp.log"), nil), Out: &out, Progress: &progress,
 	})
 	if err != nil {

@@ -13,11 +13,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tandem-epp/tandem/internal/demo/workload"
 )
 
 // Result is what the client saw for one request.
 type Result struct {
-	Req    *Request
+	Req    *workload.Request
 	Status int
 	Pod    string // X-Sim-Pod: the pod that produced the tokens
 	// PD is true when that pod got its KV cache from a prefill pod (X-Sim-Transfer-Seconds > 0).
@@ -82,7 +84,7 @@ func Kind(role string, pd bool) string {
 
 // Drive replays reqs against the gateway at their arrival offsets, streaming every request,
 // and returns one Result per request (in schedule order).
-func Drive(ctx context.Context, gatewayURL string, reqs []Request, podRole map[string]string, prog *Progress) []Result {
+func Drive(ctx context.Context, gatewayURL string, reqs []workload.Request, podRole map[string]string, prog *Progress) []Result {
 	client := &http.Client{Timeout: 90 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, DisableCompression: true}}
 	defer client.CloseIdleConnections()
 	results := make([]Result, len(reqs))
@@ -125,7 +127,7 @@ type completionChunk struct {
 	} `json:"choices"`
 }
 
-func send(ctx context.Context, client *http.Client, gatewayURL string, r *Request) Result {
+func send(ctx context.Context, client *http.Client, gatewayURL string, r *workload.Request) Result {
 	res := Result{Req: r}
 	body, _ := json.Marshal(map[string]any{
 		"model": Model, "prompt": r.Prompt, "max_tokens": r.OutputTokens, "stream": true,

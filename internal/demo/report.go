@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/tandem-epp/tandem/internal/demo/workload"
 )
 
 // decisionMetrics are the names Tandem has counted its decisions under (the app's telemetry,
@@ -260,5 +262,5 @@ Try it by hand (gateway → Tandem → pods):
   curl -sN %s/v1/completions -H 'content-type: application/json' \
     -d '{"model":"%s","prompt":"Hello, Tandem","max_tokens":8,"stream":true}' -D -
   (a prompt of %d+ tokens ≈ %d+ bytes goes PD; look at the X-Sim-Pod, routing-strategy and x-tandem-trace headers)
-`, gatewayURL, Model, BucketTokens, BucketTokens*bytesPerToken)
+`, gatewayURL, Model, BucketTokens, BucketTokens*workload.BytesPerToken)
 }

@@ -3,6 +3,7 @@ package extproc
 import (
 	"maps"
 	"slices"
+	"strconv"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -104,13 +105,17 @@ func trailersAnswer(response bool) *extprocv3.ProcessingResponse {
 // errorAnswer renders a request-level error as the HTTP response the gateway sends at once.
 func errorAnswer(e *apierror.Error) *extprocv3.ProcessingResponse {
 	body := e.Body()
+	set := []*corev3.HeaderValueOption{
+		headerOption("content-type", "application/json"),
+		headerOption(e.ErrorHeader(), "true"),
+	}
+	if e.RetryAfter > 0 {
+		set = append(set, headerOption("retry-after", strconv.Itoa(e.RetryAfter)))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 		ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
-				headerOption("content-type", "application/json"),
-				headerOption(e.ErrorHeader(), "true"),
-			}},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(e.Status)},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: set},
 			Body:    body,
 			Details: "tandem_" + e.Reason,
 		},

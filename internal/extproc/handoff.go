@@ -211,7 +211,7 @@ func (st *stream) flushHeld() error {
 		return nil
 	}
 	held := st.ho.held
-	st.ho.held, st.ho.sent = nil, true
+	st.ho.held, st.ho.sent, st.respSent = nil, true, true
 	st.ho.wd.Headers()
 	return st.send(held)
 }

@@ -17,8 +17,14 @@ type Observer interface {
 	// Decided reports a successful pick.
 	Decided(DecisionEvent)
 	// RequestFailed reports a request answered with an ImmediateResponse: the HTTP status and
-	// the error's bounded reason label (e.g. "no_endpoint", "body_too_large").
+	// the error's bounded reason label (e.g. "no_endpoint", "body_too_large", the admission
+	// refusals "too_many_streams", "body_budget_exhausted", "body_timeout").
 	RequestFailed(status int, reason string)
+	// Panicked reports a recovered panic; where is a bounded label ("extproc_stream", ...).
+	Panicked(where string)
+	// FieldsRemoved reports the client-sent PD control fields removed from one request's body
+	// (names from request.ControlFields).
+	FieldsRemoved(fields []string)
 }
 
 // DecisionEvent describes one pick.
@@ -41,3 +47,5 @@ func (nopObserver) StreamClosed()             {}
 func (nopObserver) RequestBody(int)           {}
 func (nopObserver) Decided(DecisionEvent)     {}
 func (nopObserver) RequestFailed(int, string) {}
+func (nopObserver) Panicked(string)           {}
+func (nopObserver) FieldsRemoved([]string)    {}

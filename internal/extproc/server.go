@@ -2,7 +2,9 @@ package extproc
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/handoff"
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/picker"
@@ -49,6 +52,12 @@ type Options struct {
 	// watchdog rather than a cut stream. Keep it below the gateway's ext_proc message timeout.
 	// Zero means DefaultResponseHeaderHold; negative disables holding.
 	ResponseHeaderHold time.Duration
+	// Limits bound the streams and request-body memory the server holds; zero fields take
+	// their defaults.
+	Limits Limits
+	// TrustClientPDFields forwards client-sent PD control fields (request.ControlFields)
+	// instead of removing them. Only for clients that are part of the serving system.
+	TrustClientPDFields bool
 }
 
 // DefaultResponseHeaderHold is Options.ResponseHeaderHold when zero: well under the 60s ext_proc
@@ -61,11 +70,13 @@ const DefaultResponseHeaderHold = 5 * time.Second
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	store *pool.Store
-	sched picker.Scheduler
-	opts  Options
-	obs   Observer
-	log   logr.Logger
+	store  *pool.Store
+	sched  picker.Scheduler
+	opts   Options
+	limits Limits
+	adm    *admission
+	obs    Observer
+	log    logr.Logger
 
 	warnedMode atomic.Bool
 }
@@ -88,31 +99,57 @@ func NewServer(store *pool.Store, sched picker.Scheduler, opts Options) *Server 
 	if obs == nil {
 		obs = nopObserver{}
 	}
-	return &Server{store: store, sched: sched, opts: opts, obs: obs, log: opts.Logger.WithName("extproc")}
+	limits := opts.Limits.withDefaults()
+	return &Server{store: store, sched: sched, opts: opts, limits: limits, adm: &admission{limits: limits},
+		obs: obs, log: opts.Logger.WithName("extproc")}
 }
+
+// BufferedBodyBytes is how many request-body bytes the open streams hold now.
+func (s *Server) BufferedBodyBytes() int64 { return s.adm.bytes.Load() }
+
+// OpenStreams is how many streams the server is handling now (refused ones excluded).
+func (s *Server) OpenStreams() int64 { return s.adm.streams.Load() }
 
 // Process runs one ext_proc stream. Request-level failures are answered with an
 // ImmediateResponse; the stream itself ends with an error only when the gateway breaks the
 // protocol, the transport fails, or an "epp" hand-off must cut a response already under way.
-//
-// Recv runs in its own goroutine feeding a channel, so the loop can also wait on the
-// hand-off's prefill leg (failure, success) and on the decode watchdog's deadline.
+// A panic while handling the stream ends that stream only (see stream.run); a stream over
+// Limits.MaxStreams is answered 429 at once.
 func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	s.obs.StreamOpened()
 	defer s.obs.StreamClosed()
+	if !s.adm.enter() {
+		return s.refuseStream(srv)
+	}
+	defer s.adm.leave()
 	st := &stream{srv: s, send: srv.Send, ctx: srv.Context(), log: s.log}
-	defer func() {
-		if err == nil {
-			st.finish(ErrStreamEnded) // a no-op when the response already completed
-		} else {
-			st.finish(err)
-		}
-		st.endHandoff()
-	}()
+	defer func() { st.close(err) }()
+	return st.run(srv)
+}
+
+// run is the stream's loop. Recv runs in its own goroutine feeding a channel, so the loop can
+// also wait on the hand-off's prefill leg (failure, success), the decode watchdog's deadline
+// and the request body's deadline. A panic anywhere in the loop is recovered here: the request
+// is answered 500 if the client has no response yet, else the stream is reset.
+func (st *stream) run(srv extprocv3.ExternalProcessor_ProcessServer) (err error) {
 	msgs := make(chan received)
 	quit := make(chan struct{})
 	defer close(quit)
+	defer func() {
+		if r := recover(); r != nil {
+			err = st.panicked(r, debug.Stack())
+		}
+	}()
 	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				st.srv.recovered("extproc_recv", r, debug.Stack())
+				select {
+				case msgs <- received{err: status.Error(codes.Internal, "ext_proc receive failed")}:
+				case <-quit:
+				}
+			}
+		}()
 		for {
 			m, rerr := srv.Recv()
 			select {
@@ -136,6 +173,8 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 				return st.recvFailed(r.err)
 			}
 			stop, herr = st.handle(r.msg)
+		case <-st.bodyTimeout():
+			stop, herr = st.onBodyTimeout()
 		case aerr := <-st.ho.failed:
 			stop, herr = st.onPrefillFailed(aerr)
 		case <-st.ho.succeeded:
@@ -151,6 +190,95 @@ func (s *Server) Process(srv extprocv3.ExternalProcessor_ProcessServer) (err err
 	}
 }
 
+// close ends the stream's lifecycle and hand-off and returns its memory, on every path. The
+// lifecycle ends with the stream's error, or ErrStreamEnded when it ended without one (a no-op
+// when the response already completed).
+func (st *stream) close(err error) {
+	defer func() {
+		if r := recover(); r != nil { // a lifecycle or hand-off that panics while ending
+			st.srv.recovered("extproc_close", r, debug.Stack())
+		}
+	}()
+	st.stopBodyTimer()
+	st.releaseBody()
+	if err == nil {
+		err = ErrStreamEnded
+	}
+	st.finish(err)
+	st.endHandoff()
+}
+
+// panicked turns a recovered panic into the stream's last answer: a 500 ImmediateResponse
+// (OpenAI-style body, x-error-routing: true) while the client has no response status yet,
+// else a reset stream. The lifecycle ends with the error.
+func (st *stream) panicked(v any, stack []byte) (err error) {
+	st.srv.recovered("extproc_stream", v, stack)
+	e := apierror.Panic()
+	defer func() {
+		if r := recover(); r != nil { // ending the lifecycle or sending panicked as well
+			st.srv.recovered("extproc_stream", r, debug.Stack())
+			err = status.Error(codes.Internal, e.Message)
+		}
+	}()
+	st.ho.stop()
+	st.finish(e)
+	switch {
+	case st.rejected:
+		return nil // the client already has its error answer
+	case st.respSent:
+		return status.Error(codes.Internal, e.Message)
+	}
+	st.answered, st.rejected = true, true
+	st.srv.obs.RequestFailed(e.Status, e.Reason)
+	if err := st.send(errorAnswer(e)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// recovered logs a recovered panic with its stack, once, and counts it.
+func (s *Server) recovered(where string, v any, stack []byte) {
+	s.obs.Panicked(where)
+	s.log.Error(fmt.Errorf("panic: %v", v), "recovered a panic; the request it served failed, the server goes on",
+		"where", where, "stack", string(stack))
+}
+
+// refuseStream answers a stream over Limits.MaxStreams: it waits (briefly) for the request
+// headers, answers 429 with Retry-After, and ends the stream.
+func (s *Server) refuseStream(srv extprocv3.ExternalProcessor_ProcessServer) error {
+	e := apierror.TooManyStreams(s.limits.MaxStreams)
+	s.obs.RequestFailed(e.Status, e.Reason)
+	got := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				got <- status.Error(codes.Internal, "ext_proc receive failed")
+			}
+		}()
+		m, err := srv.Recv()
+		if err == nil && m.GetRequestHeaders() == nil {
+			err = violation("the first message of a stream must be request_headers")
+		}
+		got <- err
+	}()
+	timer := time.NewTimer(refuseWait)
+	defer timer.Stop()
+	select {
+	case err := <-got:
+		if err != nil {
+			return err
+		}
+		return srv.Send(errorAnswer(e))
+	case <-timer.C:
+		return status.Error(codes.ResourceExhausted, e.Message)
+	case <-srv.Context().Done():
+		return nil
+	}
+}
+
+// refuseWait bounds how long a refused stream may keep a goroutine waiting for its headers.
+const refuseWait = 5 * time.Second
+
 // received is one Recv result.
 type received struct {
 	msg *extprocv3.ProcessingRequest
@@ -164,6 +292,8 @@ func (st *stream) recvFailed(rerr error) (err error) {
 			// A client that half-closes without marking the end of the request still
 			// gets its answer: the half-close is the end of the request.
 			st.reqEnded = true
+			st.stopBodyTimer()
+			st.joinBody()
 			_, err = st.decide(true, true)
 		}
 		return err

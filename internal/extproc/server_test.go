@@ -98,6 +98,8 @@ type recObserver struct {
 	failed  []string
 	bodies  []int
 	opened  int
+	panics  []string
+	removed []string
 	closed  chan struct{}
 }
 
@@ -118,6 +120,17 @@ func (o *recObserver) Decided(e DecisionEvent) {
 func (o *recObserver) RequestFailed(status int, reason string) {
 	o.mu.Lock()
 	o.failed = append(o.failed, fmt.Sprintf("%d %s", status, reason))
+	o.mu.Unlock()
+}
+
+func (o *recObserver) Panicked(where string) {
+	o.mu.Lock()
+	o.panics = append(o.panics, where)
+	o.mu.Unlock()
+}
+func (o *recObserver) FieldsRemoved(fields []string) {
+	o.mu.Lock()
+	o.removed = append(o.removed, fields...)
 	o.mu.Unlock()
 }
 

@@ -1,9 +1,9 @@
 package extproc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,14 +42,23 @@ type stream struct {
 	strip      []string          // client control headers the upstream request must not carry
 	subset     selection
 	testSel    selection
-	body       []byte
-	reqEnded   bool // the whole request has been received
-	answered   bool // the route or an ImmediateResponse has been sent
-	rejected   bool // an ImmediateResponse was sent; the rest of the request is drained unanswered
+	// The request body: chunks as received (kept, not copied: each message's bytes are its
+	// own), joined into body once the request ended. reserved is its share of the server's
+	// body budget, returned as soon as the body has been forwarded or dropped.
+	chunks      [][]byte
+	size        int
+	body        []byte
+	reserved    int64
+	bodyChanged bool        // the body forwarded differs from the client's: content-length is set
+	bodyTimer   *time.Timer // Limits.RequestBodyTimeout, while the body arrives
+	reqEnded    bool        // the whole request has been received
+	answered    bool        // the route or an ImmediateResponse has been sent
+	rejected    bool        // an ImmediateResponse was sent; the rest of the request is drained unanswered
 
 	decision    *picker.Decision
 	lifecycle   picker.Lifecycle
 	respHeaders bool // response headers seen (Lifecycle.ResponseHeaders is called at most once)
+	respSent    bool // the response headers answer went out: the client has a status
 	finished    bool
 
 	ho eppHandoff // the "epp" hand-off, when the decision has one
@@ -99,7 +108,7 @@ func (st *stream) isControlHeader(key string) bool {
 	switch {
 	case strings.HasPrefix(key, HeaderDestination): // destination, -served, -subset, -fallback(s)
 		return true
-	case key == HeaderPrefillerHostPort:
+	case key == HeaderPrefillerHostPort, key == HeaderEncoderHostsPorts, key == HeaderDataParallelHostPort:
 		return true
 	case key == HeaderTestSelection:
 		return !st.srv.opts.ConformanceMode
@@ -139,7 +148,34 @@ func (st *stream) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv
 		st.reqEnded = true
 		return st.decide(false, false)
 	}
+	if t := st.srv.limits.RequestBodyTimeout; t > 0 {
+		st.bodyTimer = time.NewTimer(t)
+	}
 	return false, nil
+}
+
+// bodyTimeout fires when the body is late: Limits.RequestBodyTimeout after the headers.
+func (st *stream) bodyTimeout() <-chan time.Time {
+	if st.bodyTimer == nil {
+		return nil
+	}
+	return st.bodyTimer.C
+}
+
+// onBodyTimeout refuses a request whose body did not arrive in time.
+func (st *stream) onBodyTimeout() (bool, error) {
+	st.stopBodyTimer()
+	if st.reqEnded || st.answered {
+		return false, nil
+	}
+	return st.refuse(apierror.BodyTimeout(st.srv.limits.RequestBodyTimeout))
+}
+
+func (st *stream) stopBodyTimer() {
+	if st.bodyTimer != nil {
+		st.bodyTimer.Stop()
+		st.bodyTimer = nil
+	}
 }
 
 func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
@@ -154,26 +190,55 @@ func (st *stream) onRequestBody(b *extprocv3.HttpBody) (bool, error) {
 	}
 	if b.GetEndOfStream() {
 		st.reqEnded = true
+		st.stopBodyTimer()
 	}
 	if st.rejected { // draining after a 413
 		return st.reqEnded, nil
 	}
-	if limit := st.srv.opts.MaxBodyBytes; len(st.body)+len(b.GetBody()) > limit {
-		st.body = nil
+	chunk := b.GetBody()
+	if limit := st.srv.opts.MaxBodyBytes; st.size+len(chunk) > limit {
+		st.releaseBody()
 		return st.reject(apierror.TooLarge(limit))
 	}
-	if st.body == nil {
-		// Most bodies arrive in one chunk: keep the received bytes (the message is not reused)
-		// rather than copying them.
-		// The full slice expression makes a later append copy instead of writing past it.
-		st.body = b.GetBody()[:len(b.GetBody()):len(b.GetBody())]
-	} else {
-		st.body = append(st.body, b.GetBody()...)
+	if len(chunk) > 0 {
+		// A body that arrives whole in one message is parsed and forwarded at once, never
+		// held waiting for more: it always gets in (and counts while it is held).
+		whole := st.size == 0 && st.reqEnded
+		if !st.srv.adm.reserve(int64(len(chunk)), whole) {
+			st.releaseBody()
+			return st.refuse(apierror.BodyBudget(st.srv.limits.MaxBufferedBodyBytes))
+		}
+		st.reserved += int64(len(chunk))
+		// The full slice expression makes a later append (a strategy's) copy instead of
+		// writing past the message's bytes.
+		st.chunks = append(st.chunks, chunk[:len(chunk):len(chunk)])
+		st.size += len(chunk)
 	}
 	if st.reqEnded {
+		st.joinBody()
 		return st.decide(true, true)
 	}
 	return false, nil
+}
+
+// joinBody makes the received chunks one body. Most bodies arrive in one chunk, which is used
+// as it is.
+func (st *stream) joinBody() {
+	switch len(st.chunks) {
+	case 0:
+	case 1:
+		st.body = st.chunks[0]
+	default:
+		st.body = bytes.Join(st.chunks, nil)
+	}
+	st.chunks = nil
+}
+
+// releaseBody drops the request body and returns its share of the budget.
+func (st *stream) releaseBody() {
+	st.chunks, st.body, st.size = nil, nil, 0
+	st.srv.adm.release(st.reserved)
+	st.reserved = 0
 }
 
 func (st *stream) onRequestTrailers() (bool, error) {
@@ -187,6 +252,8 @@ func (st *stream) onRequestTrailers() (bool, error) {
 	}
 	if !wasEnded {
 		// Trailers end a request whose last body chunk did not say end_of_stream.
+		st.stopBodyTimer()
+		st.joinBody()
 		if stop, err := st.decide(true, false); stop || err != nil || st.rejected {
 			return stop, err
 		}
@@ -204,6 +271,17 @@ func (st *stream) reject(e *apierror.Error) (bool, error) {
 		return true, err
 	}
 	return st.reqEnded, nil
+}
+
+// refuse answers a request over one of the server's limits with an ImmediateResponse and ends
+// the stream at once: nothing more of it is read or held.
+func (st *stream) refuse(e *apierror.Error) (bool, error) {
+	st.releaseBody()
+	st.stopBodyTimer()
+	st.srv.obs.RequestFailed(e.Status, e.Reason)
+	st.log.V(1).Info("request refused", "status", e.Status, "reason", e.Reason, "path", st.path)
+	st.rejected, st.answered = true, true
+	return true, st.send(errorAnswer(e))
 }
 
 // candidates is the part of the pool this request may reach.
@@ -224,22 +302,58 @@ func (st *stream) candidates(snap *pool.Snapshot) ([]*pool.Endpoint, *apierror.E
 	return cands, nil
 }
 
-// decide parses and schedules the complete request, then sends the route and the body.
-// hasBody says body chunks are expected back; bodyEOS whether the last carries end_of_stream
-// (false when trailers follow).
+// decide answers the complete request: parse, pick, hand-off, answer. hasBody says body chunks
+// are expected back; bodyEOS whether the last carries end_of_stream (false when trailers
+// follow). Whatever happens, the body's share of the budget is returned before it returns.
 func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
+	defer st.releaseBody()
 	start := time.Now()
+	req, aerr := st.parse(hasBody)
+	if aerr != nil {
+		return st.reject(aerr)
+	}
+	d, cands, aerr := st.pick(req)
+	if aerr != nil {
+		return st.reject(aerr)
+	}
+	st.decision, st.lifecycle = d, d.Lifecycle
+	st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
+		Latency: time.Since(start), Candidates: len(cands)})
+	mode := handoffMode(d, hasBody)
+	body, aerr := st.handOff(req, d, cands, mode, hasBody)
+	if aerr != nil {
+		return st.failRouted(aerr)
+	}
+	return st.answer(req, d, mode, body, hasBody, bodyEOS)
+}
+
+// parse reads the whole request (request.ParseWith: validation, safe strings, client PD
+// control fields removed). The body forwarded from here on is the parsed one.
+func (st *stream) parse(hasBody bool) (*request.Request, *apierror.Error) {
 	if hasBody {
 		st.srv.obs.RequestBody(len(st.body))
 	}
-	req, err := request.Parse(st.method, st.path, st.headers, st.body)
+	req, err := request.ParseWith(st.method, st.path, st.headers, st.body,
+		request.Options{TrustPDFields: st.srv.opts.TrustClientPDFields})
 	if err != nil {
-		return st.reject(apierror.From(err))
+		return nil, apierror.From(err)
 	}
+	if req.RemovedFields != nil {
+		st.srv.obs.FieldsRemoved(req.RemovedFields)
+		if l := st.log.V(1); l.Enabled() {
+			l.Info("removed client-sent PD control fields", "fields", req.RemovedFields, "path", st.path)
+		}
+		st.body, st.bodyChanged = req.Body, true
+	}
+	return req, nil
+}
+
+// pick schedules the request among its candidates.
+func (st *stream) pick(req *request.Request) (*picker.Decision, []*pool.Endpoint, *apierror.Error) {
 	snap := st.srv.store.Load()
 	cands, aerr := st.candidates(snap)
 	if aerr != nil {
-		return st.reject(aerr)
+		return nil, nil, aerr
 	}
 	d, err := st.srv.sched.Schedule(st.ctx, req, snap, cands)
 	if err == nil && (d == nil || len(d.Destination) == 0) {
@@ -249,86 +363,57 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 		err = apierror.Unavailable("no_endpoint", "the scheduler chose no endpoint among %d candidates", len(cands))
 	}
 	if err != nil {
-		return st.reject(apierror.From(err))
+		return nil, nil, apierror.From(err)
 	}
-	st.decision, st.lifecycle = d, d.Lifecycle
+	return d, cands, nil
+}
 
-	hostPorts := make([]string, len(d.Destination))
-	for i, e := range d.Destination {
-		hostPorts[i] = e.HostPort()
-	}
-	destination := strings.Join(hostPorts, ",")
-	set := []*corev3.HeaderValueOption{headerOption(HeaderDestination, destination)}
-	setKeys := map[string]bool{HeaderDestination: true}
-	mode := handoffMode(d, hasBody)
-	var prefillTarget string // sidecar hand-off: also in the envoy.lb metadata
-	if mode == config.HandoffSidecar {
-		prefillTarget = d.Prefill[0].HostPort()
-		if _, ok := d.SetHeaders[HeaderPrefillerHostPort]; !ok {
-			set = append(set, headerOption(HeaderPrefillerHostPort, prefillTarget))
-			setKeys[HeaderPrefillerHostPort] = true
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(d.SetHeaders)) {
-		lk := strings.ToLower(k)
-		if setKeys[lk] {
-			continue // the destination is the protocol's, not a strategy's, to set
-		}
-		if mode == config.HandoffEPP && lk == HeaderPrefillerHostPort {
-			continue // Tandem runs the prefill leg: the decode pod must not prefill again
-		}
-		setKeys[lk] = true
-		set = append(set, headerOption(lk, d.SetHeaders[k]))
-	}
+// handOff returns the body to forward: the decision's (a strategy's mutation), or in the "epp"
+// hand-off the decode body after Tandem started (sync engines: ran) the prefill leg.
+func (st *stream) handOff(req *request.Request, d *picker.Decision, cands []*pool.Endpoint, mode string, hasBody bool) ([]byte, *apierror.Error) {
 	body := st.body
 	if d.Body != nil {
 		if hasBody {
-			body = d.Body
+			body, st.bodyChanged = d.Body, true
 		} else {
 			st.log.V(1).Info("ignoring a body mutation for a request without a body", "strategy", d.Strategy)
 		}
 	}
-	decided := time.Since(start)
-	if mode == config.HandoffEPP {
-		st.body = body
-		st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
-			Latency: decided, Candidates: len(cands)})
-		decodeBody, aerr := st.startHandoff(req, d, cands)
-		if aerr != nil {
-			st.body = nil
-			return st.failRouted(aerr)
-		}
-		body = decodeBody
-	}
-	if hasBody && (d.Body != nil || mode == config.HandoffEPP) {
-		set = append(set, headerOption("content-length", strconv.Itoa(len(body))))
-		setKeys["content-length"] = true
-	}
-	if st.srv.opts.ConformanceMode {
-		set = append(set, headerOption(HeaderEchoSetHeader, HeaderTestServed+":"+hostPorts[0]))
-	}
-	var remove []string
-	for _, k := range st.strip {
-		if !setKeys[k] {
-			remove = append(remove, k)
-		}
-	}
-
 	if mode != config.HandoffEPP {
-		st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
-			Latency: decided, Candidates: len(cands)})
+		return body, nil
+	}
+	st.body = body
+	decodeBody, aerr := st.startHandoff(req, d, cands)
+	if aerr != nil {
+		return nil, aerr
+	}
+	st.bodyChanged = true
+	return decodeBody, nil
+}
+
+// answer sends the route, then the body.
+func (st *stream) answer(req *request.Request, d *picker.Decision, mode string, body []byte, hasBody, bodyEOS bool) (bool, error) {
+	r := route{Destination: make([]string, len(d.Destination)), SetHeaders: d.SetHeaders,
+		EPP: mode == config.HandoffEPP, Strip: st.strip, BodyLength: -1, Conformance: st.srv.opts.ConformanceMode}
+	for i, e := range d.Destination {
+		r.Destination[i] = e.HostPort()
+	}
+	if mode == config.HandoffSidecar {
+		r.Prefill = d.Prefill[0].HostPort()
+	}
+	if hasBody && st.bodyChanged {
+		r.BodyLength = len(body)
 	}
 	if l := st.log.V(1); l.Enabled() { // the hot path: build no log arguments unless asked
-		l.Info("routed", "destination", destination, "strategy", d.Strategy, "step", d.Step,
-			"api", req.API, "model", req.Model, "bodyBytes", len(st.body))
+		l.Info("routed", "destination", strings.Join(r.Destination, ","), "strategy", d.Strategy, "step", d.Step,
+			"api", req.API, "model", req.Model, "bodyBytes", len(body))
 	}
-
 	st.answered = true
 	st.body = nil
 	if st.ho.active() {
 		st.ho.rearm() // sync engines: the prefill leg already succeeded, the watchdog is armed
 	}
-	if err := st.send(routeAnswer(destination, prefillTarget, set, remove)); err != nil {
+	if err := st.send(buildRoute(r)); err != nil {
 		return true, err
 	}
 	if hasBody {
@@ -390,6 +475,7 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 	if err := st.send(answer); err != nil {
 		return err
 	}
+	st.respSent = true
 	if h.GetEndOfStream() {
 		st.finish(nil)
 	}

@@ -2,6 +2,7 @@ package handoff
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -21,6 +22,9 @@ type Observer interface {
 	// DecodeAbort reports one /abort_request decision; reason is the prefill failure class or
 	// the watchdog's "watchdog_<phase>".
 	DecodeAbort(reason string, result AbortResult)
+	// Panicked reports a panic recovered in a goroutine of a hand-off ("handoff_prefill",
+	// "handoff_abort"); the request it served failed, the process goes on.
+	Panicked(where string)
 }
 
 // Stages of a prefill failure relative to the decode leg.
@@ -33,6 +37,7 @@ type nopObserver struct{}
 
 func (nopObserver) PrefillDone(string, FailureClass, string, time.Duration) {}
 func (nopObserver) DecodeAbort(string, AbortResult)                         {}
+func (nopObserver) Panicked(string)                                         {}
 
 // Options are the shared parts of the hand-off; nil fields get working defaults.
 type Options struct {
@@ -85,7 +90,11 @@ func NewAdapters(pd config.PD, opts Options) (*Adapters, error) {
 	switch pd.TRTScheduleStyle {
 	case ScheduleGenerationFirst:
 		if a.opts.ServerInfo == nil {
-			a.opts.ServerInfo = trt.NewServerInfoCache(trt.ServerInfoOptions{})
+			a.opts.ServerInfo = trt.NewServerInfoCache(trt.ServerInfoOptions{Recovered: func(v any, stack []byte) {
+				a.opts.Observer.Panicked("handoff_server_info")
+				a.opts.Log.Error(fmt.Errorf("panic: %v", v), "recovered a panic in a TensorRT-LLM /server_info lookup; it fails, the process goes on",
+					"stack", string(stack))
+			}})
 		}
 		a.trt = &TRTGenerationFirst{IDs: ids, ServerInfo: a.opts.ServerInfo}
 	case ScheduleContextFirst, "":

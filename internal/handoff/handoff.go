@@ -3,6 +3,8 @@ package handoff
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +36,8 @@ type Handoff struct {
 	responded       atomic.Bool
 	finished        atomic.Bool
 	bg              sync.WaitGroup
+	legDone         sync.Once // Input.PrefillDone runs once, even when a panic interrupts the leg
+	failOnce        sync.Once // failed receives at most one value
 }
 
 // Engine names the adapter, e.g. "sglang".
@@ -88,21 +92,30 @@ func (h *Handoff) call() Call {
 		Body: h.plan.PrefillBody, Timeout: h.in.PD.PrefillRequestTimeout}
 }
 
-// send runs the prefill HTTP call and reports its return to Input.PrefillDone.
-func (h *Handoff) send(ctx context.Context) ([]byte, *Failure) {
-	resp, f := h.a.opts.Executor.Do(ctx, h.call())
-	if h.in.PrefillDone != nil {
-		if f != nil {
-			h.in.PrefillDone(f)
+// prefillDone reports the end of the prefill leg to Input.PrefillDone, once. err is non-nil
+// only when the failure ends the request: the decision's lifecycle then releases the request's
+// kv and decode charges at once, which must hold for as long as a decode leg runs.
+func (h *Handoff) prefillDone(err *Failure) {
+	h.legDone.Do(func() {
+		if h.in.PrefillDone == nil {
+			return
+		}
+		if err != nil {
+			h.in.PrefillDone(err)
 		} else {
 			h.in.PrefillDone(nil)
 		}
-	}
-	return resp, f
+	})
+}
+
+// fail delivers an async failure, at most once.
+func (h *Handoff) fail(e *apierror.Error) {
+	h.failOnce.Do(func() { h.failed <- e }) // buffered: never blocks
 }
 
 func (h *Handoff) runSync(ctx context.Context) ([]byte, *Failure) {
-	resp, f := h.send(ctx)
+	resp, f := h.a.opts.Executor.Do(ctx, h.call())
+	h.prefillDone(f) // a sync failure always fails the request
 	if f != nil {
 		return nil, f
 	}
@@ -114,20 +127,31 @@ func (h *Handoff) runSync(ctx context.Context) ([]byte, *Failure) {
 }
 
 func (h *Handoff) runAsync(ctx context.Context) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.recovered("handoff_prefill", r)
+			h.prefillDone(&Failure{Class: ClassRequestSetup, Err: fmt.Errorf("panic: %v", r)})
+			if !h.finished.Load() {
+				h.fail(apierror.Panic())
+			}
+		}
+	}()
 	began := time.Now()
-	_, f := h.send(ctx)
+	_, f := h.a.opts.Executor.Do(ctx, h.call())
 	if f != nil && f.Class == ClassBadResponse && !h.plan.BadResponseFails {
 		// SGLang: a 200 means the KV moved; the decode pod can answer whatever the body says.
 		h.a.opts.Log.V(1).Info("ignoring an unreadable prefill response", "requestID", h.in.RequestID, "error", f.Err)
 		f = nil
 	}
 	if f == nil {
+		h.prefillDone(nil)
 		h.a.opts.Observer.PrefillDone(h.engine.Name(), "", StageBeforeResponse, time.Since(began))
 		close(h.succeeded)
 		return
 	}
 	if h.finished.Load() {
 		// The request already ended (completed, cancelled or failed another way).
+		h.prefillDone(f)
 		return
 	}
 	stage := StageBeforeResponse
@@ -137,12 +161,23 @@ func (h *Handoff) runAsync(ctx context.Context) {
 	h.a.opts.Observer.PrefillDone(h.engine.Name(), f.Class, stage, time.Since(began))
 	h.log(f, "stage", stage)
 	if stage == StageAfterResponse && !h.plan.FailsAfterResponse {
+		// SGLang: the decode leg answers on its own; the request is not failed.
+		h.prefillDone(nil)
 		return
 	}
-	h.failed <- f.APIError() // buffered; the only send
+	h.prefillDone(f)
+	h.fail(f.APIError())
 	if stage == StageBeforeResponse {
 		h.abort(string(f.Class), true)
 	}
+}
+
+// recovered logs a panic recovered in one of the hand-off's goroutines, with its stack, and
+// counts it.
+func (h *Handoff) recovered(where string, v any) {
+	h.a.opts.Observer.Panicked(where)
+	h.a.opts.Log.Error(fmt.Errorf("panic: %v", v), "recovered a panic in a prefill/decode hand-off; the request fails, the process goes on",
+		"where", where, "requestID", h.in.RequestID, "stack", string(debug.Stack()))
 }
 
 func (h *Handoff) log(f *Failure, kv ...any) {
@@ -183,6 +218,11 @@ func (h *Handoff) abort(reason string, retry bool) {
 	h.bg.Add(1)
 	go func() {
 		defer h.bg.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				h.recovered("handoff_abort", r)
+			}
+		}()
 		res := h.a.opts.Aborter.Abort(h.stopAbort, h.in.Decode, h.plan.RID, policy, retry)
 		h.a.opts.Observer.DecodeAbort(reason, res)
 		if res == AbortError {

@@ -28,6 +28,7 @@ func (e events) PrefillDone(engine string, class FailureClass, stage string, _ t
 func (e events) DecodeAbort(reason string, result AbortResult) {
 	e <- "abort " + reason + " " + string(result)
 }
+func (e events) Panicked(where string) { e <- "panic " + where }
 
 func (e events) expect(t *testing.T, want ...string) {
 	t.Helper()
@@ -85,11 +86,13 @@ type fixture struct {
 	pd     config.PD
 	decode *pool.Endpoint
 	aborts chan string
+	// legs receives what each hand-off's PrefillDone is called with.
+	legs chan error
 }
 
 func newFixture(t *testing.T, pd config.PD) *fixture {
 	t.Helper()
-	f := &fixture{ev: make(events, 32), clock: newFakeClock(), pd: pd}
+	f := &fixture{ev: make(events, 32), clock: newFakeClock(), pd: pd, legs: make(chan error, 8)}
 	var err error
 	f.a, err = NewAdapters(pd, Options{Observer: f.ev, Aborter: NewAborter(nil, f.clock),
 		Now: func() time.Time { return time.UnixMilli(1672531201000) }})
@@ -116,6 +119,7 @@ func (f *fixture) handoff(t *testing.T, prefill *pool.Endpoint, api request.API,
 				t.Errorf("PrefillDone(%#v): want nil or a *Failure", err)
 			}
 			legDone.Add(1)
+			f.legs <- err
 		}})
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,14 @@
 // Package request owns the parsed view of one client request: which OpenAI API it
 // calls, the model, the prompt text, a token estimate, streaming and session keys.
-// The body is parsed once, here; nothing downstream re-parses it to decide.
+// The body is parsed once, here; nothing downstream re-parses it to decide. It is also the
+// boundary where client input is made safe: validation by the engines' rules, client strings
+// made valid UTF-8 and bounded, client-sent PD control fields removed.
 package request
 
 import (
 	"bytes"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
@@ -46,6 +49,9 @@ type Request struct {
 	Stream     bool
 	// SessionKey is x-aibrix-session-key when present and at most 256 bytes.
 	SessionKey string
+	// RemovedFields are the ControlFields Parse removed from the client's body (sorted);
+	// Body is the body without them, the one every route forwards.
+	RemovedFields []string
 }
 
 // Header returns a request header by (case-insensitive) name.
@@ -69,16 +75,37 @@ func APIFromPath(path string) API {
 	return APIOther
 }
 
-// Parse builds a Request from the headers and the whole body. Completions and chat
-// completions must be JSON objects with a model and a prompt or messages; anything else
-// gets a 400 naming the field. Other APIs are never refused: what can be read is read.
-// The body is scanned once for validity and once for the four fields Tandem reads
-// (gjson), which keeps parsing a 4 KiB chat body in the low microseconds.
+// Parse is ParseWith with the default options: client-sent PD control fields are removed.
 func Parse(method, path string, headers map[string]string, raw []byte) (*Request, error) {
+	return ParseWith(method, path, headers, raw, Options{})
+}
+
+// Options change what ParseWith does with a body.
+type Options struct {
+	// TrustPDFields keeps client-sent ControlFields in the body. Off by default: a client that
+	// names the host a pod pulls KV from makes the pod connect wherever it likes (SSRF).
+	TrustPDFields bool
+}
+
+// ParseWith builds a Request from the headers and the whole body. It is the one boundary where
+// client input becomes what the rest of Tandem reads:
+//   - the headers Tandem reads (ReadHeaders) are made valid UTF-8 and bounded, in headers
+//     itself, so every later reader (labels, logs, upstream requests) sees the safe value;
+//   - the ControlFields are removed from the body, whatever the route, unless trusted;
+//   - completions and chat completions are validated as vLLM's OpenAI server validates the
+//     fields Tandem reads (model, messages or prompt and their shapes, stream, max_tokens,
+//     max_completion_tokens, duplicates of them): what it refuses is a 400 naming the field,
+//     and what it accepts is read the way it reads it. Other APIs are never refused.
+//
+// The body is scanned once for its top-level members, once for validity and once for the
+// fields Tandem reads (gjson), which keeps parsing a 4 KiB chat body in the low microseconds.
+func ParseWith(method, path string, headers map[string]string, raw []byte, o Options) (*Request, error) {
+	sessionKey := headers[HeaderSessionKey] // the seed's length rule is about the key as sent
+	cleanHeaders(headers)
 	r := &Request{Method: method, Path: path, Headers: headers, Body: raw, BodyTokens: len(raw) / 4}
 	r.ID = headers["x-request-id"]
-	if k := headers[HeaderSessionKey]; k != "" && len(k) <= maxSessionKeyBytes {
-		r.SessionKey = k
+	if sessionKey != "" && len(sessionKey) <= maxSessionKeyBytes {
+		r.SessionKey = headers[HeaderSessionKey]
 	}
 	api := APIFromPath(path)
 	inference := api == APIChatCompletions || api == APICompletions
@@ -91,30 +118,46 @@ func Parse(method, path string, headers map[string]string, raw []byte) (*Request
 	}
 	// Unknown routes are routed whatever their body; only the inference APIs (named by the
 	// path, or unnamed because :path is missing) must be a JSON object.
-	if TooDeep(raw, MaxJSONDepth) {
-		// Checked before gjson reads the body: its recursion would overflow the stack.
+	other := func(format string, args ...any) (*Request, error) {
 		if api == APIOther {
 			r.API = APIOther
 			return r, nil
 		}
-		return nil, apierror.BadRequest("bad_body", "", "request body nests arrays or objects more than %d levels deep; flatten it", MaxJSONDepth)
+		return nil, apierror.BadRequest("bad_body", "", format, args...)
+	}
+	members, depth, object := topLevel(raw)
+	if object && !o.TrustPDFields {
+		// Before anything else reads the body: every route, every strategy, forwards this one,
+		// even a body Tandem then declines to read.
+		raw, r.RemovedFields = withoutControlFields(raw, members)
+		if r.RemovedFields != nil {
+			r.Body, r.BodyTokens = raw, len(raw)/4
+			members, depth, _ = topLevel(raw)
+		}
+	}
+	if !utf8.Valid(raw) {
+		// Engines decode the body as UTF-8 and refuse it; nothing of it may become a label.
+		return other("request body is not valid UTF-8; send it UTF-8 encoded")
+	}
+	if (object && depth > MaxJSONDepth) || (!object && TooDeep(raw, MaxJSONDepth)) {
+		// Checked before gjson reads the body: its recursion would overflow the stack.
+		return other("request body nests arrays or objects more than %d levels deep; flatten it", MaxJSONDepth)
 	}
 	if !gjson.ValidBytes(raw) {
-		if api == APIOther {
-			r.API = APIOther
-			return r, nil
-		}
-		return nil, apierror.BadRequest("bad_body", "", "request body is not valid JSON; send a JSON object such as {\"model\": ..., \"messages\": [...]}")
+		return other("request body is not valid JSON; send a JSON object such as {\"model\": ..., \"messages\": [...]}")
 	}
-	root := gjson.ParseBytes(raw)
-	if !root.IsObject() {
-		if api == APIOther {
-			r.API = APIOther
-			return r, nil
-		}
-		return nil, apierror.BadRequest("bad_body", "", "request body must be a JSON object, not %s", kind(root))
+	if !object {
+		return other("request body must be a JSON object, not %s", kind(gjson.ParseBytes(raw)))
 	}
-	f := root.Get
+	// The members' values, read where the scan found them (the first of a repeated key).
+	f := func(name string) gjson.Result {
+		for _, m := range members {
+			if m.is(name) {
+				return gjson.ParseBytes(raw[m.value:m.end])
+			}
+		}
+		return gjson.Result{}
+	}
 	model, prompt, messages := f("model"), f("prompt"), f("messages")
 	if api == "" {
 		switch {
@@ -128,24 +171,37 @@ func Parse(method, path string, headers map[string]string, raw []byte) (*Request
 	}
 	r.API = api
 	if model.Type == gjson.String {
-		r.Model = model.Str
+		r.Model = clean(model.Str, MaxModelBytes)
 	}
-	r.Stream = f("stream").Type == gjson.True
 	if api == APIOther {
+		r.Stream = f("stream").Type == gjson.True
 		return r, nil
 	}
+	if err := noDuplicates(members); err != nil {
+		return nil, err
+	}
 	if r.Model == "" {
-		if model.Exists() && model.Type != gjson.String {
+		// vLLM would serve its default model; the Inference Extension's EPP (lwepp) refuses a
+		// request without one, and so does Tandem, which routes by it.
+		if model.Exists() && model.Type != gjson.String && model.Type != gjson.Null {
 			return nil, apierror.BadRequest("bad_model", "model", "\"model\" must be a string, not %s", kind(model))
 		}
 		return nil, apierror.BadRequest("missing_model", "model", "the %s API needs a non-empty string \"model\"", api)
 	}
 	var err error
+	if r.Stream, err = laxBool(f("stream"), "stream"); err != nil {
+		return nil, err
+	}
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if err := laxCount(f(k), k); err != nil {
+			return nil, err
+		}
+	}
 	switch api {
 	case APIChatCompletions:
 		r.Prompt, err = chatText(messages)
 	case APICompletions:
-		r.Prompt, err = promptText(prompt)
+		r.Prompt, err = promptText(prompt, f("prompt_embeds"))
 	}
 	if err != nil {
 		return nil, err
@@ -175,72 +231,4 @@ func kind(v gjson.Result) string {
 		return "a boolean"
 	}
 	return "null"
-}
-
-// promptText accepts a string, a list of strings, or token ids (one or many lists).
-func promptText(v gjson.Result) (string, error) {
-	switch {
-	case v.Type == gjson.String:
-		return v.Str, nil
-	case v.IsArray():
-		var sb strings.Builder
-		ok := true
-		v.ForEach(func(_, item gjson.Result) bool {
-			switch {
-			case item.Type == gjson.String:
-				sb.WriteString(item.Str)
-			case item.Type == gjson.Number || item.IsArray():
-				// Token ids: keep their text form so prefix hashing and length estimates work.
-				sb.WriteString(item.Raw)
-				sb.WriteByte(' ')
-			default:
-				ok = false
-			}
-			return ok
-		})
-		if ok {
-			return sb.String(), nil
-		}
-	case !v.Exists() || v.Type == gjson.Null:
-		return "", apierror.BadRequest("missing_prompt", "prompt", "the completions API needs \"prompt\" (a string, a list of strings or token ids)")
-	}
-	return "", apierror.BadRequest("bad_prompt", "prompt", "\"prompt\" must be a string, a list of strings or token ids")
-}
-
-// chatText concatenates roles and text content of the messages, in order.
-func chatText(v gjson.Result) (string, error) {
-	if !v.Exists() || v.Type == gjson.Null {
-		return "", apierror.BadRequest("missing_messages", "messages", "the chat completions API needs \"messages\", a non-empty list")
-	}
-	bad := apierror.BadRequest("bad_messages", "messages", "\"messages\" must be a non-empty list of {\"role\", \"content\"} objects")
-	if !v.IsArray() {
-		return "", bad
-	}
-	var sb strings.Builder
-	n, ok := 0, true
-	v.ForEach(func(_, m gjson.Result) bool {
-		if !m.IsObject() {
-			ok = false
-			return false
-		}
-		n++
-		sb.WriteString(m.Get("role").String())
-		sb.WriteByte('\n')
-		c := m.Get("content")
-		switch {
-		case c.Type == gjson.String:
-			sb.WriteString(c.Str)
-		case c.IsArray():
-			c.ForEach(func(_, part gjson.Result) bool {
-				sb.WriteString(part.Get("text").String())
-				return true
-			})
-		}
-		sb.WriteByte('\n')
-		return true
-	})
-	if !ok || n == 0 {
-		return "", bad
-	}
-	return sb.String(), nil
 }

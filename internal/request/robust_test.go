@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 )
@@ -17,7 +19,8 @@ import (
 // are routed without reading the body.
 func TestDeeplyNestedBodyIsRefusedNotFatal(t *testing.T) {
 	deep := func(n int, open, close string) []byte {
-		return []byte(`{"model":"m","prompt":` + strings.Repeat(open, n) + strings.Repeat(close, n) + `}`)
+		// Nested in a field Tandem does not read (a deep prompt is no prompt shape vLLM accepts).
+		return []byte(`{"model":"m","prompt":"p","extra":` + strings.Repeat(open, n) + strings.Repeat(close, n) + `}`)
 	}
 	const bodyLimit = 10 << 20 // extproc.DefaultMaxBodyBytes: what reaches Parse by default
 	cases := []struct {
@@ -30,7 +33,7 @@ func TestDeeplyNestedBodyIsRefusedNotFatal(t *testing.T) {
 		{"no path, a body-limit's worth of [", "", bytes.Repeat([]byte("["), bodyLimit), 400, ""},
 		{"completions, deep objects", "/v1/completions", deep(1<<20, `{"a":`, `}`), 400, ""},
 		{"other route, deep arrays: routed unread", "/upload", bytes.Repeat([]byte("["), bodyLimit), 0, APIOther},
-		{"at the limit: token ids", "/v1/completions", deep(MaxJSONDepth-1, `[`, `]`), 0, APICompletions},
+		{"at the limit", "/v1/completions", deep(MaxJSONDepth-1, `[`, `]`), 0, APICompletions},
 		{"just over the limit", "/v1/completions", deep(MaxJSONDepth, `[`, `]`), 400, ""},
 	}
 	for _, tc := range cases {
@@ -119,11 +122,82 @@ func FuzzParse(f *testing.F) {
 		default:
 			t.Fatalf("API %q", r.API)
 		}
-		if r.BodyTokens != len(body)/4 || r.PromptTokens != (len(r.Prompt)+3)/4 {
-			t.Fatalf("tokens %d/%d for %d body bytes and prompt %q", r.BodyTokens, r.PromptTokens, len(body), r.Prompt)
+		if r.BodyTokens != len(r.Body)/4 || r.PromptTokens != (len(r.Prompt)+3)/4 {
+			t.Fatalf("tokens %d/%d for %d body bytes and prompt %q", r.BodyTokens, r.PromptTokens, len(r.Body), r.Prompt)
 		}
 		if len(session) > maxSessionKeyBytes && r.SessionKey != "" {
 			t.Fatalf("session key of %d bytes kept", len(session))
+		}
+		// What leaves Parse is safe to become a label, a log field or a header.
+		if !utf8.ValidString(r.Model) || len(r.Model) > MaxModelBytes || !utf8.ValidString(r.SessionKey) || !utf8.ValidString(r.ID) {
+			t.Fatalf("unsafe strings: model %q session %q id %q", r.Model, r.SessionKey, r.ID)
+		}
+		// No client-sent PD control field survives in a body an engine can read.
+		if members, _, ok := topLevel(r.Body); ok {
+			for _, m := range members {
+				if m.isControl() {
+					t.Fatalf("%s left in %s", m.key, r.Body)
+				}
+			}
+		}
+	})
+}
+
+// FuzzTopLevel checks the top-level scanner against encoding/json: for every JSON object it
+// finds the same members, in order, duplicates included, escapes decoded; removing the control
+// fields leaves valid JSON holding exactly the other members.
+func FuzzTopLevel(f *testing.F) {
+	for _, s := range []string{`{}`, ` { "a" : 1 , "b":[{"c":"]"}] } `, `{"kv_transfer\u005fparams":{"x":1},"a":"\"}"}`,
+		`{"a":1,"a":2,"bootstrap_host":"h","bootstrap_host":null}`, `{"a":"\\","b":-1.5e3,"c":true,"d":null}`, `[1]`, `{"a":`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		members, depth, ok := topLevel([]byte(body))
+		var v any
+		isObject := json.Unmarshal([]byte(body), &v) == nil && func() bool { _, o := v.(map[string]any); return o }()
+		if !isObject || !utf8.ValidString(body) {
+			// Invalid JSON: the scanner may say anything but must not panic (it did not).
+			// encoding/json replaces invalid UTF-8 in keys, the scanner keeps the bytes.
+			return
+		}
+		if !ok {
+			t.Fatalf("a JSON object the scanner cannot read: %s", body)
+		}
+		if want := TooDeep([]byte(body), depth-1); !want || TooDeep([]byte(body), depth) {
+			t.Fatalf("depth %d, TooDeep disagrees: %s", depth, body)
+		}
+		dec := json.NewDecoder(strings.NewReader(body))
+		_, _ = dec.Token() // {
+		var keys []string
+		for dec.More() {
+			k, _ := dec.Token()
+			keys = append(keys, k.(string))
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []string
+		for _, m := range members {
+			got = append(got, string(m.key))
+			var val any
+			if err := json.Unmarshal([]byte(body[m.value:m.end]), &val); err != nil {
+				t.Fatalf("member %s: value %q is not the JSON value: %v", m.key, body[m.value:m.end], err)
+			}
+		}
+		if !slices.Equal(got, keys) {
+			t.Fatalf("members %q, encoding/json says %q: %s", got, keys, body)
+		}
+		out, removed := withoutControlFields([]byte(body), members)
+		var rest map[string]any
+		if err := json.Unmarshal(out, &rest); err != nil {
+			t.Fatalf("removing %v left invalid JSON %s: %v", removed, out, err)
+		}
+		for k := range v.(map[string]any) {
+			_, kept := rest[k]
+			if kept == slices.Contains(ControlFields, k) {
+				t.Fatalf("key %q kept=%v after removing the control fields: %s", k, kept, out)
+			}
 		}
 	})
 }

@@ -6,16 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
 
 	"github.com/tandem-epp/tandem/internal/pool"
 )
@@ -51,7 +54,11 @@ type Config struct {
 	// MaxRecvMsgSize bounds one ext_proc message (default 16 MiB: a gateway misconfigured to
 	// BUFFERED sends the whole body in one).
 	MaxRecvMsgSize int
-	Logger         logr.Logger
+	// Recovered, when set, is told about a panic that escaped a gRPC handler (the outer
+	// safety net: the ext_proc server recovers its own per stream). The call gets an Internal
+	// status; the process goes on. Nil logs it.
+	Recovered func(method string, value any, stack []byte)
+	Logger    logr.Logger
 }
 
 // Server is the pair of gRPC servers, listening from New until Run returns.
@@ -85,7 +92,15 @@ func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 
+	if cfg.Recovered == nil {
+		cfg.Recovered = func(method string, v any, stack []byte) {
+			s.log.Error(fmt.Errorf("panic: %v", v), "recovered a panic in a gRPC handler", "method", method, "stack", string(stack))
+		}
+	}
+	guard := grpc.ChainStreamInterceptor(recoverStream(cfg.Recovered))
+	guardUnary := grpc.ChainUnaryInterceptor(recoverUnary(cfg.Recovered))
 	opts := []grpc.ServerOption{
+		guard, guardUnary,
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		// Gateways keep ext_proc connections open for long; let them ping.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -115,7 +130,7 @@ func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (
 	s.draining = make(chan struct{})
 	healthpb.RegisterHealthServer(s.ext, drainingHealth{s.health, s.draining})
 	// Kubelet gRPC probes speak plain text, so the health port never uses TLS.
-	s.healthS = grpc.NewServer()
+	s.healthS = grpc.NewServer(guard, guardUnary)
 	healthpb.RegisterHealthServer(s.healthS, s.health)
 
 	var err error
@@ -142,11 +157,7 @@ func (s *Server) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	if s.reloader != nil {
-		if err := s.reloader.startWatch(watchCtx); err != nil {
-			_ = s.extLis.Close()
-			_ = s.hlthLis.Close()
-			return err
-		}
+		s.reloader.start(watchCtx)
 	}
 	synced := make(chan struct{})
 	go s.followSync(watchCtx, synced)
@@ -207,6 +218,32 @@ func (s *Server) followSync(ctx context.Context, stopped chan<- struct{}) {
 			return
 		case <-changes:
 		}
+	}
+}
+
+// recoverStream and recoverUnary turn a panic that escaped a handler into an Internal status
+// for that call alone: without them one bad request would end the process.
+func recoverStream(report func(string, any, []byte)) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				report(info.FullMethod, r, debug.Stack())
+				err = status.Error(codes.Internal, "internal error in "+info.FullMethod)
+			}
+		}()
+		return handler(srv, ss)
+	}
+}
+
+func recoverUnary(report func(string, any, []byte)) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				report(info.FullMethod, r, debug.Stack())
+				err = status.Error(codes.Internal, "internal error in "+info.FullMethod)
+			}
+		}()
+		return handler(ctx, req)
 	}
 }
 

@@ -220,18 +220,52 @@ func TestCertPathReload(t *testing.T) {
 		t.Fatal("the server does not serve the pair from --cert-path")
 	}
 	second := writePair(t, dir)
-	deadline := time.After(10 * time.Second)
+	waitServed(t, s, second)
+}
+
+// waitServed waits until the server hands out want. A file event reloads at once; the poll
+// (certPollInterval) catches a change made before the watches were set.
+func waitServed(t *testing.T, s *Server, want *x509.Certificate) {
+	t.Helper()
+	deadline := time.After(3 * certPollInterval)
 	for {
+		if got := servedCert(t, s.ExtProcAddr()); bytes.Equal(got.Raw, want.Raw) {
+			return
+		}
 		select {
 		case <-s.reloader.reloaded:
+		case <-time.After(200 * time.Millisecond):
 		case <-deadline:
-			t.Fatal("the new pair was not loaded within 10s")
+			t.Fatalf("the new pair was not served within %v", 3*certPollInterval)
 		}
-		if got := servedCert(t, s.ExtProcAddr()); bytes.Equal(got.Raw, second.Raw) {
-			break
-		}
-		// A reload can fire between the two renames and still load the old pair; wait for the next.
 	}
+}
+
+// TestCertPathKeepsLastGoodPair: files that do not hold a matching pair (a key of another
+// certificate, then garbage) leave the last good pair in service; a good pair replaces it.
+func TestCertPathKeepsLastGoodPair(t *testing.T) {
+	dir := t.TempDir()
+	first := writePair(t, dir)
+	s, _, _ := start(t, Config{SecureServing: true, CertPath: dir}, pool.NewStore())
+	other := t.TempDir()
+	writePair(t, other)
+	key, err := os.ReadFile(filepath.Join(other, KeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, KeyFile), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, CertFile), []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Each write is a file event and a failed load; the poll adds one more.
+	time.Sleep(certPollInterval + time.Second)
+	if got := servedCert(t, s.ExtProcAddr()); !bytes.Equal(got.Raw, first.Raw) {
+		t.Fatal("a bad pair on disk replaced the good one in service")
+	}
+	third := writePair(t, dir)
+	waitServed(t, s, third)
 }
 
 // TestCertPathErrors: a bad --cert-path fails at start with the files named.
@@ -366,3 +400,5 @@ func (o openedObserver) StreamClosed()                 {}
 func (o openedObserver) RequestBody(int)               {}
 func (o openedObserver) Decided(extproc.DecisionEvent) {}
 func (o openedObserver) RequestFailed(int, string)     {}
+func (o openedObserver) Panicked(string)               {}
+func (o openedObserver) FieldsRemoved([]string)        {}

@@ -14,8 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 )
 
 // Names of the key pair in a --cert-path directory (a kubernetes.io/tls Secret's keys).
@@ -55,87 +55,55 @@ func SelfSignedCertificate() (tls.Certificate, error) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
-// certReloader serves the key pair in a directory and reloads it when the directory
-// changes (a Secret volume swaps its ..data symlink; cert-manager rewrites files). A pair
-// that fails to load keeps the previous one in service.
+// certPollInterval is how often the --cert-path pair is re-read even without a file event, as
+// a safety net for missed notifications.
+const certPollInterval = 10 * time.Second
+
+// certReloader serves the key pair in a directory through controller-runtime's certwatcher: it
+// watches both files (a Secret volume swaps its ..data symlink; cert-manager rewrites files),
+// re-reads them every certPollInterval, and keeps the previous pair in service when the files
+// do not hold a valid matching pair (often transient: the certificate is written before its key).
 type certReloader struct {
-	dir string
-	log logr.Logger
-	cur atomic.Pointer[tls.Certificate]
-	// reloaded receives (without blocking) after each successful reload; tests wait on it.
+	dir     string
+	log     logr.Logger
+	watcher *certwatcher.CertWatcher
+	// reloaded receives (without blocking) after each change of the served pair; tests wait on it.
 	reloaded chan struct{}
 }
 
 func newCertReloader(dir string, log logr.Logger) (*certReloader, error) {
-	r := &certReloader{dir: dir, log: log, reloaded: make(chan struct{}, 1)}
-	if err := r.load(); err != nil {
-		return nil, err
+	crt, key := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
+	w, err := certwatcher.New(crt, key)
+	if err != nil {
+		return nil, fmt.Errorf("loading the TLS pair %s and %s (set --cert-path to a directory holding both, PEM-encoded and matching): %w", crt, key, err)
 	}
+	r := &certReloader{dir: dir, log: log, watcher: w.WithWatchInterval(certPollInterval), reloaded: make(chan struct{}, 1)}
+	// RegisterCallback calls back at once with the pair just loaded; only later calls are reloads.
+	var registered atomic.Bool
+	w.RegisterCallback(func(tls.Certificate) {
+		if !registered.Load() {
+			return
+		}
+		r.log.Info("TLS pair reloaded", "dir", r.dir)
+		select {
+		case r.reloaded <- struct{}{}:
+		default:
+		}
+	})
+	registered.Store(true)
 	return r, nil
 }
 
-func (r *certReloader) load() error {
-	crt, key := filepath.Join(r.dir, CertFile), filepath.Join(r.dir, KeyFile)
-	pair, err := tls.LoadX509KeyPair(crt, key)
-	if err != nil {
-		return fmt.Errorf("loading the TLS pair %s and %s (set --cert-path to a directory holding both, PEM-encoded and matching): %w", crt, key, err)
-	}
-	r.cur.Store(&pair)
-	return nil
+func (r *certReloader) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return r.watcher.GetCertificate(hello)
 }
 
-func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return r.cur.Load(), nil
-}
-
-// watch reloads the pair on every change in the directory until ctx ends.
-func (r *certReloader) watch(ctx context.Context, w *fsnotify.Watcher) {
-	defer func() { _ = w.Close() }()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-w.Events:
-			if !ok {
-				return
-			}
-			if ev.Op == fsnotify.Chmod {
-				continue
-			}
-			if err := r.load(); err != nil {
-				// Often transient: the certificate is written before its key.
-				r.log.Info("TLS pair not reloaded; keeping the previous one", "event", ev.String(), "error", err.Error())
-				continue
-			}
-			r.log.Info("TLS pair reloaded", "dir", r.dir)
-			select {
-			case r.reloaded <- struct{}{}:
-			default:
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return
-			}
-			r.log.Error(err, "watching the TLS directory", "dir", r.dir)
+// start watches and polls the pair until ctx ends, in the background. A change made before
+// the watches are set is picked up by the next poll.
+func (r *certReloader) start(ctx context.Context) {
+	go func() {
+		if err := r.watcher.Start(ctx); err != nil && ctx.Err() == nil {
+			r.log.Error(err, "watching the TLS pair; it will not be reloaded", "dir", r.dir)
 		}
-	}
-}
-
-// startWatch begins watching the directory. The watch is set up before returning so no
-// change after it is missed.
-func (r *certReloader) startWatch(ctx context.Context) error {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return fmt.Errorf("watching %s for TLS changes: %w", r.dir, err)
-	}
-	if err := w.Add(r.dir); err != nil {
-		_ = w.Close()
-		return fmt.Errorf("watching %s for TLS changes: %w", r.dir, err)
-	}
-	// A change between the first load and the watch would otherwise be missed.
-	if err := r.load(); err != nil {
-		r.log.Info("TLS pair not reloaded; keeping the previous one", "error", err.Error())
-	}
-	go r.watch(ctx, w)
-	return nil
+	}()
 }

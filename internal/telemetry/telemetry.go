@@ -7,8 +7,11 @@ package telemetry
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -84,9 +87,16 @@ type Metrics struct {
 	endpointRunning  *prometheus.GaugeVec
 	endpointWaiting  *prometheus.GaugeVec
 	endpointKVUsage  *prometheus.GaugeVec
+	panics           *prometheus.CounterVec
+	fieldsRemoved    *prometheus.CounterVec
+	bufferedBody     prometheus.GaugeFunc
+	bufferedSource   atomic.Pointer[func() float64]
 	caps             map[string]*labelCap
-	podsMu           sync.Mutex
-	pods             map[string][2]string // pod key -> namespace, name, as of the last snapshot
+	// servedModels are models the pool answered successfully, for pools whose pods do not
+	// name the model they serve (ModelServed).
+	servedModels *labelCap
+	podsMu       sync.Mutex
+	pods         map[string][2]string // pod key -> namespace, name, as of the last snapshot
 }
 
 // New builds Tandem's metrics and registers them on reg.
@@ -94,11 +104,12 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("telemetry.New: a prometheus.Registerer is required (Tandem never uses the global registry)")
 	}
-	m := &Metrics{pods: map[string][2]string{}, caps: map[string]*labelCap{
+	m := &Metrics{pods: map[string][2]string{}, servedModels: newLabelCap(maxModels), caps: map[string]*labelCap{
 		"model": newLabelCap(maxModels), "plugin": newLabelCap(maxPlugins), "engine": newLabelCap(maxSmall),
 		"strategy": newLabelCap(maxSmall), "step": newLabelCap(maxSmall), "status": newLabelCap(maxSmall),
 		"class": newLabelCap(maxSmall), "stage": newLabelCap(maxSmall), "result": newLabelCap(maxSmall),
-		"phase": newLabelCap(maxSmall), "source": newLabelCap(maxSmall),
+		"phase": newLabelCap(maxSmall), "source": newLabelCap(maxSmall), "where": newLabelCap(maxSmall),
+		"field": newLabelCap(maxSmall),
 	}}
 	podLabels := []string{"namespace", "pod_name"}
 	epLabels := []string{"namespace", "pod_name", "port"}
@@ -137,6 +148,17 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.endpointWaiting = m.gaugeVec("tandem_endpoint_waiting_requests", "Requests queued in the engine, as last scraped.", append(epLabels, "role")...)
 	m.endpointKVUsage = m.gaugeVec("tandem_endpoint_kv_cache_usage_ratio", "KV-cache utilisation of the engine (0..1), as last scraped.", append(epLabels, "role")...)
 
+	m.panics = m.counterVec("tandem_panics_recovered_total", "Panics recovered while handling a request (the request failed, the process went on), by where they happened.", "where")
+	m.fieldsRemoved = m.counterVec("tandem_client_pd_fields_removed_total", "Client-sent PD control fields (kv_transfer_params, bootstrap_*, disaggregated_params, disagg_prefill_resp) removed from request bodies, by field.", "field")
+	m.def("tandem_extproc_buffered_body_bytes", "gauge", "Request-body bytes the open ext_proc streams hold now, against --max-buffered-body-bytes.", nil)
+	m.bufferedBody = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tandem_extproc_buffered_body_bytes",
+		Help: "Request-body bytes the open ext_proc streams hold now, against --max-buffered-body-bytes."}, func() float64 {
+		if f := m.bufferedSource.Load(); f != nil {
+			return (*f)()
+		}
+		return 0
+	})
+
 	for _, c := range m.collectors() {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("telemetry.New: register: %w", err)
@@ -160,7 +182,8 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.pdDecodeWatchdog, m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.bucketBand, m.bucketPromptTokens,
 		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.decisions, m.pickDuration, m.pluginDuration,
 		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
-		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage}
+		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
+		m.panics, m.fieldsRemoved, m.bufferedBody}
 }
 
 func (m *Metrics) def(name, typ, help string, labels []string) {
@@ -206,6 +229,13 @@ type labelCap struct {
 
 func newLabelCap(max int) *labelCap { return &labelCap{seen: map[string]struct{}{}, max: max} }
 
+func (c *labelCap) has(v string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.seen[v]
+	return ok
+}
+
 func (c *labelCap) value(v string) string {
 	c.mu.RLock()
 	_, ok := c.seen[v]
@@ -228,6 +258,11 @@ func (c *labelCap) value(v string) string {
 func (m *Metrics) bound(label, v string) string {
 	if v == "" {
 		v = "unknown"
+	}
+	if !utf8.ValidString(v) {
+		// The Prometheus client panics on such a label value. Request strings are made safe
+		// where they enter (request.ParseWith); this keeps any other source from killing the process.
+		v = strings.ToValidUTF8(v, "\uFFFD")
 	}
 	return m.caps[label].value(v)
 }
@@ -271,6 +306,36 @@ func (m *Metrics) PluginLatency(plugin string, took time.Duration) {
 	m.pluginDuration.WithLabelValues(m.bound("plugin", plugin)).Observe(took.Seconds())
 }
 
+// ModelLabel is the model label of a request: the model's name when the pool serves it
+// (declared: a pod of the pool names it; or the pool answered it successfully before, see
+// ModelServed), else "other". A client inventing model names adds one label value, not one per
+// name; the names kept are at most 64.
+func (m *Metrics) ModelLabel(model string, declared bool) string {
+	if !declared && !m.servedModels.has(model) {
+		return otherValue
+	}
+	return m.bound("model", model)
+}
+
+// ModelServed records that the pool answered a request for model successfully: for pools
+// whose pods do not name their model, that is how a name becomes a label value.
+func (m *Metrics) ModelServed(model string) { m.servedModels.value(model) }
+
+// PanicRecovered counts a recovered panic; where is a bounded label such as "extproc_stream".
+func (m *Metrics) PanicRecovered(where string) {
+	m.panics.WithLabelValues(m.bound("where", where)).Inc()
+}
+
+// ClientFieldsRemoved counts client-sent PD control fields removed from one request's body.
+func (m *Metrics) ClientFieldsRemoved(fields []string) {
+	for _, f := range fields {
+		m.fieldsRemoved.WithLabelValues(m.bound("field", f)).Inc()
+	}
+}
+
+// BufferedBodyBytesFrom makes tandem_extproc_buffered_body_bytes read f.
+func (m *Metrics) BufferedBodyBytesFrom(f func() float64) { m.bufferedSource.Store(&f) }
+
 // TimeToFirstToken records the time from the request to the first response body chunk.
 func (m *Metrics) TimeToFirstToken(model string, r pool.Role, d time.Duration) {
 	m.ttft.WithLabelValues(m.bound("model", model), role(r)).Observe(d.Seconds())
@@ -289,7 +354,8 @@ type ResponseTimer struct {
 }
 
 // NewResponseTimer starts timing a response to a request that reached Tandem at start and is
-// served by a pod of the given role (the decode pod for PD pairs).
+// served by a pod of the given role (the decode pod for PD pairs). model is a label value
+// (ModelLabel).
 func (m *Metrics) NewResponseTimer(model string, r pool.Role, start time.Time) *ResponseTimer {
 	model = m.bound("model", model)
 	return &ResponseTimer{ttft: m.ttft.WithLabelValues(model, role(r)), itl: m.interToken.WithLabelValues(model, role(r)), start: start}

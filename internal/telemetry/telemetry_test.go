@@ -59,6 +59,8 @@ func exercise(m *Metrics) {
 	m.ScrapeDone(d, time.Millisecond, metrics.ErrClassTimeout)
 	m.EndpointSample(d, &metrics.Sample{Running: 3, HasRunning: true, Waiting: 1, HasWaiting: true, KVUsage: 0.5, HasKVUsage: true})
 	m.ConfigError(d, "annotation", fmt.Errorf("bad"))
+	m.PanicRecovered("extproc_stream")
+	m.ClientFieldsRemoved([]string{"kv_transfer_params"})
 	closed()
 }
 
@@ -379,5 +381,31 @@ func TestNewNeedsRegistry(t *testing.T) {
 	}
 	if _, err := New(reg); err == nil {
 		t.Error("registering twice on one registry did not fail")
+	}
+}
+
+// TestModelLabelsAreBoundedByThePool: a model the pool's pods name keeps its name; one they do
+// not name is "other" unless the pool answered it successfully before (pools whose pods name no
+// model); a label value that is not valid UTF-8, from whatever source, is repaired instead of
+// making the Prometheus client panic.
+func TestModelLabelsAreBoundedByThePool(t *testing.T) {
+	m, reg := newMetrics(t)
+	if got := m.ModelLabel("m", true); got != "m" {
+		t.Errorf("declared model: %q", got)
+	}
+	for i := range 200 {
+		if got := m.ModelLabel(fmt.Sprintf("invented-%d", i), false); got != "other" {
+			t.Fatalf("an invented model became label %q", got)
+		}
+	}
+	m.ModelServed("served-by-an-unnamed-pool")
+	if got := m.ModelLabel("served-by-an-unnamed-pool", false); got != "served-by-an-unnamed-pool" {
+		t.Errorf("a model the pool answered: %q", got)
+	}
+	m.RequestModelFail("sim\xff", "upstream_error", 500) // used to panic
+	m.PanicRecovered("where\xff")
+	fams := gather(t, reg)
+	if _, ok := fams["gateway_request_model_fail_total"]; !ok {
+		t.Fatal("the failure with a repaired label was not counted")
 	}
 }

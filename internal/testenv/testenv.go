@@ -1,5 +1,6 @@
 // Package testenv starts a real kube-apiserver and etcd (controller-runtime's envtest) for tests,
-// with the InferencePool CRD and, on request, the Gateway API CRDs installed from the module cache.
+// with the InferencePool CRD and, on request, the Gateway API CRDs and prometheus-operator's
+// ServiceMonitor and PrometheusRule CRDs installed from the module cache.
 // The binaries come from hack/ensure-k8s-bins.sh (built once, cached outside the clone); nothing is skipped.
 // It must not be imported by production code.
 package testenv
@@ -7,6 +8,7 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -32,6 +34,8 @@ import (
 const (
 	gieModule        = "sigs.k8s.io/gateway-api-inference-extension"
 	gatewayAPIModule = "sigs.k8s.io/gateway-api"
+	// PrometheusOperatorModule is not a dependency of Tandem: it is downloaded by version.
+	PrometheusOperatorModule = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
 )
 
 // Env is a running control plane. It stops when the test that started it ends.
@@ -44,7 +48,8 @@ type Env struct {
 }
 
 type options struct {
-	gatewayAPI bool
+	gatewayAPI         bool
+	prometheusOperator bool
 }
 
 // Option changes what Start installs.
@@ -52,6 +57,10 @@ type Option func(*options)
 
 // WithGatewayAPI also installs the Gateway API standard-channel CRDs (Gateway, HTTPRoute, ...).
 func WithGatewayAPI() Option { return func(o *options) { o.gatewayAPI = true } }
+
+// WithPrometheusOperator also installs prometheus-operator's ServiceMonitor and PrometheusRule
+// CRDs (with their validation), for the monitoring manifests and the Helm chart.
+func WithPrometheusOperator() Option { return func(o *options) { o.prometheusOperator = true } }
 
 // NewScheme returns a scheme with the core Kubernetes types, CRDs, InferencePool v1 and Gateway API v1.
 func NewScheme() (*runtime.Scheme, error) {
@@ -87,6 +96,15 @@ func Start(t testing.TB, opts ...Option) *Env {
 			t.Fatalf("testenv: %v", err)
 		}
 		crdDirs = append(crdDirs, filepath.Join(gwDir, "config", "crd", "standard"))
+	}
+	if o.prometheusOperator {
+		dir, err := DownloadModule(PrometheusOperatorModule)
+		if err != nil {
+			t.Fatalf("testenv: %v", err)
+		}
+		for _, kind := range []string{"servicemonitors", "prometheusrules"} {
+			crdDirs = append(crdDirs, filepath.Join(dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+kind+".yaml"))
+		}
 	}
 	scheme, err := NewScheme()
 	if err != nil {
@@ -190,7 +208,29 @@ func hasBins(dir string) bool {
 	return true
 }
 
-var moduleDirs sync.Map // module path -> dir
+// DownloadModule fetches module@version from the module proxy (once; then from the module cache)
+// and returns its directory. It runs outside the repository, so go.mod and go.sum are untouched.
+func DownloadModule(moduleAtVersion string) (string, error) {
+	if d, ok := moduleDirs.Load(moduleAtVersion); ok {
+		return d.(string), nil
+	}
+	cmd := exec.Command("go", "mod", "download", "-json", moduleAtVersion)
+	cmd.Dir = os.TempDir()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s: %w: %s%s", moduleAtVersion, err, strings.TrimSpace(stderr.String()), strings.TrimSpace(string(out)))
+	}
+	var info struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
+		return "", fmt.Errorf("go mod download %s: no directory in %q (%v %s)", moduleAtVersion, out, err, info.Error)
+	}
+	moduleDirs.Store(moduleAtVersion, info.Dir)
+	return info.Dir, nil
+}
+
+var moduleDirs sync.Map // module path (or module@version) -> dir
 
 // ModuleDir returns the directory of a module in the build's module graph, as
 // `go list -m -f {{.Dir}}` prints it; "" means the main module (the repository root).

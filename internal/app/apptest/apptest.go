@@ -29,7 +29,13 @@ type Options struct {
 	RestConfig *rest.Config
 	// Limit bounds the wait for health SERVING (default 30s).
 	Limit time.Duration
+	// Persist keeps Tandem running until the process ends instead of stopping it with the
+	// test: for fuzz targets, whose many calls share one.
+	Persist bool
 }
+
+// persisted holds the stop functions of Tandems started with Persist.
+var persisted []context.CancelFunc
 
 // newMu serialises app.New, which sets controller-runtime's global logger.
 var newMu sync.Mutex
@@ -62,6 +68,13 @@ func Start(t testing.TB, o Options) *app.App {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
+	if o.Persist {
+		newMu.Lock()
+		persisted = append(persisted, cancel) // never called: the process ends first
+		newMu.Unlock()
+		WaitServing(t, a.HealthAddr(), done, o.Limit)
+		return a
+	}
 	t.Cleanup(func() {
 		cancel()
 		select {

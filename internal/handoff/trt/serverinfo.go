@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -42,6 +43,9 @@ type ServerInfoOptions struct {
 	TTL        time.Duration
 	MaxEntries int
 	Now        func() time.Time
+	// Recovered, when set, is told about a panic recovered in a lookup (which then fails
+	// with an error, so the requests waiting for it get a 503); nil ignores it.
+	Recovered func(v any, stack []byte)
 }
 
 // ServerInfoCache looks up context workers' /server_info lazily. Concurrent lookups of one
@@ -126,7 +130,7 @@ func (c *ServerInfoCache) Lookup(ctx context.Context, ep *pool.Endpoint) (Metada
 
 func (c *ServerInfoCache) run(key string, ep *pool.Endpoint, l *lookup) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.Timeout)
-	l.md, l.err = c.fetch(ctx, ep)
+	l.md, l.err = c.guardedFetch(ctx, ep)
 	cancel()
 	c.mu.Lock()
 	delete(c.inflight, key)
@@ -136,6 +140,19 @@ func (c *ServerInfoCache) run(key string, ep *pool.Endpoint, l *lookup) {
 	}
 	c.mu.Unlock()
 	close(l.done)
+}
+
+// guardedFetch is fetch on a goroutine of its own: a panic fails this lookup, not the process.
+func (c *ServerInfoCache) guardedFetch(ctx context.Context, ep *pool.Endpoint) (md Metadata, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			if c.opts.Recovered != nil {
+				c.opts.Recovered(r, debug.Stack())
+			}
+			md, err = Metadata{}, fmt.Errorf("TRT context worker %s /server_info: internal error reading it: %v", ep.PodKey(), r)
+		}
+	}()
+	return c.fetch(ctx, ep)
 }
 
 // evictLocked makes room for one entry: expired ones first, then any.

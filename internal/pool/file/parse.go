@@ -41,6 +41,14 @@ import (
 // maxPorts mirrors the InferencePool's limit of 8 target ports.
 const maxPorts = 8
 
+// The fields the file may hold, by level; any other is an error. docs/pool-file.md documents
+// each one (docs_test.go checks both ways).
+var (
+	TopFields      = []string{"pool", "endpoints"}
+	PoolFields     = []string{"name", "namespace"}
+	EndpointFields = []string{"name", "namespace", "address", "port", "ports", "labels", "annotations", "ready"}
+)
+
 // Load reads and validates an endpoints file. It returns the endpoints of the ready entries.
 func Load(path string) (pool.Info, []*pool.Endpoint, error) {
 	data, err := os.ReadFile(path)
@@ -101,13 +109,13 @@ func (p *parser) document(data []byte) (pool.Info, []entry) {
 		return pool.Info{}, nil
 	}
 	root := doc.Content[0]
-	fields := p.mapping("(top level)", root, "pool", "endpoints")
+	fields := p.mapping("(top level)", root, TopFields...)
 	if fields == nil {
 		return pool.Info{}, nil
 	}
 	var info pool.Info
 	if n, ok := fields["pool"]; ok {
-		pf := p.mapping("pool", n, "name", "namespace")
+		pf := p.mapping("pool", n, PoolFields...)
 		info.Name = p.str("pool.name", pf["name"])
 		info.Namespace = p.str("pool.namespace", pf["namespace"])
 	}
@@ -153,7 +161,7 @@ type parsedEntry struct {
 
 func (p *parser) endpoint(path string, n *yaml.Node) (parsedEntry, bool) {
 	before := len(p.errs)
-	f := p.mapping(path, n, "name", "namespace", "address", "port", "ports", "labels", "annotations", "ready")
+	f := p.mapping(path, n, EndpointFields...)
 	if f == nil {
 		return parsedEntry{}, false
 	}

@@ -68,13 +68,13 @@ func TestParseAccepts(t *testing.T) {
 	}
 }
 
-// TestParseErrors lists every message the parser gives, exactly as a user reads it.
-func TestParseErrors(t *testing.T) {
-	const ok = "name: a, address: 10.0.0.1, port: 8000"
-	cases := []struct {
-		name, yaml string
-		want       string // the whole error, lines joined by \n
-	}{
+const okEntry = "name: a, address: 10.0.0.1, port: 8000"
+
+// parseErrorCases lists every message the parser gives, exactly as a user reads it
+// (TestParseErrors checks them; docs_test.go checks docs/pool-file.md lists them).
+var parseErrorCases = func() []parseErrorCase {
+	const ok = okEntry
+	return []parseErrorCase{
 		{"empty file", "  \n", "the file is empty; it needs `endpoints:` with a list of endpoints"},
 		{"bad yaml", "endpoints: [", "not valid YAML: line 1: did not find expected node content"},
 		{"two documents", "endpoints: []\n---\nendpoints: []\n", "a second YAML document (after ---); put everything in one"},
@@ -130,7 +130,15 @@ func TestParseErrors(t *testing.T) {
 			"endpoints[0].address: \"x\" is not an IP address\nendpoints[0].port: 0 is out of range 1-65535\n" +
 				"endpoints[1].address: required: the IP address the endpoint serves on\nendpoints[1]: port or ports is required"},
 	}
-	for _, tc := range cases {
+}()
+
+type parseErrorCase struct {
+	name, yaml string
+	want       string // the whole error, lines joined by \n
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range parseErrorCases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := Parse([]byte(tc.yaml))
 			if err == nil {

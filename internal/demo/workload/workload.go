@@ -1,4 +1,9 @@
-package demo
+// Package workload turns the demo's slice of real traces into the requests it replays: which
+// rows of each trace, their arrival times fitted into the demo's window, and prompt text whose
+// shared prefixes follow the trace's. It reads the traces from an fs.FS (the embedded ones, or
+// a --data directory) and imports nothing heavy, so cmd/demo can check its inputs in a second,
+// before it builds anything. It must not start servers or send requests.
+package workload
 
 import (
 	"bufio"
@@ -6,16 +11,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
+	"io/fs"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tandem-epp/tandem/traces"
 )
 
-// bytesPerToken is how prompt text is sized from a token count (the simulator's tokenizer
+// BytesPerToken is how prompt text is sized from a token count (the simulator's tokenizer
 // and Tandem's estimate both count about four bytes a token).
-const bytesPerToken = 4
+const BytesPerToken = 4
 
 // mooncakeBlockTokens is the Mooncake trace's prefix block: one hash id per 512 tokens.
 const mooncakeBlockTokens = 512
@@ -38,29 +45,36 @@ type Mix struct {
 	MaxPromptTokens, MaxOutputTokens int
 }
 
-// Trace files under the data directory.
-const (
-	ConvFile     = "azure-llm-2023-conv.csv"
-	CodeFile     = "azure-llm-2023-code.csv"
-	MooncakeFile = "mooncake-synthetic.jsonl"
-)
+// Files returns the trace files the mix reads (those it takes requests from).
+func (m Mix) Files() []string {
+	var out []string
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{traces.AzureConv, m.Conv}, {traces.AzureCode, m.Code}, {traces.Mooncake, m.Mooncake}} {
+		if f.n > 0 {
+			out = append(out, f.name)
+		}
+	}
+	return out
+}
 
-// LoadWorkload reads the three traces from dir and merges the mix into one schedule.
-func LoadWorkload(dir string, m Mix) ([]Request, error) {
+// Load reads the traces the mix needs from fsys (traces.Open) and merges them into one schedule.
+func Load(fsys fs.FS, m Mix) ([]Request, error) {
 	var all []Request
 	for _, src := range []struct {
 		name string
 		n    int
 		load func(io.Reader, int, Mix) ([]Request, error)
 	}{
-		{ConvFile, m.Conv, readAzure}, {CodeFile, m.Code, readAzure}, {MooncakeFile, m.Mooncake, readMooncake},
+		{traces.AzureConv, m.Conv, readAzure}, {traces.AzureCode, m.Code, readAzure}, {traces.Mooncake, m.Mooncake, readMooncake},
 	} {
 		if src.n <= 0 {
 			continue
 		}
-		f, err := os.Open(dir + "/" + src.name)
+		f, err := fsys.Open(src.name)
 		if err != nil {
-			return nil, fmt.Errorf("workload: %w (set --data to the directory holding %s)", err, src.name)
+			return nil, fmt.Errorf("workload: %w (set --data to a directory holding %s, or leave it unset for the traces in the repository)", err, src.name)
 		}
 		reqs, err := src.load(f, src.n, m)
 		f.Close()
@@ -191,13 +205,13 @@ func readMooncake(r io.Reader, n int, m Mix) ([]Request, error) {
 // requests sharing a prefix of ids share a prefix of text.
 func blockText(ids []int64, tokens int) string {
 	var b strings.Builder
-	want := tokens * bytesPerToken
+	want := tokens * BytesPerToken
 	b.Grow(want)
 	for _, id := range ids {
 		if b.Len() >= want {
 			break
 		}
-		writeFiller(&b, fmt.Sprintf("block-%d", id), mooncakeBlockTokens*bytesPerToken)
+		writeFiller(&b, fmt.Sprintf("block-%d", id), mooncakeBlockTokens*BytesPerToken)
 	}
 	if b.Len() < want { // more tokens than blocks: pad with text unique to the request's last block
 		writeFiller(&b, fmt.Sprintf("tail-%d-%d", len(ids), tokens), want-b.Len())
@@ -208,8 +222,8 @@ func blockText(ids []int64, tokens int) string {
 // uniqueText is tokens×4 bytes of text that starts with seed, so no two requests share a prefix.
 func uniqueText(seed string, tokens int) string {
 	var b strings.Builder
-	writeFiller(&b, seed, tokens*bytesPerToken)
-	return b.String()[:tokens*bytesPerToken]
+	writeFiller(&b, seed, tokens*BytesPerToken)
+	return b.String()[:tokens*BytesPerToken]
 }
 
 // writeFiller appends n bytes of word-like text derived from seed (deterministic).
