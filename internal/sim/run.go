@@ -35,6 +35,8 @@ type leg struct {
 	// handOff (prefill legs) keeps the computed KV for the decode leg, which frees it with
 	// free, and returns what to add to the answer.
 	handOff func(ctx context.Context, free func()) (extra, *httpError)
+	// afterAnswer (prefill legs), when handOff sets it, runs once the answer is written.
+	afterAnswer func()
 }
 
 // extra is what a prefill leg adds to its answer.
@@ -156,6 +158,12 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 			a.add(0)
 			s.eng.generated()
 			a.finish(x)
+			if lg.afterAnswer != nil {
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
+				}
+				lg.afterAnswer()
+			}
 			return
 		case EvFinished:
 			a.finish(extra{})
