@@ -40,6 +40,11 @@ func TestParse(t *testing.T) {
 
 		{name: "not JSON", path: "/v1/chat/completions", body: `{"model":`, status: 400, msg: "not valid JSON"},
 		{name: "no path, not JSON", body: `hello`, status: 400, msg: "not valid JSON"},
+		{name: "no path, neither messages nor prompt", body: `{"model":"m","input":"x"}`, status: 400, msg: "has no :path"},
+		{name: "no path, empty body", status: 400, msg: "has no :path"},
+		{name: "no path, chat validated as chat", body: `{"model":"m","messages":["x"]}`, status: 400, param: "messages[0]"},
+		{name: "no path, completions validated as completions", body: `{"model":"m","prompt":{"a":1}}`, status: 400, param: "prompt"},
+		{name: "no path, prompt_embeds is completions", body: `{"model":"m","prompt_embeds":"AAAA"}`, api: APICompletions, model: "m"},
 		{name: "array body", path: "/v1/completions", body: `[1]`, status: 400, msg: "not an array"},
 		{name: "empty body on chat", path: "/v1/chat/completions", status: 400, msg: "needs a JSON body"},
 		{name: "missing model", path: "/v1/chat/completions", body: `{"messages":[{"role":"user","content":"x"}]}`, status: 400, param: "model", msg: "non-empty string \"model\""},
