@@ -25,8 +25,11 @@ const (
 	PolicyLoadBalancing   = "load_balancing"
 )
 
-// Hand-off modes (TANDEM_PD_HANDOFF, routingConfig.handoff).
+// Hand-off modes (TANDEM_PD_HANDOFF, routingConfig.handoff). HandoffAuto, the default, is
+// resolved per request by the ext_proc server: sidecar when the decode pod declares a routing
+// sidecar, else epp.
 const (
+	HandoffAuto    = "auto"
 	HandoffSidecar = "sidecar"
 	HandoffEPP     = "epp"
 )
