@@ -51,7 +51,7 @@ var seedDefaults = map[string]string{
 	// Not in the seed's tables; AIBrix scrapes every 50 ms. Tandem defaults to 1 s because scraping cost grows
 	// with endpoints ÷ interval (docs/metrics.md: 0.15 cores for 1024 pods at 1 s, ~3 cores at 50 ms).
 	"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS": "1000",
-	"ROUTING_ALGORITHM":                     "", // the picker chooses: pd for PD pools, else least-request
+	"ROUTING_ALGORITHM":                     "",     // the picker chooses: pd for PD pools, else least-request
 	"TANDEM_PD_HANDOFF":                     "auto", // Tandem's own; not in the seed (was sidecar before issue 13)
 }
 
