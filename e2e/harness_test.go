@@ -80,6 +80,11 @@ func (p *pod) labels() map[string]string {
 		l["role-name"] = p.role
 		l["roleset-name"] = p.roleset
 	}
+	if p.sidecar {
+		// llm-d's role label: how a decode pod with llm-d's routing sidecar shows itself, so
+		// the default (auto) hand-off names the prefill pod for it instead of running the leg.
+		l[pool.LabelLLMDRole] = p.role
+	}
 	return l
 }
 

@@ -105,12 +105,13 @@ func TestPDPairAndPrefillTargetDelivered(t *testing.T) {
 	t.Logf("PD requests per roleset (no hint): %v", used)
 }
 
-// With the sidecar hand-off (the default) Tandem only names the prefill pod: a decode pod
-// without the routing sidecar serves the request alone, and the prefill pod gets nothing.
+// With the sidecar hand-off set explicitly Tandem only names the prefill pod: a decode pod
+// without the routing sidecar serves the request alone, and the prefill pod gets nothing (and
+// Tandem says at start-up that this pool cannot disaggregate).
 func TestSidecarHandoffLeavesThePrefillLegToThePod(t *testing.T) {
 	specs := pdPods("a")
 	specs[1].sidecar = false
-	s := newFileStack(t, nil, specs...)
+	s := newFileStack(t, map[string]string{"TANDEM_PD_HANDOFF": "sidecar"}, specs...)
 	ctx := testCtx(t, 30*time.Second)
 	for i := 0; i < 4; i++ {
 		m := s.marker("nosidecar")

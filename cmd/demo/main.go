@@ -36,7 +36,7 @@ func run(args []string) error {
 	maxOutput := fs.Int("max-output-tokens", 256, "cap on a request's output tokens")
 	listen := fs.String("listen", "127.0.0.1:8080", "gateway address (a free port is used if taken)")
 	eppBin := fs.String("epp-binary", "", "Tandem binary to run (default: build ./cmd/epp)")
-	handoff := fs.String("handoff", "", "PD hand-off: sidecar (the decode pod's llm-d-style sidecar runs the prefill leg) or epp (Tandem runs it); empty keeps Tandem's default (TANDEM_PD_HANDOFF)")
+	handoff := fs.String("handoff", "", "PD hand-off: sidecar (the decode pod's llm-d-style sidecar runs the prefill leg) or epp (Tandem runs it); auto or empty keeps Tandem's default (TANDEM_PD_HANDOFF=auto: the sidecar hand-off, since the demo's decode pods declare their sidecar)")
 	engines := fs.Bool("engine-check", true, "after the replay, run one vLLM, one SGLang and one TensorRT-LLM prefill/decode pair with the epp hand-off (Tandem runs the prefill leg)")
 	stay := fs.Bool("stay", false, "keep everything up after the summary until Ctrl-C, to curl it by hand")
 	if err := fs.Parse(args); err != nil {
@@ -48,10 +48,10 @@ func run(args []string) error {
 	env := map[string]string{}
 	switch *handoff {
 	case "":
-	case "sidecar", "epp":
+	case "auto", "sidecar", "epp":
 		env["TANDEM_PD_HANDOFF"] = *handoff
 	default:
-		return fmt.Errorf("--handoff %q: want sidecar or epp", *handoff)
+		return fmt.Errorf("--handoff %q: want auto, sidecar or epp", *handoff)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
