@@ -45,6 +45,7 @@ type Env struct {
 
 type options struct {
 	gatewayAPI bool
+	crdDirs    []string
 }
 
 // Option changes what Start installs.
@@ -52,6 +53,11 @@ type Option func(*options)
 
 // WithGatewayAPI also installs the Gateway API standard-channel CRDs (Gateway, HTTPRoute, ...).
 func WithGatewayAPI() Option { return func(o *options) { o.gatewayAPI = true } }
+
+// WithCRDs also installs the CRDs in these directories (a gateway project's, kept in testdata).
+func WithCRDs(dirs ...string) Option {
+	return func(o *options) { o.crdDirs = append(o.crdDirs, dirs...) }
+}
 
 // NewScheme returns a scheme with the core Kubernetes types, CRDs, InferencePool v1 and Gateway API v1.
 func NewScheme() (*runtime.Scheme, error) {
@@ -88,6 +94,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 		}
 		crdDirs = append(crdDirs, filepath.Join(gwDir, "config", "crd", "standard"))
 	}
+	crdDirs = append(crdDirs, o.crdDirs...)
 	scheme, err := NewScheme()
 	if err != nil {
 		t.Fatalf("testenv: scheme: %v", err)
