@@ -93,3 +93,26 @@ func TestNGINXGatewayFabricOverlay(t *testing.T) {
 		}
 	}
 }
+
+// TestSingleEndpointGatewaysGetThePrimaryAlone: the overlays of gateways that read the
+// destination as one ip:port (agentgateway; Envoy AI Gateway's ORIGINAL_DST cluster) turn the
+// fallback list off; the others keep the default.
+func TestSingleEndpointGatewaysGetThePrimaryAlone(t *testing.T) {
+	for dir, want := range map[string]string{
+		"overlays/kgateway":             config.FallbacksOff,
+		"overlays/envoy-gateway":        config.FallbacksOff,
+		"overlays/istio":                config.FallbacksAuto,
+		"overlays/nginx-gateway-fabric": config.FallbacksAuto, // destination-only: primary alone by default
+		"base":                          config.FallbacksAuto,
+	} {
+		dep := typed[appsv1.Deployment](t, render(t, dir), "Deployment", "tandem-epp")
+		args := strings.ReplaceAll(strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " "), "$(NAMESPACE)", "llm")
+		opts, err := app.ParseFlags(strings.Fields(args), io.Discard, func(string) string { return "" })
+		if err != nil {
+			t.Fatalf("%s: the EPP rejects %q: %v", dir, args, err)
+		}
+		if opts.DestinationFallbacks != want {
+			t.Errorf("%s: --destination-fallbacks=%s, want %s", dir, opts.DestinationFallbacks, want)
+		}
+	}
+}
