@@ -141,7 +141,7 @@ var headerDocs = []headerDoc{
 	{request.HeaderSessionKey, "request (read)",
 		"Caller-owned session key (≤ 256 bytes) for the token-load session-delta charge."},
 	{HeaderDestination, "request (written)",
-		"The chosen endpoint and its fallbacks, `ip:port[,ip:port…]`, for the gateway (Endpoint Picker Protocol). Client-sent values are removed."},
+		"The chosen endpoint and its fallbacks, `ip:port[,ip:port…]`, for the gateway (Endpoint Picker Protocol); the `envoy.lb` metadata carries the same value. The primary alone for clients that take one `host:port` (`--gateway-client`, `--destination-fallbacks`). Client-sent values are removed."},
 	{HeaderPrefillerHostPort, "request (written)",
 		"The prefill target `ip:port` for a decode-side sidecar (sidecar hand-off). Client-sent values are removed."},
 	{HeaderTestEndpointSelect, "request (read, conformance mode only)",
