@@ -115,7 +115,7 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 		switch {
 		case inference:
 			return nil, apierror.BadRequest("bad_body", "", "the %s API needs a JSON body with \"model\" and %s", api, wants(api))
-		case api == "":
+		case path == "":
 			return nil, noPathBody()
 		}
 		r.API = APIOther
@@ -165,15 +165,18 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	}
 	model, prompt, messages := f("model"), f("prompt"), f("messages")
 	if api == "" {
-		// No :path (gateways that are not Envoy, such as NGINX Gateway Fabric's endpoint-picker
-		// shim, send none): the body says which API it calls, and is validated as that API.
+		// The path says nothing ("/"), or there is none (gateways that are not Envoy, such as
+		// NGINX Gateway Fabric's endpoint-picker shim, send no :path): the body says which API it
+		// calls, and is validated as that API. Without a path, a body that names neither is a 400.
 		switch {
 		case messages.Exists():
 			api = APIChatCompletions
 		case prompt.Exists(), f("prompt_embeds").Exists():
 			api = APICompletions
-		default:
+		case path == "":
 			return nil, noPathBody()
+		default:
+			api = APIOther
 		}
 	}
 	r.API = api
