@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, vet, staticcheck, and every Go test with the race detector,
-# against a real kube-apiserver + etcd and real Redis. `make test` and .ci/run call this.
+# against a real kube-apiserver + etcd, real Redis and a real nginx. `make test` and .ci/run call this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export KUBEBUILDER_ASSETS="$(hack/ensure-k8s-bins.sh)"
 export TANDEM_REDIS_SERVER="$(hack/ensure-redis.sh)"
+hack/ensure-nginx.sh >/dev/null # e2e/nginx_real_test.go runs Debian's nginx with its njs module
 staticcheck="$(hack/ensure-staticcheck.sh)"
 
 echo "== gofmt"
