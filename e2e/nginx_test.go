@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -25,32 +23,12 @@ var ngfStripped = []string{"X-Prefiller-Host-Port", "X-Encoder-Hosts-Ports", "X-
 // pool's pods as nginx's upstream, until the test ends.
 func startNGINXGateway(t *testing.T, eppAddr string, pods map[string]*pod) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var upstream []string
 	for _, p := range pods {
 		upstream = append(upstream, p.HostPort())
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- gateway.Serve(ctx, ln, gateway.Options{EPPAddr: eppAddr, TLS: true, Client: gateway.ClientNGINX,
-			DefaultEndpoints: upstream, StripHeaders: ngfStripped, DecisionTimeout: 10 * time.Second})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("gateway: %v", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("gateway did not stop within 10s")
-		}
-	})
-	return "http://" + ln.Addr().String()
+	return serveGateway(t, gateway.Options{EPPAddr: eppAddr, TLS: true, Client: gateway.ClientNGINX,
+		DefaultEndpoints: upstream, StripHeaders: ngfStripped, DecisionTimeout: 10 * time.Second})
 }
 
 // newNGINXStack is newFileStack behind the NGINX client, Tandem started with args.

@@ -52,21 +52,7 @@ func TestDisaggregationWarnings(t *testing.T) {
 // TestHelpDocumentsTheGatewayClientFlags: each flag is in --help with the reference's default,
 // and a bad value stops the start naming the flag.
 func TestHelpDocumentsTheGatewayClientFlags(t *testing.T) {
-	var out strings.Builder
-	if _, err := ParseFlags([]string{"--help"}, &out, func(string) string { return "" }); err != ErrHelp {
-		t.Fatalf("err = %v", err)
-	}
-	fs := NewFlagSet(&Options{}, io.Discard)
-	for _, doc := range config.GatewayClientFlags {
-		f := fs.Lookup(doc.Name)
-		if f == nil || !strings.Contains(out.String(), "-"+doc.Name) {
-			t.Errorf("--%s is not a flag listed in --help", doc.Name)
-			continue
-		}
-		if f.DefValue != doc.Default {
-			t.Errorf("--%s defaults to %s, the reference says %s", doc.Name, f.DefValue, doc.Default)
-		}
-	}
+	checkFlagDocs(t, config.GatewayClientFlags)
 	pool := writePool(t, pdPool)
 	for arg, want := range map[string]string{
 		"--gateway-client=nginx":      "--gateway-client=\"nginx\": must be one of auto, full, destination-only",

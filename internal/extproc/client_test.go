@@ -10,8 +10,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
-	"google.golang.org/grpc"
 
 	"github.com/tandem-epp/tandem/conformance/envoy"
 	"github.com/tandem-epp/tandem/internal/config"
@@ -57,22 +55,10 @@ func threePods() *pool.Store {
 // of it (gateway.Shim, plaintext) and an Envoy-like client to the same server.
 func serveShim(t *testing.T, srv *Server) (shim string, c *envoy.Client) {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	extprocv3.RegisterExternalProcessorServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
+	addr, c := serveAt(t, srv)
 	hs := httptest.NewServer(&gateway.Shim{Plaintext: true})
 	t.Cleanup(hs.Close)
-	host, port, _ := net.SplitHostPort(lis.Addr().String())
-	c, err = envoy.Dial(lis.Addr().String(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	host, port, _ := net.SplitHostPort(addr)
 	return hs.URL + "?host=" + host + "&port=" + port, c
 }
 
