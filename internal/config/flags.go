@@ -36,5 +36,5 @@ var GatewayClientFlags = []FlagDoc{
 	{"destination-fallbacks", FallbacksAuto,
 		"Whether `x-gateway-destination-endpoint` (and its `envoy.lb` metadata, always the same value) lists ranked fallbacks after the primary. `on`: always, `off`: the primary alone, `auto`: the primary alone for destination-only clients (they hand the value to a proxy as one `host:port`), fallbacks for every other client."},
 	{"destination-only-hold", "15s",
-		"How long a request routed for a destination-only client counts as in flight on its pod (Tandem's request counts and token ledgers): such clients never send the response phase, so the end of the ext_proc stream says nothing about the end of the request. The engines' scraped running and waiting counts correct the estimate at every scrape. `0` releases at the end of the stream."},
+		"How long a request routed for a destination-only client counts as in flight on its pod (Tandem's own request counts, which least-request and the prefill and decode request terms read, and the token ledgers): such clients never send the response phase, so the end of the ext_proc stream says nothing about the end of the request. What the policies read from the engines' scraped metrics (waiting queues, KV usage, throughput) stays exact at every scrape. `0` releases at the end of the stream."},
 }
