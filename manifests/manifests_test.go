@@ -44,16 +44,18 @@ import (
 
 // kustomizations are the directories this test owns, with the kinds each must render.
 var kustomizations = map[string][]string{
-	"base":                   {"Deployment", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
-	"samples/pd-vllm":        {"Deployment", "Deployment", "Deployment"},
-	"overlays/envoy-gateway": {"Deployment", "EnvoyExtensionPolicy", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
-	"overlays/kgateway":      {"Deployment", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
-	"overlays/istio":         {"Deployment", "DestinationRule", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
-	"monitoring":             {"ConfigMap", "PrometheusRule", "ServiceMonitor"},
+	"base":                          {"Deployment", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"samples/pd-vllm":               {"Deployment", "Deployment", "Deployment"},
+	"overlays/envoy-gateway":        {"AIGatewayRoute", "Deployment", "Gateway", "GatewayClass", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"overlays/nginx-gateway-fabric": {"Deployment", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"overlays/kgateway":             {"Deployment", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"overlays/istio":                {"Deployment", "DestinationRule", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"monitoring":                    {"ConfigMap", "PrometheusRule", "ServiceMonitor"},
 }
 
 // vendorKinds are gateway implementations' own CRDs, not installed here: rendered and checked, not applied.
-var vendorKinds = []string{"DestinationRule", "EnvoyExtensionPolicy"}
+// (AIGatewayRoute is applied against its real CRD in TestEnvoyAIGatewayOverlayValidates.)
+var vendorKinds = []string{"DestinationRule", "AIGatewayRoute"}
 
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()

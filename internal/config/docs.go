@@ -103,6 +103,16 @@ func Reference() []byte {
 	}
 	p("\n")
 
+	p("## Gateway client (command-line flags)\n\n")
+	p("What the gateway calling Tandem can do with its answer. The Endpoint Picker Protocol lets the destination\n")
+	p("header carry `ip:port[,ip:port…]`, the primary then fallbacks, and requires the `envoy.lb` metadata to carry\n")
+	p("the same value; a client that hands the header to a proxy as one address cannot take the list.\n\n")
+	p("| Flag | Default | Description |\n|---|---|---|\n")
+	for _, f := range GatewayClientFlags {
+		p("| `--%s` | `%s` | %s |\n", f.Name, f.Default, cell(f.Description))
+	}
+	p("\n")
+
 	p("## Config file (`--config-file`)\n\n")
 	p("Decoded strictly: an unknown field, a duplicate key or a second YAML document is an error naming the line.\n")
 	p("Plugin types are checked against the plugin registry; plugin names (default: the type) must be unique;\n")
