@@ -22,7 +22,7 @@ import (
 // and the same route with a backend group AI Gateway does not support is refused, so the check
 // is the CRD's and not a formality.
 func TestEnvoyAIGatewayOverlayValidates(t *testing.T) {
-	env := k8stest.Start(t, k8stest.WithGatewayAPI(), k8stest.WithCRDs("testdata/envoy-ai-gateway"))
+	env := k8stest.Start(t, k8stest.WithGatewayAPI(), k8stest.WithCRDs(aiGatewayCRDs))
 	ctx := context.Background()
 	ns := env.Namespace(t, "aigw")
 	objs := render(t, "overlays/envoy-gateway")
