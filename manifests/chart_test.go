@@ -207,6 +207,17 @@ func TestChartFitsTogether(t *testing.T) {
 	checkFitsTogether(t, helmTemplate(t))
 }
 
+// ruleBounds are the JSON schema bounds of internal/config's numeric rules (by their wording);
+// TestChartRejectsSettingsTandemRejects checks them against Tandem's own validation.
+var ruleBounds = map[string]map[string]any{
+	"must be positive":                 {"exclusiveMinimum": 0},
+	"must be 0 or more":                {"minimum": 0},
+	"must be 0 (disabled) or positive": {"minimum": 0},
+	"must be 0 to 1":                   {"minimum": 0, "maximum": 1},
+	"must be 0 to 100":                 {"minimum": 0, "maximum": 100},
+	"must be in [0, 1024)":             {"minimum": 0, "exclusiveMaximum": 1024},
+}
+
 // settingsSchema is the JSON schema of one setting, from its definition in internal/config.
 func settingsSchema() map[string]any {
 	props := map[string]any{}
@@ -228,6 +239,13 @@ func settingsSchema() map[string]any {
 			s["type"] = []any{"integer", "null"}
 		default:
 			s["type"] = []any{"string", "null"}
+		}
+		if s["type"] != nil && (s["type"].([]any)[0] == "number" || s["type"].([]any)[0] == "integer") {
+			b, ok := ruleBounds[v.Rule]
+			if !ok {
+				panic(fmt.Sprintf("%s: no schema bounds for the rule %q; add them to ruleBounds", v.Name, v.Rule))
+			}
+			maps.Copy(s, b)
 		}
 		props[v.Key] = s
 	}
@@ -549,6 +567,34 @@ func TestChartRejectsBadValues(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want it to name %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestChartRejectsSettingsTandemRejects: a setting outside its range (a negative timeout, a
+// percentage over 100, a machine ID of 1024) fails at helm time, naming the setting, rather
+// than rendering a config file the EPP refuses at start (a crash-looping pod). The values are
+// the ones Tandem's own validation refuses, so the schema cannot drift from it.
+func TestChartRejectsSettingsTandemRejects(t *testing.T) {
+	tried := 0
+	for i := range config.Vars {
+		v := &config.Vars[i]
+		if strings.HasPrefix(v.Type, "one of ") || v.Type == "boolean" || v.Type == "strategy name" {
+			continue // enums and booleans: TestChartRejectsBadValues
+		}
+		for _, bad := range []string{"-1", "0", "101", "1.5", "1024"} {
+			env := map[string]string{"AIBRIX_PROMPT_LENGTH_BUCKETING": "true", v.Name: bad}
+			if _, _, err := config.FromEnv(func(k string) string { return env[k] }); err == nil {
+				continue // Tandem takes it: so must the chart
+			}
+			tried++
+			_, err := runHelm(t, "template", "tandem", chartDir, "--set-json", fmt.Sprintf("settings.%s=%s", v.Key, bad))
+			if err == nil || !strings.Contains(err.Error(), v.Key) {
+				t.Errorf("settings.%s=%s: Tandem refuses it (%s), but helm template says %v", v.Key, bad, v.Rule, err)
+			}
+		}
+	}
+	if tried == 0 {
+		t.Fatal("no out-of-range value tried")
 	}
 }
 
