@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/app/apptest"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/extproc"
 )
 
 const chartDir = "../charts/tandem"
@@ -490,6 +492,37 @@ func TestChartValuesReachTheEPP(t *testing.T) {
 	ports, _, _ := unstructured.NestedSlice(ip.Object, "spec", "targetPorts")
 	if len(ports) != 2 {
 		t.Errorf("targetPorts = %v", ports)
+	}
+}
+
+// TestChartLimitValues: the limits of what clients can make the EPP hold (README, "What one
+// client can and cannot do") are values, and they arrive as its flags; a larger maxBodyBytes
+// than the body budget, which the EPP refuses at start, fails at helm time instead.
+func TestChartLimitValues(t *testing.T) {
+	dep := typed[appsv1.Deployment](t, helmTemplate(t, "--set", "maxBodyBytes=314572800", "--set", "maxStreams=512",
+		"--set", "maxBufferedBodyBytes=629145600", "--set", "requestBodyTimeout=20s", "--set", "trustClientPDFields=true"),
+		"Deployment", "tandem-epp")
+	opts := parseArgs(t, dep.Spec.Template.Spec.Containers[0].Args)
+	if opts.MaxBodyBytes != 314572800 || opts.MaxStreams != 512 || opts.MaxBufferedBodyBytes != 629145600 ||
+		opts.RequestBodyTimeout != 20*time.Second || !opts.TrustClientPDFields {
+		t.Errorf("args %q: the limit values did not arrive", dep.Spec.Template.Spec.Containers[0].Args)
+	}
+	def := parseArgs(t, typed[appsv1.Deployment](t, helmTemplate(t), "Deployment", "tandem-epp").Spec.Template.Spec.Containers[0].Args)
+	if def.MaxStreams != extproc.DefaultMaxStreams || def.MaxBufferedBodyBytes != extproc.DefaultMaxBufferedBodyBytes ||
+		def.RequestBodyTimeout != extproc.DefaultRequestBodyTimeout || def.TrustClientPDFields {
+		t.Errorf("the defaults render Tandem's own defaults: %+v", def)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "maxBodyBytes=314572800"}, "maxBufferedBodyBytes"},
+		{[]string{"--set", "maxStreams=-1"}, "maxStreams"},
+		{[]string{"--set", "requestBodyTimeout=soon"}, "requestBodyTimeout"},
+	} {
+		if _, err := runHelm(t, append([]string{"template", "tandem", chartDir}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want it to name %s", c.args, err, c.want)
+		}
 	}
 }
 
