@@ -53,10 +53,10 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, n *Names) string {
 			return setName(&rc.PrefillScorePolicy, raw, n.PrefillPolicies)
 		}},
-	{"decodeScorePolicy", "policy name", "AIBRIX_DECODE_SCORE_POLICY", "must be a decode score policy",
+	{"decodeScorePolicy", "policy name (any case)", "AIBRIX_DECODE_SCORE_POLICY", "must be a decode score policy",
 		"Decode scoring policy for this profile's requests. (AIBrix fails the request on an unknown name; Tandem rejects the override and keeps the gateway policy.)",
 		func(rc *RoutingConfig, raw json.RawMessage, n *Names) string {
-			return setName(&rc.DecodeScorePolicy, raw, n.DecodePolicies)
+			return setEnum(&rc.DecodeScorePolicy, raw, n.DecodePolicies, AnyCase)
 		}},
 	{"promptLengthBucketing", "boolean", "AIBRIX_PROMPT_LENGTH_BUCKETING", "must be true or false",
 		"Turns prompt-length bucketing on or off for this profile's requests.",
@@ -68,10 +68,10 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			return setBoolPtr(&rc.BucketServe, raw)
 		}},
-	{"bucketServeMode", "one of throughput, rps", "AIBRIX_BUCKET_SERVE_MODE", "must be one of throughput, rps",
+	{"bucketServeMode", "one of throughput, rps (any case)", "AIBRIX_BUCKET_SERVE_MODE", "must be one of throughput, rps",
 		"Objective of the adaptive cut points for this profile.",
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
-			return setName(&rc.BucketServeMode, raw, []string{"throughput", "rps"})
+			return setEnum(&rc.BucketServeMode, raw, []string{"throughput", "rps"}, AnyCase)
 		}},
 	{"handoff", "one of sidecar, epp", "TANDEM_PD_HANDOFF", "must be one of sidecar, epp",
 		"How the prefill target is handed over for this profile's requests.",
@@ -118,6 +118,20 @@ func setName(dst *string, raw json.RawMessage, valid []string) string {
 		return oneOf(valid)
 	}
 	*dst = s
+	return ""
+}
+
+// setEnum is setName matching as c says (AnyCase: trimmed and lower-cased first, as AIBrix does).
+func setEnum(dst *string, raw json.RawMessage, valid []string, c Case) string {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return oneOf(valid)
+	}
+	v, ok := matchEnum(s, valid, c)
+	if !ok {
+		return oneOf(valid)
+	}
+	*dst = v
 	return ""
 }
 

@@ -115,7 +115,7 @@ var labelDocs = []labelDoc{
 	{pool.LabelModelName, "label", "model name", "The model the pod serves; the model-wide config is read from the pods of the request's model."},
 	{pool.LabelModelPort, "label", "port number", "Serving port; defaults to the InferencePool's target port."},
 	{pool.LabelEngine, "label", "`vllm` (default), `sglang`, `trtllm`", "Engine of the pod; selects the prefill hand-off wire format."},
-	{pool.LabelKVConnector, "label", "`shfs`, `nixl`", "Per-pod override of AIBRIX_KV_CONNECTOR_TYPE for vLLM pods."},
+	{pool.LabelKVConnector, "label", "`shfs`, `nixl` (any case)", "Per-pod override of AIBRIX_KV_CONNECTOR_TYPE for vLLM pods."},
 	{pool.AnnotationConfig, "annotation", "JSON (below)", "Per-model config profiles: strategy, routing config, per-profile overrides."},
 	{pool.AnnotationSGLangBootstrapPort, "annotation", "port number (default `8998`)", "SGLang prefill pods: the KV bootstrap port sent to the decode pod."},
 }
