@@ -35,7 +35,7 @@ const fast = `{"prefillRequestTimeout":1}`
 var failureCases = []failureCase{
 	{name: "prefill 5xx", fault: "prefill-503", pd: `{"decodeAbortRetryDelay":1}`,
 		wantStatus: 503, wantHeader: "x-error-pd-prefill", wantMsg: "prefill request failed (http_status)",
-		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_prefill_http_status", "status_code": "503"},
+		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_prefill_failure", "class": "http_status", "status_code": "503"},
 		sglangAborts: 2},
 	{name: "prefill timeout", fault: "prefill-slow-5s", pd: fast, stream: true,
 		wantStatus: 503, wantHeader: "x-error-pd-prefill", wantMsg: "prefill request failed (timeout)",
