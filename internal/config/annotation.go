@@ -269,6 +269,8 @@ var pdOverrideFields = func() map[string][]int {
 }()
 
 // pdOverrides reads routingConfig.pd: each field is checked with its gateway variable's rule.
+// Numbers are JSON numbers; a list (decodeWatchdogEngines) is a JSON string of comma-separated
+// values or an array of strings.
 func (l *problemList) pdOverrides(path string, raw json.RawMessage) *PDOverrides {
 	fields, ok := l.object(path, raw, "pd overrides")
 	if !ok {
@@ -284,16 +286,41 @@ func (l *problemList) pdOverrides(path string, raw json.RawMessage) *PDOverrides
 			l.add(path+"."+k, v, "is not a per-profile override; ignored")
 			continue
 		}
+		field := rv.FieldByIndex(idx)
 		text := strings.TrimSpace(string(v))
+		if field.Type().Elem().Kind() == reflect.String {
+			var ok bool
+			if text, ok = jsonList(v); !ok {
+				l.add(path+"."+k, v, vr.Rule)
+				continue
+			}
+		}
 		scratch := DefaultGateway()
 		if reason := vr.set(&scratch, text); reason != "" {
 			l.add(path+"."+k, v, reason)
 			continue
 		}
+		if field.Type().Elem().Kind() == reflect.String {
+			field.Set(reflect.ValueOf(&text))
+			continue
+		}
 		f, _ := strconv.ParseFloat(text, 64)
-		rv.FieldByIndex(idx).Set(reflect.ValueOf(&f))
+		field.Set(reflect.ValueOf(&f))
 	}
 	return o
+}
+
+// jsonList reads a JSON string, or an array of strings joined with commas.
+func jsonList(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	var xs []string
+	if json.Unmarshal(raw, &xs) == nil && len(xs) > 0 {
+		return strings.Join(xs, ","), true
+	}
+	return "", false
 }
 
 // apply returns pd with the overrides applied. Values were validated when parsed.
@@ -303,12 +330,19 @@ func (o *PDOverrides) apply(g Gateway) PD {
 	}
 	rv := reflect.ValueOf(o).Elem()
 	for key, idx := range pdOverrideFields {
-		p := rv.FieldByIndex(idx).Interface().(*float64)
-		if p == nil {
+		v, ok := varByProfileKey(key)
+		if !ok {
 			continue
 		}
-		if v, ok := varByProfileKey(key); ok {
-			v.set(&g, strconv.FormatFloat(*p, 'f', -1, 64))
+		switch p := rv.FieldByIndex(idx).Interface().(type) {
+		case *float64:
+			if p != nil {
+				v.set(&g, strconv.FormatFloat(*p, 'f', -1, 64))
+			}
+		case *string:
+			if p != nil {
+				v.set(&g, *p)
+			}
 		}
 	}
 	return g.PD

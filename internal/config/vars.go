@@ -170,6 +170,28 @@ func enumVar(name, key string, values []string, keepDefault bool, c Case, desc s
 	}
 }
 
+// engineListVar accepts a comma-separated list of Engines (each once, in any order; spaces
+// ignored).
+func engineListVar(name, key, profileKey, desc string, f func(*Gateway) *EngineSet) Var {
+	rule := "must be a comma-separated list of " + strings.Join(Engines, ", ")
+	return Var{
+		Name: name, Key: key, ProfileKey: profileKey, Type: "list of " + strings.Join(Engines, ", "), Rule: rule, Description: desc,
+		set: func(g *Gateway, raw string) string {
+			var set EngineSet
+			for _, part := range strings.Split(raw, ",") {
+				v, ok := matchEnum(part, Engines, Exact)
+				if !ok || set.Has(v) {
+					return rule
+				}
+				set |= EngineSetOf(v)
+			}
+			*f(g) = set
+			return ""
+		},
+		format: func(g *Gateway) string { return f(g).String() },
+	}
+}
+
 // strategyVar accepts any strategy name; the picker registry checks it when the resolver is built.
 func strategyVar(name, key, desc string, f func(*Gateway) *string) Var {
 	const rule = "must name a registered routing strategy"
@@ -270,6 +292,9 @@ var Vars = []Var{
 	durationVar("AIBRIX_DECODE_STREAM_IDLE_TIMEOUT", "decodeStreamIdleTimeout", "decodeStreamIdleTimeout", time.Second, offOrPos,
 		"SGLang decode watchdog, streaming only: longest gap between two chunks after the first token. `0` disables.",
 		func(g *Gateway) *time.Duration { return &g.PD.DecodeStreamIdleTimeout }),
+	engineListVar("TANDEM_DECODE_WATCHDOG_ENGINES", "decodeWatchdogEngines", "decodeWatchdogEngines",
+		"Engines whose decode legs the decode watchdog guards (`epp` hand-off). The seed defines it for SGLang, whose prefill returns only once the decode pod took the KV; a vLLM or TensorRT-LLM decode pod may keep a request queued legitimately, so add them only to bound that wait.",
+		func(g *Gateway) *EngineSet { return &g.PD.DecodeWatchdogEngines }),
 	durationVar("AIBRIX_DECODE_ABORT_TIMEOUT", "decodeAbortTimeout", "decodeAbortTimeout", time.Second, offOrPos,
 		"SGLang: per-attempt timeout of the `/abort_request` sent to the decode pod when a PD request fails. `0` sends no abort.",
 		func(g *Gateway) *time.Duration { return &g.PD.DecodeAbortTimeout }),
