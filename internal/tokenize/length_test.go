@@ -1,0 +1,72 @@
+package tokenize
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestProbeCountsOnlyNearABoundary: 200 × "hello " is 1200 bytes, an estimate of 300 tokens and
+// 201 real ones. A boundary at 250 is near the estimate, so the prompt is counted and lands below
+// it (the estimate would have put it above); a boundary at 5000 is beyond every byte being a
+// token, so nothing is counted.
+func TestProbeCountsOnlyNearABoundary(t *testing.T) {
+	l := NewLength(strings.Repeat("hello ", 200))
+	if l.Estimate() != 300 {
+		t.Fatalf("estimate %d", l.Estimate())
+	}
+	far := l.Probe()
+	far.Boundary(5000)
+	far.Boundary(0) // no boundary: ignored
+	if n, counted := far.Tokens(); n != 300 || counted {
+		t.Errorf("far boundary: %d (counted %v), want the estimate 300 uncounted", n, counted)
+	}
+	if n, _ := l.Counted(); n != 0 {
+		t.Errorf("a far boundary counted %d tokens", n)
+	}
+	near := l.Probe()
+	near.Boundary(250)
+	if n, counted := near.Tokens(); n != 201 || !counted {
+		t.Errorf("near boundary: %d (counted %v), want 201 counted", n, counted)
+	}
+}
+
+// TestProbeStopsAtTheLargestBoundaryAndResumes: a 32 KiB prompt against a 2048-token boundary is
+// counted only until it passes 2048; a later decision with a boundary further out resumes the
+// count where it stopped, so each token is counted once and the total is the full count.
+func TestProbeStopsAtTheLargestBoundaryAndResumes(t *testing.T) {
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 800)[:32<<10]
+	full, _, err := Count(text, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewLength(text)
+	p := l.Probe()
+	p.Boundary(2048)
+	n, counted := p.Tokens()
+	if !counted || n != max(2048, l.Estimate()) {
+		t.Errorf("past the boundary: %d (counted %v), want max(2048, estimate %d)", n, counted, l.Estimate())
+	}
+	if got, complete := l.Counted(); complete || got < 2048 || got > 2048+16 {
+		t.Errorf("counted %d tokens (complete %v), want to stop just past 2048 of %d", got, complete, full)
+	}
+	q := l.Probe()
+	q.Boundary(2048)
+	q.Boundary(full + 1)
+	if n, counted := q.Tokens(); !counted || n != full {
+		t.Errorf("resumed: %d (counted %v), want the full count %d", n, counted, full)
+	}
+	if got, complete := l.Counted(); !complete || got != full {
+		t.Errorf("after resuming: %d (complete %v), want %d", got, complete, full)
+	}
+}
+
+// TestCountLimit: Count stops once it reaches the limit and says it did.
+func TestCountLimit(t *testing.T) {
+	text := strings.Repeat("word ", 1000)
+	if n, complete, err := Count(text, 100); err != nil || complete || n < 100 || n > 110 {
+		t.Errorf("Count(limit 100) = %d, %v, %v", n, complete, err)
+	}
+	if n, complete, err := Count(text, 0); err != nil || !complete || n != 1001 { // the last space is its own
+		t.Errorf("Count(no limit) = %d, %v, %v", n, complete, err)
+	}
+}
