@@ -49,7 +49,7 @@ func validUTF8(text string) string {
 const (
 	// lowFactor: natural text averages well under 16 bytes a token (English about 4, runs of
 	// repeated words 6, indented code 4 to 5); only a run of one repeated character packs more.
-	lowFactor = 0.25
+	lowFactor  = 0.25
 	highFactor = 4
 )
 
