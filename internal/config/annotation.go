@@ -73,6 +73,26 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			return setEnum(&rc.BucketServeMode, raw, []string{"throughput", "rps"}, AnyCase)
 		}},
+	{"promptTokensGte", "integer", "none", "a whole number",
+		"`config-profile: auto` hint: the profile matches prompts of at least this many tokens (cl100k_base, as AIBrix counts).",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setHint(&rc.PromptTokensGte, raw)
+		}},
+	{"promptTokensLt", "integer", "none", "a whole number",
+		"`config-profile: auto` hint: the profile matches prompts of fewer than this many tokens.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setHint(&rc.PromptTokensLt, raw)
+		}},
+	{"maxTokensGte", "integer", "none", "a whole number",
+		"`config-profile: auto` hint: the profile matches requests whose `max_tokens` (else `max_completion_tokens`) is at least this.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setHint(&rc.MaxTokensGte, raw)
+		}},
+	{"maxTokensLt", "integer", "none", "a whole number",
+		"`config-profile: auto` hint: the profile matches requests whose `max_tokens` (else `max_completion_tokens`) is below this.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setHint(&rc.MaxTokensLt, raw)
+		}},
 	{"handoff", "one of sidecar, epp", "TANDEM_PD_HANDOFF", "must be one of sidecar, epp",
 		"How the prefill target is handed over for this profile's requests.",
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
@@ -84,13 +104,22 @@ var rcFields = []rcField{
 // manifests work unchanged. Any other unknown field is reported (it is likely a typo).
 var (
 	ignoredProfileFields = []string{"requestsPerSecond"}
-	ignoredRoutingFields = []string{"promptTokensGte", "promptTokensLt", "maxTokensGte", "maxTokensLt",
-		"loadBalance", "prefixCache", "preble", "vtc", "autoBlend"}
+	ignoredRoutingFields = []string{"loadBalance", "prefixCache", "preble", "vtc", "autoBlend"}
 )
 
 func jsonInt(raw json.RawMessage) (int, bool) {
 	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 32)
 	return int(n), err == nil
+}
+
+// setHint reads an auto-selection hint: a JSON integer (AIBrix decodes them as integers).
+func setHint(dst **int64, raw json.RawMessage) string {
+	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return "must be a whole number"
+	}
+	*dst = &n
+	return ""
 }
 
 func jsonBool(raw json.RawMessage) (bool, bool) {

@@ -77,6 +77,7 @@ func TestSeedAnnotationExamples(t *testing.T) {
 			"pd":{"prefillRequestTimeout":10,"decodeStreamIdleTimeout":0,"tokenLoadKVWeight":0.25,"minMatchPct":40}}}}}`,
 			ModelConfig{Profiles: map[string]Profile{"fast": {RoutingConfig: &RoutingConfig{
 				PromptLengthBucketing: ptr(true), BucketServe: ptr(true), BucketServeMode: "rps", Handoff: "epp",
+				PromptTokensGte: ptr(int64(100)),
 				PD: &PDOverrides{PrefillRequestTimeout: ptr(10.0), DecodeStreamIdleTimeout: ptr(0.0), TokenLoadKVWeight: ptr(0.25), MinMatchPct: ptr(40.0)}}}}}},
 	}
 	for _, c := range cases {

@@ -122,6 +122,12 @@ type RoutingConfig struct {
 	BucketServeMode          string       `json:"bucketServeMode,omitempty"`
 	Handoff                  string       `json:"handoff,omitempty"`
 	PD                       *PDOverrides `json:"pd,omitempty"`
+	// The config-profile: auto hints (AIBrix's names): a profile with any of them is a
+	// candidate, matching when every hint it has holds.
+	PromptTokensGte *int64 `json:"promptTokensGte,omitempty"`
+	PromptTokensLt  *int64 `json:"promptTokensLt,omitempty"`
+	MaxTokensGte    *int64 `json:"maxTokensGte,omitempty"`
+	MaxTokensLt     *int64 `json:"maxTokensLt,omitempty"`
 }
 
 // PDOverrides are the per-profile overrides of gateway variables (routingConfig.pd).
