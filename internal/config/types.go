@@ -61,6 +61,12 @@ type PD struct {
 	Handoff string // TANDEM_PD_HANDOFF, "sidecar"
 }
 
+// The AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE values.
+const (
+	TokenizerCharacter = "character" // four bytes of prompt text make a token
+	TokenizerTiktoken  = "tiktoken"  // cl100k_base token ids
+)
+
 // PrefixCache configures the prefix index used by prefix_cache, hybrid_cache_load and conductor.
 type PrefixCache struct {
 	TokenizerType           string        // AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE, "character"

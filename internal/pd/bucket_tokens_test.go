@@ -29,3 +29,22 @@ func TestBucketsCountTokens(t *testing.T) {
 	}
 	d.Lifecycle.Done(nil)
 }
+
+// TestTiktokenPrefixIndex: AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE=tiktoken cuts prefix blocks from
+// the prompt's cl100k_base tokens, not from its bytes. 200 × "hello " is 201 tokens: 12 blocks of
+// 16 tokens, where the character tokenizer makes 18 blocks of 64 bytes; the pod that served it
+// then matches it in full.
+func TestTiktokenPrefixIndex(t *testing.T) {
+	for _, tc := range []struct {
+		tokenizer string
+		blocks    int
+	}{{config.TokenizerTiktoken, 12}, {config.TokenizerCharacter, 18}} {
+		h := newHarness(t, gateway(func(p *config.PD) { p.PrefixCache.BlockSize, p.PrefixCache.TokenizerType = 16, tc.tokenizer }),
+			P("p0", "rs"), D("d0", "rs"))
+		d := h.mustPick(strings.Repeat("hello ", 200))
+		d.Lifecycle.Done(nil)
+		if n := h.deps.Prefix.Len(); n != tc.blocks {
+			t.Errorf("%s: the index holds %d blocks, want %d", tc.tokenizer, n, tc.blocks)
+		}
+	}
+}

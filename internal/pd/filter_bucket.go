@@ -36,6 +36,10 @@ func (f *BucketFilter) Filter(_ context.Context, cy *picker.Cycle, eps []*pool.E
 	return keepIf(eps, func(e *pool.Endpoint) bool { return cy.PodRouting(e).Covers(n) })
 }
 
+// BucketLength is the prompt length bucketing compares with the ranges of the request's
+// candidates (see bucketLength), for code outside the chain that buckets the same way.
+func BucketLength(cy *picker.Cycle) int { return bucketLength(cy, cy.Candidates) }
+
 var bucketLengthKey = picker.NewStateKey[int]("pd.bucketLength")
 
 // bucketLength is the prompt length bucketing compares with the ranges the request's candidates
