@@ -78,7 +78,7 @@ func TestSeedAnnotationExamples(t *testing.T) {
 			ModelConfig{Profiles: map[string]Profile{"fast": {RoutingConfig: &RoutingConfig{
 				PromptLengthBucketing: ptr(true), BucketServe: ptr(true), BucketServeMode: "rps", Handoff: "epp",
 				PromptTokensGte: ptr(int64(100)),
-				PD: &PDOverrides{PrefillRequestTimeout: ptr(10.0), DecodeStreamIdleTimeout: ptr(0.0), TokenLoadKVWeight: ptr(0.25), MinMatchPct: ptr(40.0)}}}}}},
+				PD:              &PDOverrides{PrefillRequestTimeout: ptr(10.0), DecodeStreamIdleTimeout: ptr(0.0), TokenLoadKVWeight: ptr(0.25), MinMatchPct: ptr(40.0)}}}}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
