@@ -255,6 +255,8 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	run("metric scraper", a.scraper.Run)
 	run("prefix warmer", func(ctx context.Context) error { a.deps.Warmer.Run(ctx); return nil })
+	retire := a.deps.RetireDeparted(a.store)
+	run("prefix index retirer", func(ctx context.Context) error { retire(ctx); return nil })
 	run("token-load janitor", func(ctx context.Context) error { ledger.RunJanitor(ctx, 0, a.tokens.Sweepers()...); return nil })
 	if a.shared != nil {
 		run("shared decode ledger", func(ctx context.Context) error { a.shared.Run(ctx); return a.shared.Close() })
