@@ -228,3 +228,29 @@ func TestReplicasShareDrainRatesForTheOverflowCheck(t *testing.T) {
 		t.Errorf("no prefill target for a PD pair: %v", r.Headers.Set)
 	}
 }
+
+// TestRedisAddressPrecedence: --redis-addr, else TANDEM_REDIS_ADDR, else AIBrix's REDIS_HOST
+// with REDIS_PORT (default 6379); the password likewise from --redis-password,
+// TANDEM_REDIS_PASSWORD, REDIS_PASSWORD.
+func TestRedisAddressPrecedence(t *testing.T) {
+	cases := []struct {
+		env              map[string]string
+		args             []string
+		wantAddr, wantPw string
+	}{
+		{map[string]string{"REDIS_HOST": "redis.aibrix", "REDIS_PORT": "6380", "REDIS_PASSWORD": "a"}, nil, "redis.aibrix:6380", "a"},
+		{map[string]string{"REDIS_HOST": "redis.aibrix"}, nil, "redis.aibrix:6379", ""},
+		{map[string]string{"REDIS_HOST": "redis.aibrix", "TANDEM_REDIS_ADDR": "t:1", "REDIS_PASSWORD": "a", "TANDEM_REDIS_PASSWORD": "t"}, nil, "t:1", "t"},
+		{map[string]string{"REDIS_HOST": "redis.aibrix", "TANDEM_REDIS_ADDR": "t:1"}, []string{"--redis-addr=f:2", "--redis-password=f"}, "f:2", "f"},
+		{map[string]string{"REDIS_PORT": "6380"}, nil, "", ""}, // a port alone names no server
+	}
+	for _, c := range cases {
+		o, err := ParseFlags(append([]string{"--endpoints-file=x"}, c.args...), io.Discard, func(k string) string { return c.env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.RedisAddr != c.wantAddr || o.RedisPassword != c.wantPw {
+			t.Errorf("env %v args %v: addr %q password %q, want %q %q", c.env, c.args, o.RedisAddr, o.RedisPassword, c.wantAddr, c.wantPw)
+		}
+	}
+}
