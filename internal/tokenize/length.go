@@ -43,15 +43,11 @@ func validUTF8(text string) string {
 	return string([]rune(text))
 }
 
-// Near bounds, relative to the estimate, where a prompt's true token count can lie:
-// between Estimate·lowFactor and every byte a token of its own (4·Estimate). A decision whose
-// boundaries all lie outside that band is taken on the estimate without tokenizing.
-const (
-	// lowFactor: natural text averages well under 16 bytes a token (English about 4, runs of
-	// repeated words 6, indented code 4 to 5); only a run of one repeated character packs more.
-	lowFactor  = 0.25
-	highFactor = 4
-)
+// The uncounted rest of a text of r bytes holds between r·minTokensPerByte and r tokens: every
+// token is at least one byte, and natural text averages well under 16 bytes a token (English about
+// 4, runs of repeated words 6, indented code 4 to 5; only a long run of one character packs more).
+// A decision stops counting once no boundary lies between those bounds.
+const minTokensPerByte = 1.0 / 16
 
 // Length is one prompt's length in tokens, counted as far as the decisions asked about it need,
 // each token at most once (a later decision needing more resumes where the count stopped).
@@ -77,49 +73,44 @@ func (l *Length) Estimate() int { return l.estimate }
 
 // Probe collects the boundaries one decision compares the prompt length with.
 type Probe struct {
-	l    *Length
-	near bool
-	// top is the largest boundary near the estimate: counting past it tells the decision
-	// nothing more.
-	top int
+	l      *Length
+	bounds []int
+	inline [8]int
 }
 
 // Probe starts a decision about the prompt's length.
 func (l *Length) Probe() Probe { return Probe{l: l} }
 
-// Boundary adds b: the decision differs between a prompt of b-1 tokens and one of b. It is near
-// when the prompt's true count could fall on either side of it given the estimate.
+// Boundary adds b: the decision differs between a prompt of b-1 tokens and one of b (b ≤ 0
+// never does).
 func (p *Probe) Boundary(b int) {
-	e := float64(p.l.estimate)
-	if fb := float64(b); b > 0 && fb >= e*lowFactor && fb <= e*highFactor+1 {
-		p.near = true
-		p.top = max(p.top, b)
+	if b <= 0 {
+		return
 	}
+	if p.bounds == nil {
+		p.bounds = p.inline[:0]
+	}
+	for _, x := range p.bounds {
+		if x == b {
+			return
+		}
+	}
+	p.bounds = append(p.bounds, b)
 }
 
-// Tokens returns a length that lies on the same side of every boundary given as the prompt's
-// count: the estimate when no boundary is near it; otherwise the count, made only up to the
-// largest near boundary (a prompt past it gets max(that boundary, estimate)). counted says the
-// count was made; it is false, with the estimate, when no boundary was near or the vocabulary
-// could not be loaded.
+// Tokens returns a length that lies on the same side of every boundary as the prompt's count.
+// The prompt is counted only while a boundary lies between the bounds of what is counted plus
+// the rest (see minTokensPerByte): a prompt whose estimate is far from every boundary is not
+// counted at all, and one far past the boundaries only until they are behind. The length
+// returned is the estimate moved into those bounds (the exact count when the whole prompt was
+// counted). counted says tokens were counted; it is false, with the estimate, when no boundary
+// needed it or the vocabulary could not be loaded.
 func (p *Probe) Tokens() (n int, counted bool) {
-	if !p.near {
-		return p.l.estimate, false
-	}
-	n, err := p.l.countTo(p.top)
+	lo, hi, counted, err := p.l.countUntil(p.bounds)
 	if err != nil {
 		return p.l.estimate, false
 	}
-	if n >= p.top && !p.l.complete() {
-		return max(p.top, p.l.estimate), true
-	}
-	return n, true
-}
-
-func (l *Length) complete() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.off == len(l.text)
+	return min(max(p.l.estimate, lo), hi), counted
 }
 
 // Counted is the exact count when the whole prompt has been counted (complete), else the
@@ -135,25 +126,67 @@ func (l *Length) Counted() (n int, complete bool) {
 func (l *Length) countTo(limit int) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.err != nil {
-		return 0, l.err
-	}
-	if l.m == nil {
-		v, err := vocab()
-		if err != nil {
-			l.err = err
-			return 0, err
-		}
-		l.m = &merger{ranks: v}
-		l.text = validUTF8(l.text) // checked once, when a count is first needed
+	if err := l.ready(); err != nil {
+		return 0, err
 	}
 	for l.off < len(l.text) && (limit <= 0 || l.n < limit) {
-		end := piece(l.text, l.off)
-		l.n += l.m.count(l.text[l.off:end])
-		l.off = end
-	}
-	if l.off == len(l.text) {
-		l.m = &merger{ranks: l.m.ranks} // the buffers are not needed any more
+		l.step()
 	}
 	return l.n, nil
+}
+
+// countUntil counts until no boundary lies within the bounds of the count (see
+// minTokensPerByte), and returns those bounds.
+func (l *Length) countUntil(bounds []int) (lo, hi int, counted bool, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for {
+		rest := len(l.text) - l.off
+		lo, hi = l.n+int(float64(rest)*minTokensPerByte), l.n+rest
+		open := false
+		for _, b := range bounds {
+			if lo < b && b <= hi {
+				open = true
+				break
+			}
+		}
+		if !open {
+			return lo, hi, l.m != nil, nil
+		}
+		if err := l.ready(); err != nil {
+			return 0, 0, false, err
+		}
+		// A few pieces between checks: each check is a handful of comparisons.
+		for range 16 {
+			if l.off == len(l.text) {
+				break
+			}
+			l.step()
+		}
+	}
+}
+
+// ready loads the vocabulary on first use. l.mu is held.
+func (l *Length) ready() error {
+	if l.err != nil {
+		return l.err
+	}
+	if l.m != nil {
+		return nil
+	}
+	v, err := vocab()
+	if err != nil {
+		l.err = err
+		return err
+	}
+	l.m = &merger{ranks: v}
+	l.text = validUTF8(l.text) // checked once, when a count is first needed
+	return nil
+}
+
+// step counts the next piece. l.mu is held.
+func (l *Length) step() {
+	end := piece(l.text, l.off)
+	l.n += l.m.count(l.text[l.off:end])
+	l.off = end
 }
