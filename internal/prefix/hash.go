@@ -27,20 +27,24 @@ func BlockBytes(blockTokens int) int {
 // mean equal prompts up to the end of block i. A trailing partial block is not hashed: it
 // is the part of the prompt most likely to differ, and an engine caches whole blocks too.
 func Hash(dst []uint64, prompt string, blockBytes int) []uint64 {
+	return chain(dst, prompt, blockBytes, 0)
+}
+
+// chain appends the hashes of text's full blocks, chained from the hash h of what precedes text.
+func chain(dst []uint64, text string, blockBytes int, h uint64) []uint64 {
 	if blockBytes < 1 {
 		blockBytes = 1
 	}
-	if n := len(prompt) / blockBytes; cap(dst)-len(dst) < n {
+	if n := len(text) / blockBytes; cap(dst)-len(dst) < n {
 		dst = append(make([]uint64, 0, len(dst)+n), dst...)
 	}
 	var d xxhash.Digest
 	var prev [8]byte
-	var h uint64
-	for off := 0; off+blockBytes <= len(prompt); off += blockBytes {
+	for off := 0; off+blockBytes <= len(text); off += blockBytes {
 		d.Reset()
 		binary.LittleEndian.PutUint64(prev[:], h)
 		_, _ = d.Write(prev[:])
-		_, _ = d.WriteString(prompt[off : off+blockBytes])
+		_, _ = d.WriteString(text[off : off+blockBytes])
 		h = d.Sum64()
 		dst = append(dst, h)
 	}
@@ -73,20 +77,8 @@ func HashHead(dst []uint64, text string, blockBytes, split int) (hashes []uint64
 	if head < split {
 		return dst, head
 	}
-	// Continue the chain from the last sub-block: hash the rest as whole blocks seeded by it.
-	var d xxhash.Digest
-	var prev [8]byte
-	h := dst[len(dst)-1]
-	rest := text[headBytes:]
-	for off := 0; off+blockBytes <= len(rest); off += blockBytes {
-		d.Reset()
-		binary.LittleEndian.PutUint64(prev[:], h)
-		_, _ = d.Write(prev[:])
-		_, _ = d.WriteString(rest[off : off+blockBytes])
-		h = d.Sum64()
-		dst = append(dst, h)
-	}
-	return dst, head
+	// Continue the chain from the last sub-block with whole blocks.
+	return chain(dst, text[headBytes:], blockBytes, dst[len(dst)-1]), head
 }
 
 // HeadPct is the match percentage of n leading hashes of a HashHead layout of total hashes:
