@@ -10,20 +10,15 @@ import (
 	"github.com/tandem-epp/tandem/internal/sim"
 )
 
-// The virtual-time engine. Every latency comes from internal/sim's model functions
-// (PrefillChunk, PrefillChunkSeconds, StepSeconds, InterTokenSeconds, TransferSeconds,
-// CachedTokens, BlockHashes), and admission, chunk stepping and the prefix cache are
-// internal/sim's own scheduling core (sim.Batch), the one its real-time server runs:
-//   - a request reserves prompt+output KV tokens and a running slot, FIFO, head of queue only;
-//   - a plain or prefill leg then queues FIFO for one of PrefillLanes prefill lanes (counted as
-//     waiting, as vLLM does) and computes its uncached tokens in chunks of PrefillChunkTokens;
-//     each chunk's iteration takes StepSeconds(sequences decoding on the pod, chunk cost); its
-//     first token is out at the end of the last chunk;
-//   - every further token takes StepSeconds(running batch, prefill chunk computing on the pod
-//     when the step starts): decodes on a combined pod stall behind prefills;
-//   - a decode leg pulls the KV (freeing it on the prefill pod), takes a slot, pays
-//     TransferSeconds(prompt tokens) and then one inter-token step per token, the first too;
-//   - computed blocks enter an LRU prefix cache bounded by the KV that reservations leave free.
+// The virtual-time engine. Every pod is internal/sim's scheduling core (sim.Batch) — the
+// one its real-time server runs — driven by this event loop: Plan starts an iteration, an
+// event IterationSeconds later commits it, and the events it returns (tokens, finished legs,
+// preemptions) move the requests on. So admission, the token budget, batched and chunked
+// prefills, KV growth and preemption, the prefix cache and the cost of each iteration are
+// exactly the simulator's. A PD pair: the prefill leg runs on its pod and holds its KV; the
+// decode leg gets KV blocks on its pod (until then the prefill KV stays held: backpressure),
+// which releases the prefill KV and books the transfer on the decode pod's inbound link (FIFO,
+// TransferSeconds each), then decodes; its first token costs one decode step.
 
 // des is the discrete-event loop: events run in (time, insertion) order, and the injected
 // clock is set to each event's time before it runs, so the picker reads virtual time.
@@ -87,21 +82,19 @@ func (d *des) run() {
 	}
 }
 
-// vpod is one simulated engine pod: internal/sim's scheduling core (sim.Batch) driven by
-// the event loop, prefill lanes as a counter and a FIFO of continuations, and the counters a
-// scrape and the report read.
+// vpod is one simulated engine pod: internal/sim's scheduling core driven by the event
+// loop, its inbound KV link, and the counters a scrape and the report read.
 type vpod struct {
-	d  *des
-	ep *pool.Endpoint
-	p  sim.Params
-	b  *sim.Batch
+	d     *des
+	ep    *pool.Endpoint
+	p     sim.Params
+	b     *sim.Batch
+	class string // "prefill", "decode" or "standard"
+	link  sim.Link
+	busy  bool // an iteration is in flight
 
-	lanes    int // prefill lanes in use
-	laneQ    []func()
-	steps    int // decode steps taken
-	stalled  int // of which rode a prefill chunk's iteration
 	gen      int64
-	prefillS float64
+	prefillS float64 // sum of the prefill-time histogram (model seconds)
 	prefillN int
 
 	lastGen   int64
@@ -109,74 +102,51 @@ type vpod struct {
 	scraped   int
 }
 
+// handler is a sequence's Owner in the virtual engine: what to do on each of its events.
+type handler func(sim.Event)
+
 func newPod(d *des, ep *pool.Endpoint, p sim.Params) *vpod {
-	return &vpod{d: d, ep: ep, p: p, b: sim.NewBatch(p)}
+	class := "standard"
+	switch ep.Labels[pool.LabelRoleName] {
+	case "prefill":
+		class = "prefill"
+	case "decode":
+		class = "decode"
+	}
+	return &vpod{d: d, ep: ep, p: p, b: sim.NewBatch(p), class: class}
 }
 
-// admit queues for a running slot and need KV tokens; fn runs once admitted.
-func (v *vpod) admit(need int, fn func()) {
-	v.b.Enqueue(need, func() { v.d.at(v.d.now, fn) })
+// add queues a sequence whose events go to h.
+func (v *vpod) add(s *sim.Seq, h handler) {
+	s.Owner = h
+	v.b.Add(s)
+	v.kick()
 }
 
-// leave frees a running slot and kv tokens of KV.
-func (v *vpod) leave(slot bool, kv int) { v.b.Leave(slot, kv) }
-
-// lane waits for a prefill lane; the caller releases it with releaseLane.
-func (v *vpod) lane(fn func()) {
-	if v.lanes < max(1, v.p.PrefillLanes) {
-		v.lanes++
-		v.d.at(v.d.now, fn)
+// kick starts an iteration if none is in flight and there is work.
+func (v *vpod) kick() {
+	if v.busy {
 		return
 	}
-	v.laneQ = append(v.laneQ, fn)
+	evs, secs, ok := v.b.Plan()
+	if ok {
+		v.busy = true
+		v.d.after(secs, v.commit)
+	}
+	dispatch(evs)
 }
 
-// active is vLLM's running count: admitted sequences not queued for a prefill lane.
-func (v *vpod) active() int { return v.b.Running() - len(v.laneQ) }
-
-func (v *vpod) releaseLane() {
-	if len(v.laneQ) > 0 {
-		fn := v.laneQ[0]
-		v.laneQ[0] = nil
-		v.laneQ = v.laneQ[1:]
-		v.d.at(v.d.now, fn)
-		return
-	}
-	v.lanes--
+func (v *vpod) commit() {
+	evs := v.b.Commit()
+	v.busy = false
+	dispatch(evs)
+	v.kick()
 }
 
-// itl is how long a decode step starting now takes (sim.Batch.Step). It counts the steps
-// and the stalled ones.
-func (v *vpod) itl() float64 {
-	v.steps++
-	if v.b.Stalling() {
-		v.stalled++
+func dispatch(evs []sim.Event) {
+	for _, e := range evs {
+		e.Seq.Owner.(handler)(e)
 	}
-	return v.b.Step(v.active())
-}
-
-// prefill computes uncached prompt tokens chunk by chunk, each iteration also carrying the
-// decode step of the sequences decoding on the pod (sim.Batch.BeginChunk), then calls done
-// with the model seconds it took (PrefillSeconds(uncached) on an idle pod). The caller holds
-// a prefill lane.
-func (v *vpod) prefill(uncached int, done func(total float64)) {
-	total := 0.0
-	var chunk func(at int)
-	chunk = func(at int) {
-		if at >= uncached {
-			done(total)
-			return
-		}
-		n := sim.PrefillChunk(v.p, uncached-at)
-		c := sim.PrefillChunkSeconds(v.p, at, n)
-		step := v.b.BeginChunk(c)
-		total += step
-		v.d.after(step, func() {
-			v.b.EndChunk(c)
-			chunk(at + n)
-		})
-	}
-	chunk(0)
 }
 
 // sample is what a vLLM scrape of this pod would publish now: the gauges, the generation
@@ -184,8 +154,8 @@ func (v *vpod) prefill(uncached int, done func(total float64)) {
 // prefill-time histogram.
 func (v *vpod) sample() *metrics.Sample {
 	s := &metrics.Sample{
-		Running: float64(v.active()), HasRunning: true,
-		Waiting: float64(v.b.Queued() + len(v.laneQ)), HasWaiting: true,
+		Running: float64(v.b.Running()), HasRunning: true,
+		Waiting: float64(v.b.Waiting()), HasWaiting: true,
 		KVUsage: float64(v.b.KVUsed()) / float64(v.p.KVTokens), HasKVUsage: true,
 		BlockSize: v.p.BlockSize, NumGPUBlocks: v.p.KVTokens / v.p.BlockSize,
 		UpdatedAt: v.d.clock.Now(),

@@ -1,7 +1,9 @@
 // Command quality is the routing-quality benchmark (make bench-quality): it replays real
 // traces (Azure LLM 2023 conv and code, their mix, Mooncake) through the real Tandem picker
-// in virtual time, over simulated engine pods that use internal/sim's latency model, and
-// compares routing policies on the latency users feel: TTFT, TPOT, end-to-end, SLO goodput.
+// in virtual time, over simulated engine pods that run internal/sim's engine model and
+// scheduling core (a calibrated profile, llama8b-h100 by default), at steady Poisson load over
+// several windows of each trace, and compares routing policies on the latency users feel:
+// TTFT, queueing delay, slowdown, TPOT, end-to-end, SLO goodput per request.
 //
 // It owns the discrete-event simulation, the workloads, the report (markdown, PNG, RESULT
 // lines) and the check of the virtual-time engine against the real-time simulator. It must
@@ -24,14 +26,20 @@ import (
 	"github.com/tandem-epp/tandem/internal/sim"
 )
 
-// SLO bounds for goodput. TTFT: 2 s, or twice the request's own prefill time on an idle pod
-// when that is longer (a 40k-token Mooncake prompt cannot prefill in 2 s on any pod).
-// TPOT: 20 ms, the model's inter-token latency at a batch of 50 of 64.
-const (
-	sloTTFT        = 2.0
-	sloTTFTPrefill = 2.0
-	sloTPOT        = 0.020
-)
+// SLO bounds for goodput, per request. TTFT: 1 s, or three times the request's own prefill
+// time on an idle pod when that is longer (a 100k-token prompt cannot prefill in 1 s on any
+// pod). TPOT: 50 ms (20 tokens/s, faster than reading), which a decode pod meets at hundreds
+// of sequences and a combined pod misses when its decodes share iterations with long chunks.
+type sloSpec struct {
+	ttft, ttftPrefill, tpot float64 // seconds, a multiple, seconds
+}
+
+var defaultSLO = sloSpec{ttft: 1.0, ttftPrefill: 3.0, tpot: 0.050}
+
+// of is one request's SLO bounds: TTFT, TPOT.
+func (s sloSpec) of(p sim.Params, prompt int) (float64, float64) {
+	return max(s.ttft, s.ttftPrefill*sim.PrefillSeconds(p, prompt)), s.tpot
+}
 
 type options struct {
 	seed      uint64
@@ -49,10 +57,23 @@ type options struct {
 	args      string // the command-line flags, for the report
 	valScale  float64
 	reps      int
+	profile   string
 	params    sim.Params
+	full      bool
+	slo       sloSpec
 }
 
-var defaultRequests = map[string]int{"conv": 1500, "code": 1500, "mix": 2000, "mooncake": 600}
+// defaultRequests per repetition: with 4 repetitions and the first and last 10 % of each left
+// out, every cell's p99 rests on at least 22 requests.
+var defaultRequests = map[string]int{"conv": 1500, "code": 1500, "mix": 2000, "mooncake": 700}
+
+// The default matrix and the full one (-full).
+const (
+	defaultLoads    = "0.8,1.0"
+	fullLoads       = "0.5,0.8,1.0,1.2"
+	defaultClusters = "4x1p1d+2s,1x8p8d"
+	fullClusters    = "4x1p1d+2s,1x8p8d,2x3p1d+2s"
+)
 
 func main() {
 	o, err := parseFlags(os.Args[1:], os.Stderr)
@@ -90,10 +111,12 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.SetOutput(errOut)
 	seed := fs.Uint64("seed", 1, "seed for prompt text (the only randomness the bench owns)")
 	wl := fs.String("workloads", "conv,code,mix,mooncake", "workloads: conv, code, mix, mooncake")
-	loads := fs.String("loads", "0.5,0.8,1.0,1.2", "offered loads as fractions of the measured capacity")
-	clusters := fs.String("clusters", "4x1p1d+2s,1x8p8d", "cluster shapes <rolesets>x<prefill>p<decode>d[+<standard>s], comma-separated (e.g. 4x1p1d+2s,1x8p8d)")
+	loads := fs.String("loads", defaultLoads, "offered loads as fractions of the measured capacity (-full: "+fullLoads+")")
+	clusters := fs.String("clusters", defaultClusters, "cluster shapes <rolesets>x<prefill>p<decode>d[+<standard>s], comma-separated (-full: "+fullClusters+")")
+	full := fs.Bool("full", false, "the full matrix: loads "+fullLoads+" and shapes "+fullClusters+" (unless -loads / -clusters say otherwise)")
+	profile := fs.String("profile", "llama8b-h100", "engine model of every pod: "+profileNames())
 	pols := fs.String("policies", "", "policies to compare (default all): "+policyNames())
-	reqs := fs.Int("requests", 0, "requests per workload (0: conv 1500, code 1500, mix 2000, mooncake 600)")
+	reqs := fs.Int("requests", 0, "requests per repetition and workload (0: conv 1500, code 1500, mix 2000, mooncake 700)")
 	out := fs.String("out", "", "output directory (default bench/quality/out under the repository)")
 	docs := fs.String("docs", "", "also copy the markdown table and PNGs here (e.g. docs/quality)")
 	data := fs.String("data", "", "trace directory (default traces/ in the repository)")
@@ -101,15 +124,36 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	workers := fs.Int("workers", min(2, runtime.NumCPU()), "runs simulated in parallel")
 	validate := fs.Bool("validate", true, "compare the virtual-time engine with the real-time simulator first")
 	valScale := fs.Float64("validate-scale", valTimeScale, "time scale of the real-time simulator in the check (wall = model × scale)")
-	reps := fs.Int("reps", 3, "repetitions per run with seeds seed, seed+1, …; their requests are pooled")
+	sloTTFT := fs.Duration("slo-ttft", secondsDur(defaultSLO.ttft), "SLO: TTFT bound (the larger of this and -slo-ttft-prefill × the request's idle-pod prefill)")
+	sloTTFTx := fs.Float64("slo-ttft-prefill", defaultSLO.ttftPrefill, "SLO: TTFT bound as a multiple of the request's own idle-pod prefill time")
+	sloTPOT := fs.Duration("slo-tpot", secondsDur(defaultSLO.tpot), "SLO: TPOT bound (mean time per output token after the first)")
+	reps := fs.Int("reps", 4, "repetitions per cell: repetition k replays window k of the trace with Poisson arrivals and picker seed seed+k; requests are pooled")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *full {
+		if !set["loads"] {
+			*loads = fullLoads
+		}
+		if !set["clusters"] {
+			*clusters = fullClusters
+		}
+	}
+	mk, ok := sim.Profiles[*profile]
+	if !ok {
+		return nil, fmt.Errorf("-profile: unknown profile %q; valid: %s", *profile, profileNames())
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	o := &options{args: reportArgs(args), seed: *seed, outDir: *out, docsDir: *docs, dataDir: *data, scrape: scrape.Seconds(),
-		workers: max(1, *workers), validate: *validate, valScale: *valScale, reps: *reps, params: sim.DefaultParams(), requests: map[string]int{}}
+		workers: max(1, *workers), validate: *validate, valScale: *valScale, reps: *reps, profile: *profile, params: mk(), full: *full, requests: map[string]int{},
+		slo: sloSpec{ttft: sloTTFT.Seconds(), ttftPrefill: *sloTTFTx, tpot: sloTPOT.Seconds()}}
+	if o.slo.ttft <= 0 || o.slo.ttftPrefill < 0 || o.slo.tpot <= 0 {
+		return nil, fmt.Errorf("-slo-ttft %v, -slo-ttft-prefill %v, -slo-tpot %v: want positive bounds (the multiple may be 0)", *sloTTFT, *sloTTFTx, *sloTPOT)
+	}
 	if o.reps < 1 || o.reps > 100 {
 		return nil, fmt.Errorf("-reps=%d: want 1..100", o.reps)
 	}
@@ -160,6 +204,15 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	return o, nil
 }
 
+func profileNames() string {
+	var ns []string
+	for n := range sim.Profiles {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	return strings.Join(ns, ", ")
+}
+
 func policyNames() string {
 	var ns []string
 	for _, p := range allPolicies {
@@ -183,30 +236,75 @@ func secondsDur(s float64) time.Duration { return time.Duration(s * float64(time
 // capacityPolicy measures capacity: the seed's defaults, what Tandem ships.
 const capacityPolicy = "seed-default"
 
-// capacity offers the whole window at once (arrivals compressed 10⁴×) and measures the
-// completion rate between the 10th and 90th percentile completion, which leaves out the
-// ramp-up and the tail of the last long requests.
+// capacity is the highest steady (Poisson) arrival rate the cluster sustains under the
+// capacity policy, found by search to within 4 %: a rate is sustained when the mean queueing
+// delay (TTFT minus the request's idle-pod TTFT) of the last third of the measured arrivals
+// is at most 1.25 × that of the first third + 0.25 s, i.e. queues do not grow over the run.
+// Above capacity they grow without bound, so the first third and the last part ways.
 func capacity(w *workload, c clusterSpec, o *options) (float64, error) {
 	pol := allPolicies[slices.IndexFunc(allPolicies, func(p policy) bool { return p.name == capacityPolicy })]
-	res, err := simulate(w, c, pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, timeMult: 1e-4})
-	if err != nil {
-		return 0, err
+	sustained := func(rate float64) (bool, error) {
+		res, err := simulate(w, c, pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, rate: rate})
+		if err != nil {
+			return false, err
+		}
+		var m []float64
+		for _, r := range res.recs {
+			if r.measured && r.failed == "" {
+				m = append(m, r.queueing())
+			}
+		}
+		third := len(m) / 3
+		if third < 10 {
+			return false, fmt.Errorf("capacity run of %s: only %d measured requests", w.name, len(m))
+		}
+		mean := func(xs []float64) float64 {
+			t := 0.0
+			for _, x := range xs {
+				t += x
+			}
+			return t / float64(len(xs))
+		}
+		return mean(m[len(m)-third:]) <= 1.25*mean(m[:third])+0.25, nil
 	}
-	var done []float64
-	for _, r := range res.recs {
-		if r.failed == "" {
-			done = append(done, r.done)
+	// Start from the prefill capacity of the pods the policy prefills on.
+	meanPrefill := 0.0
+	for _, q := range w.reqs {
+		meanPrefill += sim.PrefillSeconds(o.params, q.prompt)
+	}
+	meanPrefill /= float64(len(w.reqs))
+	lo, hi := 0.0, 0.0
+	r := float64(c.rolesets*c.prefill) / meanPrefill
+	for i := 0; i < 12 && (lo == 0 || hi == 0); i++ {
+		ok, err := sustained(r)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo, r = r, r*2
+		} else {
+			hi, r = r, r/2
+		}
+		if lo > 0 && hi > 0 {
+			break
 		}
 	}
-	slices.Sort(done)
-	if len(done) < 10 {
-		return 0, fmt.Errorf("capacity run of %s: only %d requests completed", w.name, len(done))
+	if lo == 0 || hi == 0 {
+		return 0, fmt.Errorf("capacity of %s on %s: no sustained rate between %.3g and %.3g req/s", w.name, c.name, r/4096, r*4096)
 	}
-	lo, hi := done[len(done)/10], done[len(done)*9/10]
-	if hi <= lo {
-		return 0, fmt.Errorf("capacity run of %s: no spread in completion times", w.name)
+	for hi/lo > 1.04 {
+		mid := (lo + hi) / 2
+		ok, err := sustained(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
 	}
-	return float64(len(done)*9/10-len(done)/10) / (hi - lo), nil
+	return lo, nil
 }
 
 // cell is one run's summary.
@@ -216,6 +314,7 @@ type cell struct {
 	rate                      float64 // offered requests/s
 	s                         summary
 	ttfts                     []float64 // sorted, for the CDF
+	reps                      []summary // each repetition alone, for the spread
 	note                      string
 	skipped                   string
 	bucketSteps               int
@@ -251,10 +350,17 @@ func run(o *options, stdout io.Writer) error {
 	for _, c := range o.clusters {
 		for _, wn := range o.workloads {
 			t0 := time.Now()
-			w, err := loadWorkload(dataDir, wn, o.requests[wn], o.params, o.seed)
+			tr, err := readTrace(dataDir, wn)
 			if err != nil {
 				return err
 			}
+			wins := make([]*workload, o.reps)
+			for k := range wins {
+				if wins[k], err = tr.window(o.requests[wn], k, o.params, o.seed, o.slo); err != nil {
+					return err
+				}
+			}
+			w := wins[0]
 			cp, err := capacity(w, c, o)
 			if err != nil {
 				return err
@@ -283,9 +389,8 @@ func run(o *options, stdout io.Writer) error {
 					defer wg.Done()
 					for j := range ch {
 						rate := j.load * cp
-						mult := traceRate / rate
 						cl := cell{workload: wn, cluster: c.name, policy: j.pol.name, load: j.load, rate: rate}
-						res, err := simulateReps(w, c, j.pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, timeMult: mult}, o.reps)
+						res, reps, err := simulateReps(wins, c, j.pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, rate: rate})
 						if err != nil {
 							if _, ok := err.(errNotRegistered); ok {
 								cl.skipped = err.Error()
@@ -297,7 +402,11 @@ func run(o *options, stdout io.Writer) error {
 								mu.Unlock()
 							}
 						} else {
-							cl.s, cl.ttfts = summarize(res, o.params)
+							cl.s, cl.ttfts = summarize(res)
+							for _, r := range reps {
+								rs, _ := summarize(r)
+								cl.reps = append(cl.reps, rs)
+							}
 							cl.note, cl.bucketSteps = res.note, res.bucketSteps
 						}
 						cells[j.idx] = cl
@@ -336,23 +445,33 @@ func repoRoot() (string, error) {
 	}
 }
 
-// simulateReps runs the policy reps times, seeding the picker's random source with seed,
-// seed+1, …, and pools the requests (the span adds up, so goodput stays a rate).
-func simulateReps(w *workload, c clusterSpec, pol policy, o runOpts, reps int) (*runResult, error) {
-	all := &runResult{}
-	for k := 0; k < reps; k++ {
+// simulateReps runs the policy once per window: repetition k replays window k with Poisson
+// arrivals and the picker's random source seeded by seed+k. It returns the pooled requests
+// (the spans and busy times add up, so goodput and utilisation stay rates) and each run.
+func simulateReps(wins []*workload, c clusterSpec, pol policy, o runOpts) (*runResult, []*runResult, error) {
+	all := &runResult{busy: map[string]float64{}, pods: map[string]int{}}
+	var each []*runResult
+	for k, w := range wins {
 		ok := o
 		ok.seed = o.seed + uint64(k)
 		res, err := simulate(w, c, pol, ok)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		each = append(each, res)
 		all.recs = append(all.recs, res.recs...)
 		all.span += res.span
+		all.length += res.length
 		all.bucketSteps += res.bucketSteps
+		all.stdIterations += res.stdIterations
+		all.stdMixed += res.stdMixed
+		for k, v := range res.busy {
+			all.busy[k] += v
+		}
+		all.pods = res.pods
 		if all.note == "" {
 			all.note = res.note
 		}
 	}
-	return all, nil
+	return all, each, nil
 }

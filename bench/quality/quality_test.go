@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -16,7 +17,7 @@ func tinyWorkload(t *testing.T, name string, n int) *workload {
 	if err != nil {
 		t.Skipf("traces not available: %v", err)
 	}
-	w, err := loadWorkload(dir, name, n, sim.DefaultParams(), 7)
+	w, err := loadWorkload(dir, name, n, sim.Llama8BH100(), 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,8 +30,7 @@ func runTiny(t *testing.T, w *workload, pol policy, rate float64) *runResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mult := (float64(len(w.reqs)-1) / w.span) / rate
-	res, err := simulate(w, c, pol, runOpts{params: sim.DefaultParams(), scrape: 1, seed: 7, timeMult: mult})
+	res, err := simulate(w, c, pol, runOpts{params: sim.Llama8BH100(), scrape: 1, seed: 7, rate: rate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,12 +50,11 @@ func byName(t *testing.T, name string) policy {
 // before the last.
 func TestEveryRequestCompletes(t *testing.T) {
 	w := tinyWorkload(t, "mooncake", 40) // shared prefixes, long prompts
-	p := sim.DefaultParams()
+	p := sim.Llama8BH100()
 	for _, pol := range allPolicies {
 		t.Run(pol.name, func(t *testing.T) {
 			c, _ := parseCluster("2x1p1d+1s")
-			mult := (float64(len(w.reqs)-1) / w.span) / 1.0
-			res, err := simulate(w, c, pol, runOpts{params: p, scrape: 1, seed: 7, timeMult: mult})
+			res, err := simulate(w, c, pol, runOpts{params: p, scrape: 1, seed: 7, rate: 2})
 			if _, ok := err.(errNotRegistered); ok {
 				t.Fatalf("policy not registered: %v", err)
 			}
@@ -77,26 +76,31 @@ func TestEveryRequestCompletes(t *testing.T) {
 	}
 }
 
-// An idle pod's TTFT is exactly its prefill time (plain) and E2E adds out−1 steps at a
-// batch of one: checkable by hand from internal/sim's model.
+// An idle pod's TTFT is exactly its prefill time (plain) and E2E adds one decode step per
+// further token, each attending to one more token: checkable by hand from internal/sim's model.
 func TestIdlePodMatchesModel(t *testing.T) {
 	w := tinyWorkload(t, "code", 3)
-	p := sim.DefaultParams()
-	// Spread the three requests 1000 s apart so each finds an idle pod.
+	p := sim.Llama8BH100()
+	// Spread the three requests 1000 s apart so each finds an idle pod (rate 0: these times).
 	for i := range w.reqs {
 		w.reqs[i].at = float64(i) * 1000
 	}
-	w.span = 2000
-	res := runTiny(t, w, byName(t, "round-robin"), float64(len(w.reqs)-1)/w.span)
+	res := runTiny(t, w, byName(t, "round-robin"), 0)
 	for i, r := range res.recs {
 		q := w.reqs[i]
 		wantTTFT := sim.PrefillSeconds(p, q.prompt)
-		wantE2E := wantTTFT + float64(q.out-1)*sim.InterTokenSeconds(p, 1)
+		wantE2E := wantTTFT
+		for j := 0; j < q.out-1; j++ {
+			wantE2E += sim.InterTokenSeconds(p, 1, q.prompt+j)
+		}
 		if d := r.ttft() - wantTTFT; d > 1e-9 || d < -1e-9 {
 			t.Errorf("request %d (%d prompt tokens): TTFT %.9f, want PrefillSeconds %.9f", i, q.prompt, r.ttft(), wantTTFT)
 		}
 		if d := r.e2e() - wantE2E; d > 1e-6 || d < -1e-6 {
 			t.Errorf("request %d: E2E %.9f, want %.9f", i, r.e2e(), wantE2E)
+		}
+		if d := r.queueing(); d > 1e-9 || d < -1e-9 {
+			t.Errorf("request %d: queueing delay %.9f on an idle pod, want 0", i, d)
 		}
 	}
 }
@@ -108,7 +112,7 @@ func TestDeterministicForASeed(t *testing.T) {
 	for _, pol := range allPolicies {
 		t.Run(pol.name, func(t *testing.T) {
 			c, _ := parseCluster("2x1p1d+1s")
-			o := runOpts{params: sim.DefaultParams(), scrape: 1, seed: 7, timeMult: 0.3}
+			o := runOpts{params: sim.Llama8BH100(), scrape: 1, seed: 7, rate: 20}
 			a, err := simulate(w, c, pol, o)
 			if _, ok := err.(errNotRegistered); ok {
 				t.Fatalf("policy not registered: %v", err)
@@ -125,16 +129,16 @@ func TestDeterministicForASeed(t *testing.T) {
 					t.Fatalf("request %d differs between two runs with one seed: %+v vs %+v", i, a.recs[i], b.recs[i])
 				}
 			}
-			sa, _ := summarize(a, sim.DefaultParams())
-			sb, _ := summarize(b, sim.DefaultParams())
-			if sa != sb {
+			sa, _ := summarize(a)
+			sb, _ := summarize(b)
+			if fmt.Sprint(sa) != fmt.Sprint(sb) {
 				t.Fatalf("summaries differ: %+v vs %+v", sa, sb)
 			}
 		})
 	}
 	// Prompt text, and so the prefix sharing, depends on the seed only.
 	dir, _ := findData("")
-	w2, err := loadWorkload(dir, "conv", 5, sim.DefaultParams(), 7)
+	w2, err := loadWorkload(dir, "mix", 150, sim.Llama8BH100(), 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,19 +177,17 @@ func TestPrefixSharingFollowsTheTrace(t *testing.T) {
 	}
 }
 
-// The virtual engine's prefill–decode interference, worked by hand. Model: no prefill base
-// or attention term, 0.0001 s per prompt token, 1000-token chunks, decode step 0.01 s.
-// A (100 prompt tokens, 4 out) arrives at 0 on an idle combined pod: prefill 0.01, first
-// token at 0.01, second at 0.02. B (2500 prompt tokens, 1 out) arrives at 0.015 and
-// prefills in chunks of 1000, 1000, 500 tokens (0.1, 0.1, 0.05 s), each iteration also
-// carrying A's decode step: ends at 0.125, 0.235, 0.295, so B's TTFT is 0.28 (0.25 alone).
-// A's step starting at 0.02 rides B's first chunk: 0.01 + 0.1, third token at 0.13; the
-// next rides the second chunk: fourth token at 0.24 (0.04 alone). B's third chunk starts at
-// 0.235, while A still decodes.
+// The virtual engine's prefill–decode interference, worked by hand. Model: 0.0001 s per
+// token computed, a 1000-token budget per iteration, a memory floor of 0.01 s per iteration,
+// nothing else. A (100 prompt tokens, 4 out) arrives at 0 on an idle combined pod: its
+// prefill iteration [0, 0.01] gives the first token, its first decode [0.01, 0.02] the second.
+// B (2500 prompt tokens, 1 out) arrives at 0.015 and joins at 0.02: two iterations carry A's
+// decode token and 999 of B's tokens (0.1 s each): A's tokens 3 and 4 at 0.12 and 0.22 (0.03
+// and 0.04 alone); then B's last 502 tokens alone (0.0502 s): B's first token at 0.2702, a
+// TTFT of 0.2552 (0.25 alone) and a prefill of 0.2502 from its scheduling.
 func TestPrefillStallsDecodeOnCombinedPod(t *testing.T) {
-	p := sim.DefaultParams()
-	p.PrefillBase, p.PrefillPerToken, p.PrefillQuadratic = 0, 0.0001, 0
-	p.DecodeBase, p.DecodePerSeq, p.PrefillChunkTokens = 0.01, 0, 1000
+	p := sim.Params{PrefillPerToken: 0.0001, DecodeBase: 0.01, MaxRunning: 64, MaxBatchedTokens: 1000,
+		KVTokens: 100000, BlockSize: 16, DefaultMaxTokens: 16}
 	c, _ := parseCluster("1x1p1d+1s")
 	var std *vpod
 	d := newDES()
@@ -210,26 +212,101 @@ func TestPrefillStallsDecodeOnCombinedPod(t *testing.T) {
 		got, want float64
 	}{
 		{"A first token", ra.first, 0.01},
-		{"A done", ra.done, 0.24},
-		{"B TTFT", rb.ttft(), 0.28},
-		{"B own prefill compute", rb.prefillC, 0.25},
+		{"A done", ra.done, 0.22},
+		{"B TTFT", rb.ttft(), 0.2552},
+		{"B prefill from its scheduling", rb.prefillC, 0.2502},
 	} {
 		if !near(c.got, c.want) {
 			t.Errorf("%s = %.9f, want %.9f", c.what, c.got, c.want)
 		}
 	}
-	// What a scrape sees while B is queued behind another prefill: vLLM's waiting count.
+	if std.b.Mixed != 2 {
+		t.Errorf("%d iterations mixed prefill and decode work, want 2", std.b.Mixed)
+	}
+	// What a scrape sees while a second prompt waits behind a prefill: vLLM's waiting count.
 	d2 := newDES()
 	v := newPod(d2, std.ep, p)
 	var seen [2]float64
 	d2.at(0, func() {
-		v.admit(1000, func() { v.lane(func() {}) }) // holds the lane, never releases it
-		v.admit(1000, func() { v.lane(func() {}) }) // admitted, queued for the lane
+		v.add(&sim.Seq{Prompt: 5000, Out: 1}, func(sim.Event) {})
+		v.add(&sim.Seq{Prompt: 5000, Out: 1}, func(sim.Event) {})
 	})
-	d2.at(1, func() { s := v.sample(); seen = [2]float64{s.Running, s.Waiting} })
+	d2.at(0.05, func() { s := v.sample(); seen = [2]float64{s.Running, s.Waiting} })
 	d2.run()
 	if seen != [2]float64{1, 1} {
-		t.Fatalf("running, waiting = %v, want [1 1]: a request queued for the prefill lane counts as waiting", seen)
+		t.Fatalf("running, waiting = %v, want [1 1]: the second prompt waits for the token budget", seen)
+	}
+}
+
+// Steady load: arrivals are a Poisson process at the asked rate, the same for a seed and
+// different across seeds; the measurement window leaves out the first and last 10 %.
+func TestPoissonArrivalsAndWindow(t *testing.T) {
+	w := tinyWorkload(t, "mix", 2000)
+	a, b, c := w.arrivals(50, 1), w.arrivals(50, 1), w.arrivals(50, 2)
+	if !slices.Equal(a, b) || slices.Equal(a, c) {
+		t.Fatal("arrivals must be a function of the seed")
+	}
+	if rate := float64(len(a)-1) / a[len(a)-1]; rate < 45 || rate > 55 {
+		t.Fatalf("mean rate %.1f req/s, want about 50", rate)
+	}
+	if lo, hi := measureWindow(2000); lo != 200 || hi != 1800 {
+		t.Fatalf("window [%d, %d), want [200, 1800)", lo, hi)
+	}
+	// Shuffled Azure windows carry their prefill work evenly: the last fifth about a fifth.
+	total, last := 0, 0
+	for i, q := range w.reqs {
+		total += q.prompt
+		if i >= len(w.reqs)*4/5 {
+			last += q.prompt
+		}
+	}
+	if share := float64(last) / float64(total); share > 0.3 {
+		t.Fatalf("the last fifth of the mix window carries %.0f%% of the prompt tokens: not steady", share*100)
+	}
+	// Different repetitions replay different windows.
+	dir, _ := findData("")
+	tr, err := readTrace(dir, "mix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w0, _ := tr.window(100, 0, sim.Llama8BH100(), 7, defaultSLO)
+	w1, _ := tr.window(100, 1, sim.Llama8BH100(), 7, defaultSLO)
+	if string(w0.reqs[0].body) == string(w1.reqs[0].body) {
+		t.Fatal("windows 0 and 1 start with the same request")
+	}
+}
+
+// The whole run, twice with one seed, prints the same RESULT lines; the model's own lines
+// and the headline lines are there.
+func TestRunIsDeterministic(t *testing.T) {
+	if _, err := findData(""); err != nil {
+		t.Skipf("traces not available: %v", err)
+	}
+	var outs [2]string
+	for i := range outs {
+		o, err := parseFlags([]string{"-workloads", "code", "-clusters", "2x1p1d+1s", "-requests", "120", "-reps", "2",
+			"-policies", "least_request,token_load,round-robin", "-validate=false", "-out", t.TempDir()}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sb strings.Builder
+		if err := run(o, &sb); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(sb.String(), "\n") {
+			if strings.HasPrefix(l, "RESULT ") {
+				outs[i] += l + "\n"
+			}
+		}
+	}
+	if outs[0] != outs[1] {
+		t.Fatalf("two runs with one seed differ:\n%s\nvs\n%s", outs[0], outs[1])
+	}
+	for _, want := range []string{"RESULT model_prefill_s_8192=", "RESULT model_prefill_s_131072=", "RESULT model_tpot_ms_batch32_ctx8192=",
+		"RESULT ttft_p99_gain_vs_least_request_code=", "RESULT goodput_ratio_best_vs_least_request_code="} {
+		if !strings.Contains(outs[0], want) {
+			t.Errorf("no %q line in:\n%s", want, outs[0])
+		}
 	}
 }
 
@@ -245,7 +322,14 @@ func TestReportArgsDropPaths(t *testing.T) {
 			t.Errorf("reportArgs(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
-	if _, err := parseFlags([]string{"-validate-scale", "0"}, io.Discard); err == nil || !strings.Contains(err.Error(), "-validate-scale") {
-		t.Errorf("-validate-scale 0: error %v, want one naming -validate-scale", err)
+	for _, c := range [][]string{{"-validate-scale", "0"}, {"-profile", "gpt-9"}, {"-slo-tpot", "0s"}} {
+		if _, err := parseFlags(c, io.Discard); err == nil || !strings.Contains(err.Error(), c[0]) {
+			t.Errorf("%v: error %v, want one naming %s", c, err, c[0])
+		}
+	}
+	// -full widens loads and shapes unless they are given.
+	o, err := parseFlags([]string{"-full", "-loads", "0.9"}, io.Discard)
+	if err != nil || len(o.loads) != 1 || len(o.clusters) != 3 {
+		t.Errorf("-full -loads 0.9: loads %v, %d clusters, err %v; want [0.9] and 3", o.loads, len(o.clusters), err)
 	}
 }

@@ -11,20 +11,27 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/sim"
 )
 
-// summary is one run's numbers; times in seconds.
+// summary is one cell's numbers over its measured requests (warm-up and cool-down left
+// out); times in seconds.
 type summary struct {
 	n, failed                  int
 	ttftP50, ttftP90, ttftP99  float64
+	queueP50, queueP99         float64 // queueing delay: TTFT minus the request's idle-pod TTFT
+	slowP50, slowP99           float64 // slowdown: TTFT over the idle-pod TTFT
 	tpotP50, tpotP99, e2eP99   float64
-	goodput                    float64 // requests/s meeting both SLOs, over the arrival span
+	goodput                    float64 // requests/s meeting both SLOs, over the measurement window
 	sloPct                     float64 // share of requests meeting both SLOs
 	pdShare, combShare, single float64
+	preempted                  int     // requests that lost their KV at least once
 	minTTFTMinusPrefill        float64 // sanity: never negative
+	// work split: share of prefills computed on prefill / decode / standard pods, share of
+	// decodes on decode / standard pods, and the busy share of each pod class
+	prefillOn, decodeOn map[string]float64
+	util                map[string]float64
 }
 
 // pct is the nearest-rank percentile of sorted xs.
@@ -36,13 +43,16 @@ func pct(xs []float64, p float64) float64 {
 	return xs[min(max(i, 0), len(xs)-1)]
 }
 
-func summarize(res *runResult, p sim.Params) (summary, []float64) {
-	var s summary
-	var ttft, tpot, e2e []float64
+func summarize(res *runResult) (summary, []float64) {
+	s := summary{prefillOn: map[string]float64{}, decodeOn: map[string]float64{}, util: map[string]float64{}}
+	var ttft, tpot, e2e, queue, slow []float64
 	good := 0
 	s.minTTFTMinusPrefill = math.Inf(1)
 	for i := range res.recs {
 		r := &res.recs[i]
+		if !r.measured {
+			continue
+		}
 		s.n++
 		if r.failed != "" {
 			s.failed++
@@ -50,6 +60,8 @@ func summarize(res *runResult, p sim.Params) (summary, []float64) {
 		}
 		ttft = append(ttft, r.ttft())
 		e2e = append(e2e, r.e2e())
+		queue = append(queue, r.queueing())
+		slow = append(slow, r.slowdown())
 		if r.out > 1 {
 			tpot = append(tpot, r.tpot())
 		}
@@ -61,16 +73,22 @@ func summarize(res *runResult, p sim.Params) (summary, []float64) {
 		default:
 			s.single++
 		}
+		if r.preempt > 0 {
+			s.preempted++
+		}
+		s.prefillOn[r.prefillOn]++
+		s.decodeOn[r.decodeOn]++
 		s.minTTFTMinusPrefill = min(s.minTTFTMinusPrefill, r.ttft()-r.prefillC)
-		bound := max(sloTTFT, sloTTFTPrefill*sim.PrefillSeconds(p, r.prompt))
-		if r.ttft() <= bound && (r.out <= 1 || r.tpot() <= sloTPOT) {
+		if r.good() {
 			good++
 		}
 	}
-	slices.Sort(ttft)
-	slices.Sort(tpot)
-	slices.Sort(e2e)
+	for _, xs := range [][]float64{ttft, tpot, e2e, queue, slow} {
+		slices.Sort(xs)
+	}
 	s.ttftP50, s.ttftP90, s.ttftP99 = pct(ttft, 50), pct(ttft, 90), pct(ttft, 99)
+	s.queueP50, s.queueP99 = pct(queue, 50), pct(queue, 99)
+	s.slowP50, s.slowP99 = pct(slow, 50), pct(slow, 99)
 	s.tpotP50, s.tpotP99 = pct(tpot, 50), pct(tpot, 99)
 	s.e2eP99 = pct(e2e, 99)
 	if res.span > 0 {
@@ -80,9 +98,32 @@ func summarize(res *runResult, p sim.Params) (summary, []float64) {
 		s.pdShare /= float64(ok)
 		s.combShare /= float64(ok)
 		s.single /= float64(ok)
+		for k := range s.prefillOn {
+			s.prefillOn[k] /= float64(ok)
+		}
+		for k := range s.decodeOn {
+			s.decodeOn[k] /= float64(ok)
+		}
+	}
+	for k, b := range res.busy {
+		if n := res.pods[k]; n > 0 && res.length > 0 {
+			s.util[k] = b / (float64(n) * res.length)
+		}
 	}
 	s.sloPct = float64(good) / float64(max(1, s.n))
 	return s, ttft
+}
+
+// spread is "[min–max]" of a statistic over a cell's repetitions.
+func spread(c *cell, f func(summary) float64, format func(float64) string) string {
+	if len(c.reps) < 2 {
+		return ""
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, r := range c.reps {
+		lo, hi = min(lo, f(r)), max(hi, f(r))
+	}
+	return " [" + format(lo) + "–" + format(hi) + "]"
 }
 
 type wlInfo struct {
@@ -121,15 +162,98 @@ func (r *report) find(wl, cluster, pol string, load float64) *cell {
 	return nil
 }
 
-// tandemPolicy is true for the PD cascade's policies: the "best policy" of the goal is
-// chosen among them (the non-PD strategies and round-robin are reported beside it).
-func tandemPolicy(name string) bool {
+// productionPolicy is true for the policies the production picker provides (every strategy
+// and PD configuration a user can set); the bench's own round-robin never counts.
+func productionPolicy(name string) bool {
 	for _, p := range allPolicies {
 		if p.name == name {
-			return p.strategy == pd.StrategyName
+			return !p.rr
 		}
 	}
 	return false
+}
+
+// modelNumbers are the engine model's own figures, measured through the scheduling core:
+// one prompt of 8192 and of 131072 tokens on an idle pod (seconds to its first token), and
+// one decode iteration of 32 sequences each attending to 8192 tokens (ms).
+func modelNumbers(p sim.Params) (prefill8k, prefill128k, tpot32 float64) {
+	prefill := func(n int) float64 {
+		b := sim.NewBatch(p)
+		s := &sim.Seq{Prompt: n, Out: 1}
+		b.Add(s)
+		for s.Generated() == 0 {
+			if _, _, ok := b.Plan(); !ok {
+				return math.NaN()
+			}
+			b.Commit()
+		}
+		return s.PrefillSeconds()
+	}
+	b := sim.NewBatch(p)
+	for i := 0; i < 32; i++ {
+		s := &sim.Seq{Kind: sim.SeqDecode, Prompt: 8192, Out: 3}
+		b.Add(s)
+		b.Ready(s)
+	}
+	secs := 0.0
+	for i := 0; i < 2; i++ { // the first step computes each prompt's last token; the second decodes at 8192
+		_, secs, _ = b.Plan()
+		b.Commit()
+	}
+	return prefill(8192), prefill(131072), secs * 1000
+}
+
+// fittedTo says, per profile, what published figures the model's own numbers rest on
+// (internal/sim/README.md has the sources and the arithmetic).
+var fittedTo = map[string][3]string{
+	"llama8b-h100": {
+		"dense layers at 55 % of the H100's 989 TFLOP/s (NVIDIA NIM, Llama-3.3-70B FP8 on 2×H100: 5000 tokens in 407 ms, ≈ 46 % of peak with TP)",
+		"attention at 35 % of peak (FlashAttention-2 on H100, FlashAttention-3 paper); MInference: 1M tokens in 30 min with an 8B model on an A100; issue 17: ~15–20 s on an H100",
+		"HBM at 77 % of 3.35 TB/s (vLLM sweep, Llama-3.1-8B BF16 on an A100 40 GB: 75 tokens/s at concurrency 1, ~77 % of the bandwidth ceiling); 16.06 GB of weights + 32 × 8192 × 128 KiB of KV",
+	},
+}
+
+// headline is one workload's verdict on the default shape: each production policy's gain
+// (the smaller of its p99 TTFT cuts against least_request at 80 % and 100 % load) and its
+// goodput ratios; it qualifies only with goodput at least least_request's at both loads.
+type headline struct {
+	policy      string
+	cut80, cut1 float64
+	g80, g1     float64 // goodput ratios against least_request
+	gain        float64
+	qualifies   bool
+}
+
+func (r *report) headlines(wl, cluster string) ([]headline, bool) {
+	lr80, lr1 := r.find(wl, cluster, "least_request", 0.8), r.find(wl, cluster, "least_request", resultLoad)
+	if lr80 == nil || lr1 == nil {
+		return nil, false
+	}
+	var out []headline
+	for _, p := range r.o.policies {
+		c80, c1 := r.find(wl, cluster, p.name, 0.8), r.find(wl, cluster, p.name, resultLoad)
+		if !productionPolicy(p.name) || c80 == nil || c1 == nil {
+			continue
+		}
+		h := headline{policy: p.name, cut80: 1 - c80.s.ttftP99/lr80.s.ttftP99, cut1: 1 - c1.s.ttftP99/lr1.s.ttftP99,
+			g80: c80.s.goodput / lr80.s.goodput, g1: c1.s.goodput / lr1.s.goodput}
+		h.gain = min(h.cut80, h.cut1)
+		h.qualifies = c80.s.goodput >= lr80.s.goodput && c1.s.goodput >= lr1.s.goodput
+		out = append(out, h)
+	}
+	return out, true
+}
+
+// best is the qualifying policy with the largest gain; least_request itself qualifies with
+// gain 0, so when no other policy beats it the headline is 0 at a goodput ratio of 1.
+func best(hs []headline) headline {
+	b := headline{policy: "least_request", g80: 1, g1: 1, qualifies: true}
+	for _, h := range hs {
+		if h.qualifies && h.gain > b.gain {
+			b = h
+		}
+	}
+	return b
 }
 
 func (r *report) write(stdout io.Writer) error {
@@ -141,9 +265,22 @@ func (r *report) write(stdout io.Writer) error {
 	}
 	fmt.Fprintf(&md, "# Routing quality — results\n\nGenerated by %s (seed %d) on %s, %s/%s, %d CPUs, %s, in %s.\n\n",
 		cmd, r.o.seed, host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), r.started.UTC().Format("2006-01-02 15:04 MST"), r.elapsed.Round(time.Second))
-	fmt.Fprintf(&md, "SLO for goodput: TTFT ≤ max(%.0f s, %.0f× the request's own prefill time on an idle pod) and TPOT ≤ %.0f ms. "+
-		"Goodput = requests meeting both ÷ arrival span (req/s). Times in ms. PD/comb = share of requests routed as a prefill/decode pair / to a combined (standard) pod; the rest went whole to one pod.\n\n",
-		sloTTFT, sloTTFTPrefill, sloTPOT*1000)
+	p8, p128, tp := modelNumbers(r.o.params)
+	fmt.Fprintf(&md, "**Engine model:** profile `%s` (internal/sim/README.md gives every parameter's source). "+
+		"One 8192-token prompt on an idle pod: %.3f s; one 131072-token prompt: %.2f s; one decode iteration of 32 sequences with 8192 tokens of context each: %.1f ms.\n\n",
+		r.o.profile, p8, p128, tp)
+	if f, ok := fittedTo[r.o.profile]; ok {
+		fmt.Fprintf(&md, "Fitted to: 8192-token prefill — %s; 131072-token prefill — %s; decode — %s.\n\n", f[0], f[1], f[2])
+	}
+	fmt.Fprintf(&md, "**Load:** each repetition replays a different window of the trace (Azure windows shuffled, so the mix of sizes is steady; Mooncake in order, for its prefix sharing) "+
+		"as a Poisson process at the cell's rate; capacity is the highest such rate the cluster sustains under %s (queues do not grow over the run). "+
+		"**Statistics:** the first and last 10 %% of each repetition's arrivals (warm-up, cool-down) are left out; %d repetitions are pooled; `[a–b]` is the range over repetitions.\n\n",
+		capacityPolicy, r.o.reps)
+	fmt.Fprintf(&md, "**SLO**, per request (sent as `%s` / `%s`): TTFT ≤ max(%.0f s, %.0f× the request's own prefill time on an idle pod) and TPOT ≤ %.0f ms. "+
+		"Goodput = measured requests meeting both ÷ the measurement window (req/s). Queueing = TTFT − the request's own idle-pod TTFT; slowdown = TTFT ÷ it. "+
+		"Times in ms. PD/comb = share routed as a prefill/decode pair / to a combined (standard) pod (the rest went whole to one pod). "+
+		"Prefill on / decode on = share of requests whose prefill (decode) ran on prefill / decode / standard pods; busy = share of time the pods of each class ran iterations.\n\n",
+		headerSLOTTFT, headerSLOTPOT, r.o.slo.ttft, r.o.slo.ttftPrefill, r.o.slo.tpot*1000)
 	if len(r.validation) > 0 {
 		md.WriteString("## Engine model check against the real-time simulator\n\n")
 	}
@@ -152,19 +289,40 @@ func (r *report) write(stdout io.Writer) error {
 	}
 	fmt.Fprintf(&md, "## Policies\n\n")
 	for _, p := range r.o.policies {
-		fmt.Fprintf(&md, "- **%s**: %s\n", p.name, p.describe())
+		tag := ""
+		if !productionPolicy(p.name) {
+			tag = " (bench-only: never counts for the headline)"
+		}
+		fmt.Fprintf(&md, "- **%s**: %s%s\n", p.name, p.describe(), tag)
 	}
 	md.WriteString("\n")
-	var results []string
+	results := []string{
+		fmt.Sprintf("RESULT model_prefill_s_8192=%.3f", p8),
+		fmt.Sprintf("RESULT model_prefill_s_131072=%.2f", p128),
+		fmt.Sprintf("RESULT model_tpot_ms_batch32_ctx8192=%.1f", tp),
+	}
+
+	var notes []string
+	split := func(m map[string]float64, keys ...string) string {
+		var xs []string
+		for _, k := range keys {
+			xs = append(xs, fmt.Sprintf("%.0f", m[k]*100))
+		}
+		return strings.Join(xs, "/")
+	}
 	for _, wi := range r.workloads {
 		w := wi.w
-		fmt.Fprintf(&md, "## %s on %s\n\n%d requests (first %d of `%s`", w.name, wi.cluster, len(w.reqs), len(w.reqs), w.source)
-		if w.dropped > 0 {
-			fmt.Fprintf(&md, "; %d longer than one pod's KV capacity skipped", w.dropped)
+		order := "shuffled"
+		if !w.shuffled {
+			order = "in trace order"
 		}
-		fmt.Fprintf(&md, "), trace rate %.2f req/s; measured capacity %.2f req/s (%s, whole window offered at once, completions between the 10th and 90th percentile).\n\n",
-			wi.traceRate, wi.capacity, capacityPolicy)
-		md.WriteString("| load | policy | TTFT p50 | TTFT p90 | TTFT p99 | TPOT p50 | TPOT p99 | E2E p99 | goodput | SLO % | PD | comb | failed |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		fmt.Fprintf(&md, "## %s on %s\n\n%d requests per repetition (windows 0–%d of `%s`, %s", w.name, wi.cluster, len(w.reqs), r.o.reps-1, w.source, order)
+		if w.dropped > 0 {
+			fmt.Fprintf(&md, "; %d requests longer than one pod's KV capacity skipped", w.dropped)
+		}
+		fmt.Fprintf(&md, "), trace rate %.2f req/s; capacity %.2f req/s (%s, steady Poisson arrivals).\n\n", wi.traceRate, wi.capacity, capacityPolicy)
+		md.WriteString("| load | policy | TTFT p50 | TTFT p90 | TTFT p99 [reps] | queue p50 | queue p99 | slowdown p99 | TPOT p50 | TPOT p99 | E2E p99 | goodput [reps] | SLO % | PD | comb | prefill on P/D/S % | decode on D/S % | busy P/D/S % | preempted | n |\n" +
+			"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 		var skipped []string
 		for _, l := range r.o.loads {
 			for _, p := range r.o.policies {
@@ -185,9 +343,13 @@ func (r *report) write(stdout io.Writer) error {
 					continue
 				}
 				s := c.s
-				fmt.Fprintf(&md, "| %.0f%% | %s | %s | %s | %s | %s | %s | %s | %.2f | %.0f | %.0f%% | %.0f%% | %d |\n",
-					l*100, p.name, ms(s.ttftP50), ms(s.ttftP90), ms(s.ttftP99), ms(s.tpotP50), ms(s.tpotP99), ms(s.e2eP99),
-					s.goodput, s.sloPct*100, s.pdShare*100, s.combShare*100, s.failed)
+				fmt.Fprintf(&md, "| %.0f%% | %s | %s | %s | %s%s | %s | %s | %.1f | %s | %s | %s | %.2f%s | %.0f | %.0f%% | %.0f%% | %s | %s | %s | %d | %d |\n",
+					l*100, p.name, ms(s.ttftP50), ms(s.ttftP90), ms(s.ttftP99), spread(c, func(x summary) float64 { return x.ttftP99 }, ms),
+					ms(s.queueP50), ms(s.queueP99), s.slowP99, ms(s.tpotP50), ms(s.tpotP99), ms(s.e2eP99),
+					s.goodput, spread(c, func(x summary) float64 { return x.goodput }, func(v float64) string { return fmt.Sprintf("%.2f", v) }),
+					s.sloPct*100, s.pdShare*100, s.combShare*100,
+					split(s.prefillOn, "prefill", "decode", "standard"), split(s.decodeOn, "decode", "standard"), split(s.util, "prefill", "decode", "standard"),
+					s.preempted, s.n)
 			}
 		}
 		for _, p := range r.o.policies {
@@ -205,7 +367,25 @@ func (r *report) write(stdout io.Writer) error {
 		for _, s := range skipped {
 			fmt.Fprintf(&md, "\nNote: %s.\n", s)
 		}
-		// RESULT lines at 100 % load, for the first cluster only.
+		md.WriteString("\n")
+		if hs, ok := r.headlines(w.name, wi.cluster); ok {
+			md.WriteString("Against least_request at 80 % and 100 % load (gain = the smaller p99 TTFT cut; qualifies with goodput ≥ least_request's at both):\n\n" +
+				"| policy | p99 cut 80 % | p99 cut 100 % | goodput ratio 80 % | goodput ratio 100 % | gain | qualifies |\n|---|---|---|---|---|---|---|\n")
+			for _, h := range hs {
+				fmt.Fprintf(&md, "| %s | %+.0f%% | %+.0f%% | %.2f | %.2f | %+.3f | %v |\n", h.policy, h.cut80*100, h.cut1*100, h.g80, h.g1, h.gain, h.qualifies)
+			}
+			b := best(hs)
+			verdict := fmt.Sprintf("best qualifying: **%s** (gain %.3f, goodput ratio %.2f)", b.policy, b.gain, min(b.g80, b.g1))
+			if b.policy == "least_request" {
+				verdict = "no policy qualifies with a positive gain: least_request stays the best (gain 0, ratio 1)"
+			}
+			fmt.Fprintf(&md, "\n%s on %s: %s.\n", w.name, wi.cluster, verdict)
+			if wi.cluster == r.o.clusters[0].name {
+				results = append(results, fmt.Sprintf("RESULT ttft_p99_gain_vs_least_request_%s=%.3f", w.name, b.gain))
+				results = append(results, fmt.Sprintf("RESULT goodput_ratio_best_vs_least_request_%s=%.3f", w.name, min(b.g80, b.g1)))
+				notes = append(notes, fmt.Sprintf("headline %s: %s", w.name, verdict))
+			}
+		}
 		if wi.cluster == r.o.clusters[0].name {
 			for _, p := range r.o.policies {
 				if c := r.find(w.name, wi.cluster, p.name, resultLoad); c != nil {
@@ -213,40 +393,13 @@ func (r *report) write(stdout io.Writer) error {
 					results = append(results, fmt.Sprintf("RESULT goodput_%s_%s=%.3f", w.name, p.name, c.s.goodput))
 				}
 			}
-			if best, lr := r.bestPD(w.name, wi.cluster, resultLoad), r.find(w.name, wi.cluster, "least_request", resultLoad); best != nil && lr != nil {
-				results = append(results, fmt.Sprintf("RESULT ttft_p99_gain_vs_least_request_%s=%.3f", w.name, 1-best.s.ttftP99/lr.s.ttftP99))
-			}
-		}
-		// The headline at 80 % and 100 % load (the goal's range).
-		md.WriteString("\n")
-		for _, l := range []float64{0.8, resultLoad} {
-			best, lr := r.bestPD(w.name, wi.cluster, l), r.find(w.name, wi.cluster, "least_request", l)
-			if best == nil || lr == nil {
-				continue
-			}
-			fmt.Fprintf(&md, "- %.0f%% load: lowest TTFT p99 among the PD cascade policies: **%s** (%s ms, goodput %.2f): %+.0f%% vs least_request (%s ms, goodput %.2f)",
-				l*100, best.policy, ms(best.s.ttftP99), best.s.goodput, -(1-best.s.ttftP99/lr.s.ttftP99)*100, ms(lr.s.ttftP99), lr.s.goodput)
-			if sd := r.find(w.name, wi.cluster, "seed-default", l); sd != nil {
-				fmt.Fprintf(&md, ", %+.0f%% vs seed-default (%s ms, goodput %.2f)", -(1-best.s.ttftP99/sd.s.ttftP99)*100, ms(sd.s.ttftP99), sd.s.goodput)
-			}
-			var win *cell
-			for i := range r.cells {
-				c := &r.cells[i]
-				if c.workload == w.name && c.cluster == wi.cluster && c.load == l && c.skipped == "" && (win == nil || c.s.ttftP99 < win.s.ttftP99) {
-					win = c
-				}
-			}
-			if win != nil {
-				fmt.Fprintf(&md, "; lowest of all policies: **%s** (%s ms, goodput %.2f)", win.policy, ms(win.s.ttftP99), win.s.goodput)
-			}
-			md.WriteString(".\n")
 		}
 		if err := r.pictures(&md, wi); err != nil {
 			return err
 		}
 		md.WriteString("\n")
 	}
-	fmt.Fprintf(&md, "\n## RESULT lines (100%% load, cluster %s)\n\n```\n%s\n```\n", r.o.clusters[0].name, strings.Join(results, "\n"))
+	fmt.Fprintf(&md, "\n## RESULT lines (cluster %s)\n\n```\n%s\n```\n", r.o.clusters[0].name, strings.Join(results, "\n"))
 	mdPath := filepath.Join(r.o.outDir, "quality.md")
 	if err := os.WriteFile(mdPath, []byte(md.String()), 0o644); err != nil {
 		return err
@@ -259,20 +412,16 @@ func (r *report) write(stdout io.Writer) error {
 			return err
 		}
 	}
-	for _, l := range results {
+	for _, n := range notes {
+		fmt.Fprintln(stdout, n)
+	}
+	f, fitted := fittedTo[r.o.profile]
+	for i, l := range results {
 		fmt.Fprintln(stdout, l)
+		if fitted && i < len(f) { // the three model lines come first
+			fmt.Fprintf(stdout, "#   fitted to: %s\n", f[i])
+		}
 	}
 	fmt.Fprintf(stdout, "wrote %s (total %s)\n", mdPath, r.elapsed.Round(time.Millisecond))
 	return nil
-}
-
-// bestPD is the PD cascade policy with the lowest TTFT p99 at a load.
-func (r *report) bestPD(wl, cluster string, load float64) *cell {
-	var best *cell
-	for _, p := range r.o.policies {
-		if c := r.find(wl, cluster, p.name, load); c != nil && tandemPolicy(p.name) && (best == nil || c.s.ttftP99 < best.s.ttftP99) {
-			best = c
-		}
-	}
-	return best
 }

@@ -153,8 +153,15 @@ type record struct {
 	prompt   int
 	outcome  picker.Outcome
 	step     string
-	prefillC float64 // pure prefill compute time of this request (its own prefill leg)
-	failed   string
+	idle     float64 // the request's own TTFT alone on an idle pod: PrefillSeconds(prompt)
+	prefillC float64 // model time of its prefill leg, from its first scheduling to its first token
+	sloTTFT  float64 // its SLO bounds (also sent as x-slo-ttft-ms / x-slo-tpot-ms)
+	sloTPOT  float64
+	measured bool // arrived inside the measurement window (not warm-up or cool-down)
+	preempt  int  // times its sequences lost their KV
+	// where its work ran: the pods of its prefill and of its decode ("prefill", "decode", "standard")
+	prefillOn, decodeOn string
+	failed              string
 }
 
 func (r *record) ttft() float64 { return r.first - r.arrive }
@@ -166,24 +173,40 @@ func (r *record) tpot() float64 {
 	return (r.done - r.first) / float64(r.out-1)
 }
 
+// queueing is TTFT minus the request's own idle-pod TTFT: what waiting (and routing) added.
+func (r *record) queueing() float64 { return r.ttft() - r.idle }
+
+// slowdown is TTFT over the request's own idle-pod TTFT.
+func (r *record) slowdown() float64 { return r.ttft() / max(r.idle, 1e-9) }
+
+// good says whether the request met both of its SLOs.
+func (r *record) good() bool {
+	return r.failed == "" && r.ttft() <= r.sloTTFT && (r.out <= 1 || r.tpot() <= r.sloTPOT)
+}
+
 // runOpts are the knobs of one run.
 type runOpts struct {
-	params   sim.Params
-	scrape   float64 // scrape interval, seconds
-	seed     uint64
-	timeMult float64          // virtual arrival = trace arrival × timeMult
-	sched    picker.Scheduler // when set, routes instead of the policy (validation)
+	params sim.Params
+	scrape float64 // scrape interval, seconds
+	seed   uint64
+	rate   float64          // offered requests per second (a Poisson process); 0: the workload's own arrival times
+	sched  picker.Scheduler // when set, routes instead of the policy (validation)
 }
 
 // runResult is one (workload, cluster, policy, load) run.
 type runResult struct {
 	recs        []record
-	span        float64 // virtual seconds from first to last arrival
+	span        float64 // virtual seconds of the measurement window (arrivals counted in the statistics)
 	bucketSteps int
-	// decode steps on the standard (combined) pods, and those that waited for a prefill
-	// chunk there (prefill pods decode nothing, decode pods prefill nothing)
-	decodeSteps, stalledSteps int
-	note                      string
+	// busy seconds of the pods of each class ("prefill", "decode", "standard") inside the
+	// run, the pods of each class, and the run's length (first arrival to last completion)
+	busy   map[string]float64
+	pods   map[string]int
+	length float64
+	// iterations on the standard (combined) pods, and those that carried prefill and decode
+	// work together (prefill pods decode nothing, decode pods prefill nothing)
+	stdIterations, stdMixed int
+	note                    string
 }
 
 // rrScheduler is the bench's round-robin: every pod in turn, ignoring roles and load —
@@ -233,7 +256,10 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 		sched, deps = router, dp
 	}
 
-	res := &runResult{recs: make([]record, len(w.reqs))}
+	arrivals := w.arrivals(o.rate, o.seed)
+	res := &runResult{recs: make([]record, len(w.reqs)), busy: map[string]float64{}, pods: map[string]int{}}
+	lo, hi := measureWindow(len(arrivals))
+	res.span = arrivals[hi-1] - arrivals[lo]
 	pending := len(w.reqs)
 	// Scrapes publish every pod's state at the interval; between scrapes the picker sees
 	// the last one (stale), exactly as from the production scraper.
@@ -254,12 +280,16 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	for i := range w.reqs {
 		q := &w.reqs[i]
 		rec := &res.recs[i]
-		rec.arrive = q.at * o.timeMult
+		rec.arrive = arrivals[i]
 		rec.out, rec.prompt = q.out, q.prompt
+		rec.idle = sim.PrefillSeconds(o.params, q.prompt)
+		rec.sloTTFT, rec.sloTPOT = q.sloTTFT, q.sloTPOT
+		rec.measured = i >= lo && i < hi
 		d.at(rec.arrive, func() {
 			finish := func() { pending-- }
 			req, err := request.Parse("POST", "/v1/completions",
-				map[string]string{"x-request-id": strconv.Itoa(q.id), "content-type": "application/json"}, q.body)
+				map[string]string{"x-request-id": strconv.Itoa(q.id), "content-type": "application/json",
+					headerSLOTTFT: strconv.Itoa(int(q.sloTTFT * 1000)), headerSLOTPOT: strconv.Itoa(int(q.sloTPOT * 1000))}, q.body)
 			if err != nil {
 				rec.failed = "parse: " + err.Error()
 				finish()
@@ -290,107 +320,122 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	if pending != 0 {
 		return nil, fmt.Errorf("%s/%s: %d requests never finished (simulation bug)", w.name, pol.name, pending)
 	}
-	res.span = w.span * o.timeMult
+	for _, r := range res.recs {
+		res.length = max(res.length, r.done)
+	}
 	for _, p := range podList {
-		if !strings.HasPrefix(p.ep.Name, "standard-") {
-			continue
+		res.busy[p.class] += p.b.BusySeconds
+		res.pods[p.class]++
+		if p.class == "standard" {
+			res.stdIterations += p.b.Iterations
+			res.stdMixed += p.b.Mixed
 		}
-		res.decodeSteps += p.steps
-		res.stalledSteps += p.stalled
 	}
 	return res, nil
+}
+
+// The SLO headers a request carries (llm-d's names), so a policy may read its bounds.
+const (
+	headerSLOTTFT = "x-slo-ttft-ms"
+	headerSLOTPOT = "x-slo-tpot-ms"
+)
+
+// measureWindow is the arrivals counted in the statistics: the first and last 10 % are
+// warm-up (the cluster fills) and cool-down (arrivals stop, queues drain), left out.
+func measureWindow(n int) (lo, hi int) {
+	lo, hi = n/10, n-n/10
+	if hi-lo < 2 {
+		return 0, n
+	}
+	return lo, hi
 }
 
 // sseChunk is the size of one streamed token chunk on the wire, for ResponseBody.
 const sseChunk = 160
 
+// tokens returns the handler of a client-facing sequence: it streams each token to the
+// lifecycle hooks and finishes the request with its last one.
+func tokens(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, finish func()) handler {
+	return func(e sim.Event) {
+		switch e.Kind {
+		case sim.EvToken:
+			v.gen++
+			i := e.Seq.Generated()
+			if i == 1 {
+				rec.first = d.now
+				if lc != nil {
+					lc.ResponseHeaders(200, v.ep.HostPort())
+				}
+			}
+			if lc != nil {
+				lc.ResponseBody(sseChunk, i == q.out)
+			}
+		case sim.EvFinished:
+			rec.done = d.now
+			if lc != nil {
+				lc.Done(nil)
+			}
+			finish()
+		case sim.EvPreempted:
+			rec.preempt++
+		}
+	}
+}
+
 // runPlain serves a whole request on one pod.
 func runPlain(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, finish func()) {
-	need := q.prompt + q.out
-	prefillLeg(v, q, rec, need, func() {
-		generate(d, q, rec, v, lc, false, need, finish)
+	rec.prefillOn, rec.decodeOn = v.class, v.class
+	s := &sim.Seq{Kind: sim.SeqWhole, Prompt: q.prompt, Out: q.out, Hashes: q.hashes}
+	stream := tokens(d, q, rec, v, lc, finish)
+	v.add(s, func(e sim.Event) {
+		if e.Kind == sim.EvToken && e.Seq.Generated() == 1 {
+			prefilled(v, rec, e.Seq)
+		}
+		stream(e)
 	})
+}
+
+// prefilled records a prefill's time, as the pod's prefill-time histogram and the request see it.
+func prefilled(v *vpod, rec *record, s *sim.Seq) {
+	rec.prefillC = s.PrefillSeconds()
+	v.prefillS += rec.prefillC
+	v.prefillN++
 }
 
 // runPD serves the prefill leg on pf, then the decode leg on dc (a decode-side sidecar's
 // order: prefill call first, decode after it returns).
 func runPD(d *des, q *wreq, rec *record, pf, dc *vpod, lc picker.Lifecycle, finish func()) {
-	pneed := q.prompt + 1
-	prefillLeg(pf, q, rec, pneed, func() {
-		pf.gen++
-		// The prefill leg answers its one token and leaves the batch; its KV stays
-		// until the decode leg pulls it.
-		pf.leave(true, 0)
-		if po, ok := lc.(pd.PrefillObserver); ok {
-			po.PrefillDone(nil)
-		}
-		// Decode leg: pull the KV (frees it on the prefill pod), take a slot, pay
-		// the transfer, then one inter-token step per token.
-		pf.leave(false, pneed)
-		need := q.prompt + q.out
-		dc.admit(need, func() {
-			t := sim.TransferSeconds(dc.p, q.prompt)
-			d.after(t, func() {
-				dc.b.Remember(q.hashes)
-				generate(d, q, rec, dc, lc, true, need, finish)
-			})
-		})
-	})
-}
-
-// prefillLeg admits need KV tokens on v, waits for a prefill lane, computes the prompt's
-// uncached tokens, frees the lane, caches the prompt's blocks and calls done, with the slot
-// and the KV still held.
-func prefillLeg(v *vpod, q *wreq, rec *record, need int, done func()) {
-	v.admit(need, func() {
-		v.lane(func() {
-			cached := sim.CachedTokens(v.p, q.prompt, v.b.Lookup(q.hashes))
-			rec.prefillC = sim.PrefillSeconds(v.p, q.prompt-cached)
-			v.prefill(q.prompt-cached, func(compute float64) {
-				v.releaseLane()
-				v.b.Remember(q.hashes)
-				v.prefillS += compute
-				v.prefillN++
-				done()
-			})
-		})
-	})
-}
-
-// generate emits the output tokens: the first now (plain) or after one step (decode leg),
-// each next one an inter-token step later at the pod's current batch.
-func generate(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, decodeLeg bool, need int, finish func()) {
-	i := 0
-	v.b.AddDecoding(1)
-	var tok func()
-	tok = func() {
-		v.gen++
-		last := i == q.out-1
-		if i == 0 {
-			rec.first = d.now
-			if lc != nil {
-				lc.ResponseHeaders(200, v.ep.HostPort())
+	rec.prefillOn, rec.decodeOn = pf.class, dc.class
+	ps := &sim.Seq{Kind: sim.SeqPrefill, Prompt: q.prompt, Out: 1, Hashes: q.hashes}
+	pf.add(ps, func(e sim.Event) {
+		switch e.Kind {
+		case sim.EvToken:
+			pf.gen++
+			prefilled(pf, rec, ps)
+		case sim.EvPreempted:
+			rec.preempt++
+		case sim.EvHeld:
+			if po, ok := lc.(pd.PrefillObserver); ok {
+				po.PrefillDone(nil)
 			}
+			ds := &sim.Seq{Kind: sim.SeqDecode, Prompt: q.prompt, Out: q.out, Hashes: q.hashes}
+			stream := tokens(d, q, rec, dc, lc, finish)
+			dc.add(ds, func(e sim.Event) {
+				if e.Kind != sim.EvAllocated {
+					stream(e)
+					return
+				}
+				// The decode pod holds KV for the prompt: the pull starts, the prefill pod's
+				// KV is released, and the transfer takes its turn on the decode pod's link.
+				pf.b.Release(ps)
+				pf.kick()
+				end := dc.link.Reserve(d.now, sim.TransferSeconds(dc.p, q.prompt))
+				d.at(end, func() {
+					dc.b.Remember(q.hashes)
+					dc.b.Ready(ds)
+					dc.kick()
+				})
+			})
 		}
-		if lc != nil {
-			lc.ResponseBody(sseChunk, last)
-		}
-		i++
-		if last {
-			rec.done = d.now
-			v.b.AddDecoding(-1)
-			v.leave(true, need)
-			if lc != nil {
-				lc.Done(nil)
-			}
-			finish()
-			return
-		}
-		d.after(v.itl(), tok)
-	}
-	if decodeLeg {
-		d.after(v.itl(), tok)
-	} else {
-		tok()
-	}
+	})
 }

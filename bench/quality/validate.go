@@ -31,12 +31,12 @@ const (
 )
 
 // valChecks are the two checks: a light one on the Azure conv trace (long answers), and the
-// Azure code trace (long prompts) at a rate that keeps the standard pod's prefill lane busy
-// about half the time, so prefill–decode interference acts.
+// Azure code trace (long prompts) at a rate that keeps the standard pod prefilling a good
+// part of the time, so prefill–decode interference acts. Arrivals are Poisson at the rate.
 var valChecks = []struct {
 	workload string
 	rate     float64 // requests per model second
-}{{"conv", 2}, {"code", 6}}
+}{{"conv", 2}, {"code", 20}}
 
 type validation struct {
 	n                    int
@@ -51,8 +51,8 @@ type validation struct {
 	// prefill–decode interference acts), [1] PD pair.
 	e2eRelPath [2]float64
 	scale      float64
-	// share of the virtual run's decode steps that waited for a prefill chunk (all on the
-	// standard pod: the prefill pod decodes nothing, the decode pod prefills nothing)
+	// share of the virtual run's iterations on the standard pod that carried prefill and
+	// decode work together (the prefill pod decodes nothing, the decode pod prefills nothing)
 	stalledShare float64
 	wall         time.Duration
 }
@@ -96,7 +96,7 @@ func validateAt(o *options, workload string, valRate float64) (*validation, erro
 	if scale <= 0 {
 		scale = valTimeScale
 	}
-	mult := (float64(len(w.reqs)-1) / w.span) / valRate
+	arrivals := w.arrivals(valRate, o.seed)
 	c := clusterSpec{name: "1x1p1d+1s", rolesets: 1, prefill: 1, decode: 1, standard: 1}
 	eps := c.endpoints(false)
 	byName := map[string]*pool.Endpoint{}
@@ -104,7 +104,7 @@ func validateAt(o *options, workload string, valRate float64) (*validation, erro
 		byName[e.Name] = e
 	}
 	fs := &fixedScheduler{prefill: byName["rs0-prefill-0"], decode: byName["rs0-decode-0"], standard: byName["standard-0"]}
-	virt, err := simulate(w, c, policy{name: "fixed"}, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, timeMult: mult, sched: fs})
+	virt, err := simulate(w, c, policy{name: "fixed"}, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, rate: valRate, sched: fs})
 	if err != nil {
 		return nil, err
 	}
@@ -142,7 +142,7 @@ func validateAt(o *options, workload string, valRate float64) (*validation, erro
 	t0 := time.Now()
 	for i := range w.reqs {
 		q := &w.reqs[i]
-		at := t0.Add(sim.Wall(q.at*mult, scale))
+		at := t0.Add(sim.Wall(arrivals[q.id], scale))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -192,7 +192,7 @@ func validateAt(o *options, workload string, valRate float64) (*validation, erro
 		}()
 	}
 	wg.Wait()
-	v := &validation{n: len(w.reqs), workload: workload, rate: valRate, wall: time.Since(t0), scale: scale, stalledShare: float64(virt.stalledSteps) / float64(max(1, virt.decodeSteps))}
+	v := &validation{n: len(w.reqs), workload: workload, rate: valRate, wall: time.Since(t0), scale: scale, stalledShare: float64(virt.stdMixed) / float64(max(1, virt.stdIterations))}
 	var pathN [2]float64
 	var vt, rt, ve, re []float64
 	for i, g := range got {
@@ -223,7 +223,7 @@ func validateAt(o *options, workload string, valRate float64) (*validation, erro
 
 func (v *validation) text() string {
 	return fmt.Sprintf("validation vs internal/sim (%d %s requests at %g req/s, time scale %g, %s wall): TTFT p50 virtual %s ms / real %s ms, p99 %s / %s ms, "+
-		"E2E p99 %s / %s ms; mean |Δ| TTFT %s ms (%.1f%%), E2E %s ms (%.1f%%; standard pod %.1f%%, PD pair %.1f%%); %.1f%% of the standard pod's decode steps waited for a prefill chunk\n",
+		"E2E p99 %s / %s ms; mean |Δ| TTFT %s ms (%.1f%%), E2E %s ms (%.1f%%; standard pod %.1f%%, PD pair %.1f%%); %.1f%% of the standard pod's iterations mixed prefill and decode\n",
 		v.n, v.workload, v.rate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
 		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100, v.stalledShare*100)
 }
@@ -236,7 +236,7 @@ func (v *validation) markdown() string {
 		"| | virtual | real |\n|---|---|---|\n| TTFT p50 (ms) | %s | %s |\n| TTFT p99 (ms) | %s | %s |\n| E2E p99 (ms) | %s | %s |\n\n"+
 		"Per request, mean |real − virtual|: TTFT %s ms (%.1f%% of the real value), E2E %s ms (%.1f%%: %.1f%% for the requests on the standard pod, "+
 		"where prefill–decode interference acts, %.1f%% for the PD pairs). "+
-		"In the virtual run %.1f%% of the standard pod's decode steps waited for a prefill chunk. "+
+		"In the virtual run %.1f%% of the standard pod's iterations carried a prefill chunk beside decodes (interference). "+
 		"The real servers add HTTP, JSON and timer overheads (divided by the time scale, so magnified %g×); the virtual engine has none.\n\n",
 		v.workload, v.rate, v.n, v.workload, v.rate, v.scale, v.wall.Round(time.Millisecond), ms(v.virtP50), ms(v.realP50), ms(v.virtP99), ms(v.realP99),
 		ms(v.virtE2E99), ms(v.realE2E99), ms(v.ttftMAE), v.ttftRel*100, ms(v.e2eMAE), v.e2eRel*100, v.e2eRelPath[0]*100, v.e2eRelPath[1]*100, v.stalledShare*100, 1/v.scale)

@@ -37,21 +37,48 @@ type traceReq struct {
 // sharing becomes real shared prefixes) and the engine-side block hashes of that text.
 type wreq struct {
 	id     int
-	at     float64 // trace seconds from the window's first arrival
+	at     float64 // trace seconds from the window's first arrival (the trace's own timing)
 	prompt int
 	out    int
 	body   []byte
 	hashes []uint64 // sim.BlockHashes(sim.Tokenize(prompt text)), what the engine caches
 	ids    []int    // the trace's hash_ids (Mooncake), for tests
+	// the request's SLO bounds (sloSpec.of)
+	sloTTFT, sloTPOT float64
 }
 
 // workload is a window of one trace.
 type workload struct {
 	name    string
 	source  string
+	window  int // which window of the trace (0, 1, …): repetition k replays window k
 	reqs    []wreq
 	span    float64 // seconds between the first and last arrival in the trace window
 	dropped int     // requests whose prompt+output exceed one pod's KV capacity
+	// shuffled: the window's order was shuffled, so its mix of sizes is the same all along
+	// (Azure: no prefix sharing to keep); Mooncake keeps its order (multi-turn sharing)
+	shuffled bool
+}
+
+// arrivals is when each request arrives: a Poisson process of the given rate (steady load;
+// its gaps drawn from seed), or the trace's own times for rate 0.
+func (w *workload) arrivals(rate float64, seed uint64) []float64 {
+	out := make([]float64, len(w.reqs))
+	if rate <= 0 {
+		for i, q := range w.reqs {
+			out[i] = q.at
+		}
+		return out
+	}
+	r := rand.New(rand.NewPCG(seed, 0xa771fa1))
+	t := 0.0
+	for i := range out {
+		if i > 0 {
+			t += r.ExpFloat64() / rate
+		}
+		out[i] = t
+	}
+	return out
 }
 
 // findData resolves the traces shipped in the repository (traces/, found by walking up to
@@ -146,10 +173,14 @@ func readMooncake(path string) ([]traceReq, error) {
 	return out, sc.Err()
 }
 
-// loadWorkload reads a named workload and keeps its first n requests (in arrival order) whose
-// prompt plus output fit one pod's KV capacity. A contiguous window keeps the trace's
-// burstiness and, for Mooncake, its multi-turn order and prefix sharing.
-func loadWorkload(dataDir, name string, n int, p sim.Params, seed uint64) (*workload, error) {
+// trace is a whole trace (or the merged Azure traces), sorted by arrival.
+type trace struct {
+	name, source string
+	reqs         []traceReq
+}
+
+// readTrace reads a named workload's trace.
+func readTrace(dataDir, name string) (*trace, error) {
 	var all []traceReq
 	var source string
 	switch name {
@@ -189,37 +220,77 @@ func loadWorkload(dataDir, name string, n int, p sim.Params, seed uint64) (*work
 		return nil, fmt.Errorf("-workloads: unknown workload %q; valid: conv, code, mix, mooncake", name)
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].at < all[j].at })
-	w := &workload{name: name, source: source}
-	var kept []traceReq
-	for _, r := range all {
-		if len(kept) == n {
-			break
-		}
+	return &trace{name: name, source: source, reqs: all}, nil
+}
+
+// loadWorkload reads a named workload and keeps its first window of n requests.
+func loadWorkload(dataDir, name string, n int, p sim.Params, seed uint64) (*workload, error) {
+	tr, err := readTrace(dataDir, name)
+	if err != nil {
+		return nil, err
+	}
+	return tr.window(n, 0, p, seed, defaultSLO)
+}
+
+// window is the k-th window of n consecutive requests (in arrival order, wrapping around the
+// trace's end) whose prompt plus output fit one pod's KV capacity. A contiguous window keeps,
+// for Mooncake, its multi-turn order and prefix sharing; an Azure window (no sharing recorded)
+// is shuffled, seeded, so its mix of prompt sizes is steady over the run instead of following
+// the trace's bursts (the 2000-request mix window carries half its prefill work in its last fifth).
+func (tr *trace) window(n, k int, p sim.Params, seed uint64, slo sloSpec) (*workload, error) {
+	w := &workload{name: tr.name, source: tr.source, window: k, shuffled: tr.name != "mooncake"}
+	var fit []int // indexes of the requests that fit
+	for i, r := range tr.reqs {
 		if r.prompt+r.out > p.KVTokens {
 			w.dropped++
 			continue
 		}
-		kept = append(kept, r)
+		fit = append(fit, i)
 	}
-	if len(kept) < 2 {
-		return nil, fmt.Errorf("workload %s: %d usable requests; need at least 2", name, len(kept))
+	if len(fit) < 2 {
+		return nil, fmt.Errorf("workload %s: %d usable requests; need at least 2", tr.name, len(fit))
 	}
-	t0 := kept[0].at
+	n = min(n, len(fit))
+	var kept []int
+	for j := 0; j < n; j++ {
+		kept = append(kept, fit[(k*n+j)%len(fit)])
+	}
+	if w.shuffled {
+		r := rand.New(rand.NewPCG(seed, uint64(k)+0x5b0ff1e))
+		r.Shuffle(len(kept), func(a, b int) { kept[a], kept[b] = kept[b], kept[a] })
+	}
+	t0 := tr.reqs[kept[0]].at
 	blocks := map[int]string{}
-	for i, r := range kept {
+	for i, idx := range kept {
+		r := tr.reqs[idx]
 		var text string
 		if r.hashIDs != nil {
 			text = mooncakeText(r, blocks, seed)
 		} else {
-			text = uniqueText(r.prompt, seed, uint64(i)+1, r.src)
+			text = uniqueText(r.prompt, seed, uint64(idx)+1, r.src)
 		}
 		body := fmt.Appendf(nil, `{"model":%q,"prompt":"%s","max_tokens":%d,"stream":true}`, modelName, text, r.out)
-		w.reqs = append(w.reqs, wreq{id: i, at: r.at - t0, prompt: r.prompt, out: r.out, body: body,
-			hashes: sim.BlockHashes(sim.Tokenize(text), p.BlockSize), ids: r.hashIDs})
+		at := r.at - t0
+		if w.shuffled || at < 0 {
+			at = 0 // a shuffled window has no trace timing; it is always replayed at a rate
+		}
+		q := wreq{id: i, at: at, prompt: r.prompt, out: r.out, body: body,
+			hashes: sim.BlockHashes(sim.Tokenize(text), p.BlockSize), ids: r.hashIDs}
+		q.sloTTFT, q.sloTPOT = slo.of(p, r.prompt)
+		w.reqs = append(w.reqs, q)
 	}
-	w.span = w.reqs[len(w.reqs)-1].at
+	if !w.shuffled {
+		w.span = w.reqs[len(w.reqs)-1].at
+	} else {
+		// the trace rate of a shuffled window: its requests over the time they spanned
+		lo, hi := tr.reqs[kept[0]].at, tr.reqs[kept[0]].at
+		for _, idx := range kept {
+			lo, hi = min(lo, tr.reqs[idx].at), max(hi, tr.reqs[idx].at)
+		}
+		w.span = hi - lo
+	}
 	if w.span <= 0 {
-		return nil, fmt.Errorf("workload %s: all %d arrivals at one instant; cannot scale a rate", name, len(w.reqs))
+		return nil, fmt.Errorf("workload %s: all %d arrivals at one instant; cannot scale a rate", tr.name, len(w.reqs))
 	}
 	return w, nil
 }

@@ -15,6 +15,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"sigs.k8s.io/yaml"
@@ -60,7 +62,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	exitOnCrash := fs.Bool("exit-on-crash", true, "exit with status 3 when a pod crashes, as a real engine process would")
 	verbose := fs.Bool("v", false, "log to stderr")
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, then exit")
-	cfg := sim.PodConfig{Params: sim.DefaultParams()}
+	// -profile picks the parameter set the other model flags start from, so it is read first.
+	profile := profileArg(args)
+	mk, ok := sim.Profiles[profile]
+	if !ok {
+		return fmt.Errorf("-profile %q: unknown; valid: %s", profile, strings.Join(profileNames(), ", "))
+	}
+	fs.String("profile", "default", "engine model the other model flags start from: "+strings.Join(profileNames(), ", "))
+	cfg := sim.PodConfig{Params: mk()}
 	fs.StringVar(&cfg.Name, "name", "", "pod name (default engine-role-port)")
 	fs.StringVar(&cfg.Engine, "engine", sim.EngineVLLM, "vllm, sglang or trtllm")
 	fs.StringVar(&cfg.Role, "role", "", "prefill, decode or empty for a standard pod")
@@ -73,15 +82,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.TRTParamsTopLevel, "trt-params-top-level", false, "TensorRT-LLM: disaggregated_params at the top level of a context answer")
 	fs.StringVar(&cfg.TRTServerInfo, "trt-server-info", "", "TensorRT-LLM: raw JSON to serve at /server_info")
 	p := &cfg.Params
-	fs.Float64Var(&p.PrefillBase, "prefill-base-seconds", p.PrefillBase, "prefill time: constant term")
-	fs.Float64Var(&p.PrefillPerToken, "prefill-per-token-seconds", p.PrefillPerToken, "prefill time: per uncached token")
-	fs.Float64Var(&p.PrefillQuadratic, "prefill-quadratic-seconds", p.PrefillQuadratic, "prefill time: per uncached token squared")
-	fs.Float64Var(&p.DecodeBase, "decode-base-seconds", p.DecodeBase, "inter-token latency: constant term")
-	fs.Float64Var(&p.DecodePerSeq, "decode-per-seq-seconds", p.DecodePerSeq, "inter-token latency: per running sequence")
+	fs.Float64Var(&p.PrefillBase, "prefill-base-seconds", p.PrefillBase, "fixed cost per prompt, paid with its first chunk")
+	fs.Float64Var(&p.PrefillPerToken, "prefill-per-token-seconds", p.PrefillPerToken, "iteration compute time: per token computed")
+	fs.Float64Var(&p.PrefillQuadratic, "prefill-quadratic-seconds", p.PrefillQuadratic, "iteration compute time: attention, per unit of (done+n)²−done²")
+	fs.Float64Var(&p.DecodeBase, "decode-base-seconds", p.DecodeBase, "iteration memory time: reading the weights")
+	fs.Float64Var(&p.DecodePerSeq, "decode-per-seq-seconds", p.DecodePerSeq, "iteration memory time: per scheduled sequence")
+	fs.Float64Var(&p.DecodePerKVToken, "decode-per-kv-token-seconds", p.DecodePerKVToken, "iteration memory time: per token of KV the scheduled sequences attend to")
+	fs.IntVar(&p.MaxBatchedTokens, "max-batched-tokens", p.MaxBatchedTokens, "token budget of one iteration (vLLM max_num_batched_tokens); 0: none")
 	fs.Float64Var(&p.TransferBase, "transfer-base-seconds", p.TransferBase, "KV transfer: constant term")
 	fs.Float64Var(&p.TransferPerToken, "transfer-per-token-seconds", p.TransferPerToken, "KV transfer: per token")
 	fs.IntVar(&p.MaxRunning, "max-running", p.MaxRunning, "running batch size; more requests wait")
-	fs.IntVar(&p.PrefillLanes, "prefill-lanes", p.PrefillLanes, "prefills computed at once; more wait")
+	fs.IntVar(&p.PrefillLanes, "prefill-lanes", p.PrefillLanes, "most prompts one iteration prefills; 0: as many as the budget fits")
 	fs.IntVar(&p.KVTokens, "kv-tokens", p.KVTokens, "KV capacity in tokens")
 	fs.IntVar(&p.BlockSize, "block-size", p.BlockSize, "KV and prefix-cache block size in tokens")
 	fs.IntVar(&p.DefaultMaxTokens, "default-max-tokens", p.DefaultMaxTokens, "output tokens when a request sets no max_tokens")
@@ -148,6 +159,32 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+}
+
+// profileArg is the value of -profile (or --profile) in args, "default" without one.
+func profileArg(args []string) string {
+	for i, a := range args {
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "profile" {
+			continue
+		}
+		if hasVal {
+			return val
+		}
+		if i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return "default"
+}
+
+func profileNames() []string {
+	var ns []string
+	for n := range sim.Profiles {
+		ns = append(ns, n)
+	}
+	slices.Sort(ns)
+	return ns
 }
 
 // loadConfig reads `pods:` from YAML. Each pod starts from DefaultParams, model sim-model and

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tandem-epp/tandem/internal/sim"
 )
 
 func writeConfig(t *testing.T, text string) string {
@@ -108,6 +110,25 @@ func TestRunFlagsAndCrash(t *testing.T) {
 	}
 }
 
+// -profile picks the parameters the other model flags start from.
+func TestRunProfile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, _ := start(t, ctx, []string{"-profile", "llama8b-h100", "-addr", "127.0.0.1:0"}, 1)
+	resp, err := http.Get(pods[0].URL + "/sim/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st sim.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	if want := sim.Llama8BH100().KVTokens; st.KVTokens != want {
+		t.Fatalf("kv_tokens %d with -profile llama8b-h100, want the profile's %d", st.KVTokens, want)
+	}
+}
+
 func TestRunRejectsBadConfig(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -118,6 +139,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		{[]string{"-config", writeConfig(t, "pods: []\n")}, "pods is empty"},
 		{[]string{"-config", writeConfig(t, "pods:\n- engine: vllm\n  params: {block_size: 0}\n")}, "block_size"},
 		{[]string{"stray"}, "unexpected arguments"},
+		{[]string{"-profile", "h100"}, "-profile"},
 	} {
 		err := run(context.Background(), c.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

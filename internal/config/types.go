@@ -57,8 +57,9 @@ type PD struct {
 	PrefixCache PrefixCache
 
 	// Handoff is how the prefill target is handed over: "sidecar" (headers and metadata for
-	// a decode-side proxy) or "epp" (Tandem runs the prefill leg itself).
-	Handoff string // TANDEM_PD_HANDOFF, "sidecar"
+	// a decode-side proxy), "epp" (Tandem runs the prefill leg itself) or "auto" (sidecar when
+	// the decode pod declares a routing sidecar, else epp).
+	Handoff string // TANDEM_PD_HANDOFF, "auto"
 }
 
 // The AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE values.
@@ -111,7 +112,7 @@ func DefaultPD() PD {
 			MaxBlocks:               200000,
 			StandardDeviationFactor: 1,
 		},
-		Handoff: "sidecar",
+		Handoff: HandoffAuto,
 	}
 }
 

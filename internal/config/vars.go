@@ -322,8 +322,8 @@ var Vars = []Var{
 	strategyVar("ROUTING_ALGORITHM", "routingAlgorithm",
 		"Gateway default routing strategy, used when neither the model config nor the `routing-strategy` header names one. Unset: the `--config-file`'s scheduling when it has one, else `pd` when the model's endpoints carry prefill/decode roles, else `least-request`.",
 		func(g *Gateway) *string { return &g.DefaultStrategy }),
-	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffSidecar, HandoffEPP}, false, Exact,
-		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy) or `epp` (Tandem runs the prefill leg itself).",
+	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffAuto, HandoffSidecar, HandoffEPP}, false, Exact,
+		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy), `epp` (Tandem runs the prefill leg itself, so plain engine pods disaggregate), or `auto`: per request, `sidecar` when the decode pod declares a routing sidecar (it carries llm-d's `llm-d.ai/role` label, as llm-d's decode pods with the routing sidecar do), else `epp`. The prefill target also travels as `envoy.lb` metadata in every mode.",
 		func(g *Gateway) *string { return &g.PD.Handoff }),
 }
 

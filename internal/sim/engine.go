@@ -3,40 +3,44 @@ package sim
 import (
 	"context"
 	"sync"
+	"time"
 )
 
-// engine is one pod's scheduler in real time: the shared scheduling core (Batch: running
-// batch, KV, FIFO admission, prefill chunks, prefix cache) behind a mutex, prefill lanes as a
-// channel semaphore, and the gauges the metrics endpoint reads. Admitted requests still queued
-// for a prefill lane count as waiting, not running, as in vLLM (a request is "running" once the
-// scheduler gives it tokens to compute).
+// engine is one pod's scheduler in real time: the shared scheduling core (Batch) behind a
+// mutex, and a loop that runs its iterations — plan, sleep the iteration's model time at the
+// pod's time scale, commit — and hands each event to the request it belongs to. Requests
+// wait on their own handle, so the loop never blocks on a slow client.
 type engine struct {
-	p Params
-	// lanes admits PrefillLanes prefills at a time; channel senders are served in order.
-	lanes chan struct{}
+	p     Params
+	scale float64
+	start time.Time
+	done  <-chan struct{}
 
 	mu       sync.Mutex
 	b        *Batch
-	laneWait int           // admitted requests queued for a prefill lane (reported as waiting)
+	link     Link          // inbound KV transfers (model seconds since start)
 	changed  chan struct{} // closed and replaced on every state change
+	kick     chan struct{} // wakes the loop (capacity 1)
+	running  bool          // the loop goroutine exists
 	prefillQ int           // SGLang prefill legs waiting for their decode leg
 	decodeQ  int           // decode legs waiting for their KV
 	gen      int64         // output tokens generated
 }
 
-func newEngine(p Params) *engine {
-	return &engine{p: p, b: NewBatch(p), changed: make(chan struct{}), lanes: make(chan struct{}, max(1, p.PrefillLanes))}
+func newEngine(p Params, scale float64, done <-chan struct{}) *engine {
+	return &engine{p: p, scale: scale, start: time.Now(), done: done, b: NewBatch(p),
+		changed: make(chan struct{}), kick: make(chan struct{}, 1)}
 }
 
 // Stats is a snapshot of a pod's scheduler.
 type Stats struct {
-	// Running is vLLM's num_requests_running: admitted sequences that are prefilling or decoding
-	// (or holding a slot), not those still queued for a prefill lane.
+	// Running is vLLM's num_requests_running: sequences in the running batch (prefilling,
+	// decoding, or hung).
 	Running int
-	// Waiting is vLLM's num_requests_waiting: requests queued for admission (a slot and KV)
-	// plus admitted requests queued for a prefill lane.
+	// Waiting is vLLM's num_requests_waiting: sequences waiting to be scheduled (new,
+	// preempted, or decode legs waiting for their KV).
 	Waiting      int
-	KVUsedTokens int // reserved KV tokens
+	KVUsedTokens int // KV tokens held
 	KVTokens     int // KV capacity
 	CachedBlocks int // blocks in the prefix cache
 	// PrefillBootstrap counts SGLang prefill legs waiting for their decode leg to connect.
@@ -45,13 +49,16 @@ type Stats struct {
 	DecodePrealloc int
 	// Generated counts output tokens since the pod started.
 	Generated int64
+	// Preemptions counts sequences that lost their KV because it ran out.
+	Preemptions int
 }
 
 func (e *engine) stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return Stats{Running: e.b.Running() - e.laneWait, Waiting: e.b.Queued() + e.laneWait, KVUsedTokens: e.b.KVUsed(), KVTokens: e.p.KVTokens,
-		CachedBlocks: e.b.CachedBlocks(), PrefillBootstrap: e.prefillQ, DecodePrealloc: e.decodeQ, Generated: e.gen}
+	return Stats{Running: e.b.Running(), Waiting: e.b.Waiting(), KVUsedTokens: e.b.KVUsed(), KVTokens: e.p.KVTokens,
+		CachedBlocks: e.b.CachedBlocks(), PrefillBootstrap: e.prefillQ, DecodePrealloc: e.decodeQ, Generated: e.gen,
+		Preemptions: e.b.Preemptions}
 }
 
 // notifyLocked wakes whoever waits for a state change.
@@ -83,134 +90,173 @@ func (e *engine) generated() {
 	e.mu.Unlock()
 }
 
-// admission is one request's place in the running batch and its KV reservation.
-type admission struct {
-	e    *engine
-	slot bool
-	kv   int
-	once sync.Once
+// seqHandle is a request's end of its sequence: the events the loop delivered, in order.
+type seqHandle struct {
+	e   *engine
+	seq *Seq
+	mu  sync.Mutex
+	evs []EventKind
+	sig chan struct{} // capacity 1: events arrived
 }
 
-// admit waits, in FIFO order, for a running slot and need tokens of KV (Batch.Enqueue).
-func (e *engine) admit(ctx context.Context, need int) (*admission, error) {
-	ready := make(chan struct{})
-	e.mu.Lock()
-	t := e.b.Enqueue(need, func() { close(ready) })
-	e.notifyLocked()
-	e.mu.Unlock()
+func (h *seqHandle) push(k EventKind) {
+	h.mu.Lock()
+	h.evs = append(h.evs, k)
+	h.mu.Unlock()
 	select {
-	case <-ready:
-		return &admission{e: e, slot: true, kv: need}, nil
-	case <-ctx.Done():
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		e.b.Withdraw(t)
-		e.notifyLocked()
-		return nil, context.Cause(ctx)
-	}
-}
-
-// prefillLane waits for a free prefill lane; release it with the returned function. While
-// it waits, the request counts as waiting.
-func (e *engine) prefillLane(ctx context.Context) (release func(), err error) {
-	release = func() { <-e.lanes }
-	select {
-	case e.lanes <- struct{}{}:
-		return release, nil
+	case h.sig <- struct{}{}:
 	default:
 	}
-	e.addLaneWait(1)
-	defer e.addLaneWait(-1)
-	select {
-	case e.lanes <- struct{}{}:
-		return release, nil
-	case <-ctx.Done():
-		return nil, context.Cause(ctx)
+}
+
+// next waits for the sequence's next event; false if ctx ended first.
+func (h *seqHandle) next(ctx context.Context) (EventKind, bool) {
+	for {
+		h.mu.Lock()
+		if len(h.evs) > 0 {
+			k := h.evs[0]
+			h.evs = h.evs[1:]
+			h.mu.Unlock()
+			return k, true
+		}
+		h.mu.Unlock()
+		select {
+		case <-h.sig:
+		case <-ctx.Done():
+			return 0, false
+		}
 	}
 }
 
-func (e *engine) addLaneWait(d int) {
+// add queues a sequence and returns its handle.
+func (e *engine) add(s *Seq) *seqHandle {
+	h := &seqHandle{e: e, seq: s, sig: make(chan struct{}, 1)}
+	s.Owner = h
 	e.mu.Lock()
-	e.laneWait += d
+	e.b.Add(s)
+	e.changedLocked()
+	e.mu.Unlock()
+	return h
+}
+
+// changedLocked notes a state change: watchers wake, and so does the loop (started on first use).
+func (e *engine) changedLocked() {
 	e.notifyLocked()
-	e.mu.Unlock()
-}
-
-// beginChunk starts computing a prefill chunk of c model seconds and returns how long its
-// iteration takes (Batch.BeginChunk).
-func (e *engine) beginChunk(c float64) float64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.b.BeginChunk(c)
-}
-
-func (e *engine) endChunk(c float64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.b.EndChunk(c)
-}
-
-// step is how long a decode step starting now takes (Batch.Step), with the admitted
-// requests not queued for a prefill lane as the running batch.
-func (e *engine) step() float64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.b.Step(e.b.Running() - e.laneWait)
-}
-
-// addDecoding moves the count of sequences generating tokens.
-func (e *engine) addDecoding(d int) {
-	e.mu.Lock()
-	e.b.AddDecoding(d)
-	e.mu.Unlock()
-}
-
-// leaveBatch frees the running slot but keeps the KV (a prefill leg's KV waiting to be pulled).
-func (a *admission) leaveBatch() {
-	a.e.mu.Lock()
-	if a.slot {
-		a.slot = false
-		a.e.b.Leave(true, 0)
-		a.e.notifyLocked()
+	if !e.running {
+		e.running = true
+		go e.loop()
 	}
-	a.e.mu.Unlock()
-}
-
-// keep frees the running slot and hands the KV to the caller, who frees it (once) with the
-// returned function; release then does nothing. A prefill leg's KV outlives its request.
-func (a *admission) keep() (free func()) {
-	a.leaveBatch()
-	a.once.Do(func() {})
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			a.e.mu.Lock()
-			a.e.b.Leave(false, a.kv)
-			a.e.notifyLocked()
-			a.e.mu.Unlock()
-		})
+	select {
+	case e.kick <- struct{}{}:
+	default:
 	}
 }
 
-// release frees the slot and the KV; safe to call more than once.
-func (a *admission) release() {
-	a.once.Do(func() {
-		a.e.mu.Lock()
-		a.e.b.Leave(a.slot, a.kv)
-		a.slot = false
-		a.e.notifyLocked()
-		a.e.mu.Unlock()
-	})
+// cancel takes the sequence out of the scheduler (a no-op once it finished).
+func (h *seqHandle) cancel() {
+	h.e.mu.Lock()
+	h.e.b.Cancel(h.seq)
+	h.e.changedLocked()
+	h.e.mu.Unlock()
 }
 
-// lookup returns how many leading blocks of hashes the prefix cache holds, touching them.
-func (e *engine) lookup(hashes []uint64) int {
+// release frees a held prefill leg's KV; safe to call more than once.
+func (h *seqHandle) release() {
+	h.e.mu.Lock()
+	h.e.b.Release(h.seq)
+	h.e.changedLocked()
+	h.e.mu.Unlock()
+}
+
+// ready marks a decode leg's KV as arrived.
+func (h *seqHandle) ready() {
+	h.e.mu.Lock()
+	h.e.b.Ready(h.seq)
+	h.e.changedLocked()
+	h.e.mu.Unlock()
+}
+
+// cached is how many prompt tokens the prefix cache supplied.
+func (h *seqHandle) cached() int {
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	return h.seq.Cached()
+}
+
+// prefillSeconds is the model time from the sequence's first scheduling to its first token.
+func (h *seqHandle) prefillSeconds() float64 {
+	h.e.mu.Lock()
+	defer h.e.mu.Unlock()
+	return h.seq.PrefillSeconds()
+}
+
+// transfer waits for a KV transfer of tokens on the pod's inbound link (FIFO behind
+// transfers already booked) and returns its model seconds, or false if ctx ended.
+func (e *engine) transfer(ctx context.Context, tokens int) (float64, bool) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.b.Lookup(hashes)
+	now := time.Since(e.start).Seconds() / e.scale
+	end := e.link.Reserve(now, TransferSeconds(e.p, tokens))
+	e.mu.Unlock()
+	if !sleepWall(ctx, Wall(end-now, e.scale)) {
+		return 0, false
+	}
+	return end - now, true
 }
 
-// remember puts computed blocks in the prefix cache (Batch.Remember).
+func (e *engine) deliverLocked(evs []Event) {
+	for _, ev := range evs {
+		ev.Seq.Owner.(*seqHandle).push(ev.Kind)
+	}
+	if len(evs) > 0 {
+		e.notifyLocked()
+	}
+}
+
+// loop runs iterations while there is work and waits for a kick when there is none. It
+// ends when the pod closes. Back-to-back iterations are timed from the previous one's
+// deadline, not from when the loop got round to planning, so the loop's own overhead (locks,
+// goroutine wake-ups, timer slack) does not add up over a busy run.
+func (e *engine) loop() {
+	var timer *time.Timer
+	var deadline time.Time // when the previous iteration was due to end; zero after idling
+	for {
+		e.mu.Lock()
+		evs, secs, ok := e.b.Plan()
+		e.deliverLocked(evs)
+		e.mu.Unlock()
+		if !ok {
+			deadline = time.Time{}
+			select {
+			case <-e.kick:
+				continue
+			case <-e.done:
+				return
+			}
+		}
+		now := time.Now()
+		if deadline.IsZero() || deadline.Before(now.Add(-Wall(secs, e.scale))) {
+			deadline = now // idle before, or so far behind that catching up would distort
+		}
+		deadline = deadline.Add(Wall(secs, e.scale))
+		if d := time.Until(deadline); d > 0 {
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			select {
+			case <-timer.C:
+			case <-e.done:
+				return
+			}
+		}
+		e.mu.Lock()
+		e.deliverLocked(e.b.Commit())
+		e.mu.Unlock()
+	}
+}
+
+// remember puts blocks in the prefix cache (a decode leg's pulled prompt).
 func (e *engine) remember(hashes []uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()

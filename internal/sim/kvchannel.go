@@ -73,6 +73,14 @@ func (t *kvTable) put(key string, val any, ttl time.Duration, expire func()) err
 	return nil
 }
 
+// vacant reports whether put would accept key: nothing is there, or only a waiter.
+func (t *kvTable) vacant(key string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	sl, ok := t.slots[key]
+	return !ok || sl.waiting
+}
+
 // take removes and returns the value under key, waiting up to wait for a put.
 func (t *kvTable) take(ctx context.Context, key string, wait time.Duration) (any, error) {
 	t.mu.Lock()

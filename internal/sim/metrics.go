@@ -30,11 +30,11 @@ func newPodMetrics(s *Server) *podMetrics {
 	waiting := func() float64 { return float64(st().Waiting) }
 	kvUsage := func() float64 { x := st(); return float64(x.KVUsedTokens) / float64(x.KVTokens) }
 	throughput := func() float64 {
-		b := st().Running
-		if b == 0 {
+		x := st()
+		if x.Running == 0 {
 			return 0
 		}
-		return float64(b) / InterTokenSeconds(s.p, b)
+		return float64(x.Running) / InterTokenSeconds(s.p, x.Running, x.KVUsedTokens/x.Running)
 	}
 	model := s.cfg.Model
 	blocks := strconv.Itoa(s.p.KVTokens / s.p.BlockSize)
@@ -64,6 +64,7 @@ func newPodMetrics(s *Server) *podMetrics {
 		counter("vllm:generation_tokens_total", "Number of generation tokens processed.", l, gen)
 		counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in tokens.", l, m.cacheQueries.Load)
 		counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in tokens.", l, m.cacheHits.Load)
+		counter("vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", l, func() int64 { return int64(st().Preemptions) })
 		m.prefillTime = hist("vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.", l)
 		m.ttft = hist("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l)
 		gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig.",

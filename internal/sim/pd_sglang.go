@@ -104,8 +104,7 @@ func sglangPrefillLeg(s *Server, q *inferReq, room int64) *leg {
 			}
 			return herr
 		},
-		handOff: func(_ context.Context, a *admission) (extra, *httpError) {
-			free := a.keep()
+		handOff: func(_ context.Context, free func()) (extra, *httpError) {
 			if err := s.table.put(sglangKVKey(room), sglangKV{tokens: len(q.ids), free: free}, Wall(s.p.KVHold, s.scale), free); err != nil {
 				free()
 				return extra{}, badRequest("bootstrap_room", "bootstrap_room %d is already in use", room)

@@ -56,7 +56,7 @@ func (trtContract) classify(s *Server, q *inferReq) (*leg, *httpError) {
 		if herr := prefillShape(q, "TensorRT-LLM"); herr != nil {
 			return nil, herr
 		}
-		return trtContextLeg(s, q, id), nil
+		return trtContextLeg(s, q, id, present), nil
 	case "generation_only":
 		if herr := s.checkRole(RoleDecode, "generation_only", "TensorRT-LLM"); herr != nil {
 			return nil, herr
@@ -84,16 +84,32 @@ type trtOpaque struct {
 
 func trtKey(id int64) string { return fmt.Sprintf("trt/%d", id) }
 
-func trtContextLeg(s *Server, q *inferReq, id int64) *leg {
-	return &leg{kind: legPrefill, handOff: func(_ context.Context, a *admission) (extra, *httpError) {
+// trtContextLeg answers the context_only leg. With generation_first (schedule_style 1) the
+// generation leg already waits at this worker for the context, so the context is handed to it
+// only after this leg's answer is written: the worker returns its response and then the KV
+// moves, and a short generation cannot finish before the gateway has read the context answer.
+func trtContextLeg(s *Server, q *inferReq, id int64, genFirst bool) *leg {
+	lg := &leg{kind: legPrefill}
+	lg.handOff = func(_ context.Context, free func()) (extra, *httpError) {
 		first, _ := outputToken(q.hash, 0)
 		ob, _ := json.Marshal(trtOpaque{KV: s.KVHostPort(), ID: id})
 		opaque := base64.StdEncoding.EncodeToString(ob)
-		free := a.keep()
 		h := &trtHold{hash: q.hash, tokens: len(q.ids), first: first, opaque: opaque, free: free}
-		if err := s.table.put(trtKey(id), h, Wall(s.p.KVHold, s.scale), free); err != nil {
+		dup := badRequest("disaggregated_params.disagg_request_id", "disagg_request_id %d already has a context on worker %s; ids must be unique", id, s.cfg.Name)
+		hold := func() error { return s.table.put(trtKey(id), h, Wall(s.p.KVHold, s.scale), free) }
+		if genFirst {
+			if !s.table.vacant(trtKey(id)) {
+				free()
+				return extra{}, dup
+			}
+			lg.afterAnswer = func() {
+				if hold() != nil {
+					free()
+				}
+			}
+		} else if hold() != nil {
 			free()
-			return extra{}, badRequest("disaggregated_params.disagg_request_id", "disagg_request_id %d already has a context on worker %s; ids must be unique", id, s.cfg.Name)
+			return extra{}, dup
 		}
 		dp := map[string]any{"request_type": "context_only", "first_gen_tokens": []int64{first}, "ctx_request_id": id,
 			"encoded_opaque_state": opaque, "draft_tokens": nil, "disagg_request_id": id}
@@ -104,7 +120,8 @@ func trtContextLeg(s *Server, q *inferReq, id int64) *leg {
 			x.choice = map[string]any{"disaggregated_params": dp}
 		}
 		return x, nil
-	}}
+	}
+	return lg
 }
 
 type trtPull struct {

@@ -84,13 +84,12 @@ type vllmHold struct {
 }
 
 func vllmPrefillLeg(s *Server, q *inferReq) *leg {
-	return &leg{kind: legPrefill, handOff: func(_ context.Context, a *admission) (extra, *httpError) {
+	return &leg{kind: legPrefill, handOff: func(_ context.Context, free func()) (extra, *httpError) {
 		n := max(1, (len(q.ids)+s.p.BlockSize-1)/s.p.BlockSize)
 		blocks := make([]int64, n)
 		for i := range blocks {
 			blocks[i] = s.blockSeq.Add(1)
 		}
-		free := a.keep()
 		h := &vllmHold{blocks: blocks, hash: q.hash, tokens: len(q.ids), free: free}
 		if err := s.table.put(vllmKey(s.engineID, blocks[0]), h, Wall(s.p.KVHold, s.scale), free); err != nil {
 			free()

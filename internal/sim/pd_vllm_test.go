@@ -37,8 +37,8 @@ func TestVLLMPDFlow(t *testing.T) {
 	if port, _ := kv["remote_port"].(json.Number).Int64(); int(port) != p.BootstrapPort() {
 		t.Fatalf("remote_port %v, want the side channel port %d", kv["remote_port"], p.BootstrapPort())
 	}
-	// "user\n" + 320 bytes + "\n" = 326 bytes = 82 prompt tokens, + 1 output token, stay reserved on the prefill pod until the decode pulls them.
-	if st := p.Stats(); st.KVUsedTokens != 83 || st.Running != 0 {
+	// "user\n" + 320 bytes + "\n" = 326 bytes = 82 prompt tokens, 6 blocks of 16, stay held on the prefill pod until the decode pulls them.
+	if st := p.Stats(); st.KVUsedTokens != 96 || st.Running != 0 {
 		t.Fatalf("prefill pod after its leg: %+v", st)
 	}
 	dec := maps.Clone(client)

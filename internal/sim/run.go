@@ -32,9 +32,11 @@ type leg struct {
 	pull func(ctx context.Context) (int, *httpError)
 	// beforeAdmit (prefill legs) waits for what must happen first (SGLang: the decode leg connects).
 	beforeAdmit func(ctx context.Context) *httpError
-	// handOff (prefill legs) keeps the computed KV for the decode leg, taking over the
-	// admission's KV, and returns what to add to the answer.
-	handOff func(ctx context.Context, a *admission) (extra, *httpError)
+	// handOff (prefill legs) keeps the computed KV for the decode leg, which frees it with
+	// free, and returns what to add to the answer.
+	handOff func(ctx context.Context, free func()) (extra, *httpError)
+	// afterAnswer (prefill legs), when handOff sets it, runs once the answer is written.
+	afterAnswer func()
 }
 
 // extra is what a prefill leg adds to its answer.
@@ -43,150 +45,131 @@ type extra struct {
 	choice map[string]any // keys of choices[0]
 }
 
-// run serves a classified request: wait for KV (decode) or the peer (SGLang prefill), queue
-// for a running slot, then for a prefill lane (or pay the KV transfer), then answer.
+// run serves a classified request through the pod's scheduler (Batch, driven by the engine
+// loop): an SGLang prefill leg first waits for its decode leg; a decode leg waits for KV
+// blocks, pulls the KV from its prefill pod over the pod's inbound link, then decodes; every
+// other leg queues, prefills in chunks and streams its tokens as the iterations produce them.
 func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg *leg, f Faults) {
 	out := q.maxTokens
 	if lg.kind == legPrefill {
 		out = 1
 	}
-	need := len(q.ids) + out
-	if need > s.p.KVTokens {
+	if need := len(q.ids) + out; need > s.p.KVTokens {
 		writeError(w, badRequest("max_tokens", "prompt (%d tokens) plus output (%d tokens) exceed pod %s's KV capacity of %d tokens", len(q.ids), out, s.cfg.Name, s.p.KVTokens))
 		return
 	}
 	arrived := time.Now()
-	transferred, herr := s.meetPeer(ctx, lg)
-	if herr != nil || ctx.Err() != nil { // refused, or aborted / abandoned while waiting
-		s.fail(ctx, w, herr)
-		return
-	}
-	adm, err := s.eng.admit(ctx, need)
-	if err != nil {
-		s.fail(ctx, w, nil)
-		return
-	}
-	defer adm.release()
-	a := &answer{s: s, w: w, q: q, id: s.nextID(map[bool]string{true: "chatcmpl-", false: "cmpl-"}[q.chat]), created: time.Now().Unix()}
-	s.met.promptTokens.Add(int64(len(q.ids)))
-	hashes := BlockHashes(q.ids, s.p.BlockSize)
-	var compute float64
-	if lg.kind == legDecode {
-		a.queue = time.Since(arrived).Seconds() / s.scale
-		compute = TransferSeconds(s.p, transferred)
-		a.transfer = compute
-		if !s.sleep(ctx, compute) {
-			s.fail(ctx, w, nil)
-			return
-		}
-	} else {
-		lane, err := s.eng.prefillLane(ctx)
-		if err != nil {
-			s.fail(ctx, w, nil)
-			return
-		}
-		a.queue = time.Since(arrived).Seconds() / s.scale
-		a.cached = CachedTokens(s.p, len(q.ids), s.eng.lookup(hashes))
-		s.met.cacheQueries.Add(int64(len(q.ids)))
-		s.met.cacheHits.Add(int64(a.cached))
-		var done bool
-		compute, done = s.prefill(ctx, len(q.ids)-a.cached)
-		a.prefill = compute
-		lane()
-		if !done {
-			s.fail(ctx, w, nil)
-			return
-		}
-	}
-	s.eng.remember(hashes)
-	if lg.kind != legDecode {
-		s.met.prefillTime.Observe(compute)
-	}
-	if f.HangBeforeFirstToken {
-		if q.stream && lg.kind != legPrefill {
-			a.start()
-		}
-		<-ctx.Done()
-		a.interrupted(ctx)
-		return
-	}
-	if lg.kind == legPrefill {
-		x, herr := lg.handOff(ctx, adm)
-		if herr != nil {
+	if lg.beforeAdmit != nil {
+		s.eng.addQueue(1, 0)
+		herr := lg.beforeAdmit(ctx)
+		s.eng.addQueue(-1, 0)
+		if herr != nil || ctx.Err() != nil { // refused, or aborted / abandoned while waiting
 			s.fail(ctx, w, herr)
 			return
 		}
-		s.met.ttft.Observe(time.Since(arrived).Seconds() / s.scale)
-		a.add(0)
-		s.eng.generated()
-		a.finish(x)
-		return
 	}
-	s.generate(ctx, a, out, lg.kind == legDecode, f, arrived)
-}
-
-// prefill computes uncached prompt tokens chunk by chunk (PrefillChunk). Each chunk's
-// iteration also carries the decode step of the sequences decoding on the pod (StepSeconds),
-// and those sequences' steps wait for the chunk. It returns the model seconds it took, which
-// on an idle pod are exactly PrefillSeconds(uncached), and false if ctx ended.
-func (s *Server) prefill(ctx context.Context, uncached int) (float64, bool) {
-	total := 0.0
-	for done := 0; done < uncached; {
-		n := PrefillChunk(s.p, uncached-done)
-		c := PrefillChunkSeconds(s.p, done, n)
-		step := s.eng.beginChunk(c)
-		ok := s.sleep(ctx, step)
-		s.eng.endChunk(c)
-		if !ok {
-			return total, false
-		}
-		total += step
-		done += n
+	hashes := BlockHashes(q.ids, s.p.BlockSize)
+	sq := &Seq{Kind: SeqWhole, Prompt: len(q.ids), Out: out, Hashes: hashes}
+	switch lg.kind {
+	case legPrefill:
+		sq.Kind = SeqPrefill
+	case legDecode:
+		sq.Kind = SeqDecode
 	}
-	return total, true
-}
-
-// meetPeer waits for the other leg: a decode leg pulls its KV (returning its size), an SGLang
-// prefill leg waits for its decode leg to join. Both wait outside the running batch.
-func (s *Server) meetPeer(ctx context.Context, lg *leg) (int, *httpError) {
+	// A hang holds the sequence (slot and KV) after the prefill or after N tokens, unanswered.
 	switch {
-	case lg.pull != nil:
-		s.eng.addQueue(0, 1)
-		defer s.eng.addQueue(0, -1)
-		return lg.pull(ctx)
-	case lg.beforeAdmit != nil:
-		s.eng.addQueue(1, 0)
-		defer s.eng.addQueue(-1, 0)
-		return 0, lg.beforeAdmit(ctx)
+	case f.HangBeforeFirstToken:
+		sq.PauseAfter = 1
+	case f.HangAfterTokens > 0:
+		sq.PauseAfter = f.HangAfterTokens + 1
 	}
-	return 0, nil
-}
-
-// generate streams or collects out tokens at the batch's inter-token latency. A decode leg
-// pays one step for its first token; elsewhere the prefill produced it.
-//
-// A step lasts StepSeconds(running batch, prefill chunk computing on the pod when it starts):
-// on a combined pod, decodes stall behind prefills.
-func (s *Server) generate(ctx context.Context, a *answer, out int, decodeLeg bool, f Faults, arrived time.Time) {
-	s.eng.addDecoding(1)
-	defer s.eng.addDecoding(-1)
-	for i := 0; i < out; i++ {
-		if (i > 0 || decodeLeg) && !s.sleep(ctx, s.eng.step()) {
-			a.interrupted(ctx)
+	h := s.eng.add(sq)
+	defer h.cancel()
+	a := &answer{s: s, w: w, q: q, id: s.nextID(map[bool]string{true: "chatcmpl-", false: "cmpl-"}[q.chat]), created: time.Now().Unix()}
+	s.met.promptTokens.Add(int64(len(q.ids)))
+	i := 0 // tokens emitted
+	for {
+		ev, ok := h.next(ctx)
+		if !ok {
+			if i > 0 || (f.HangBeforeFirstToken && q.stream && lg.kind != legPrefill) {
+				a.interrupted(ctx)
+			} else {
+				s.fail(ctx, w, nil)
+			}
 			return
 		}
-		if i == 0 {
-			s.met.ttft.Observe(time.Since(arrived).Seconds() / s.scale)
-		}
-		if f.HangAfterTokens > 0 && i == f.HangAfterTokens {
-			<-ctx.Done()
-			a.interrupted(ctx)
+		switch ev {
+		case EvAllocated: // decode leg: KV blocks held here; pull the prompt's KV, then decode
+			s.eng.addQueue(0, 1)
+			tokens, herr := lg.pull(ctx)
+			var secs float64
+			if herr == nil && ctx.Err() == nil {
+				secs, ok = s.eng.transfer(ctx, tokens)
+			}
+			s.eng.addQueue(0, -1)
+			if herr != nil || ctx.Err() != nil || !ok {
+				s.fail(ctx, w, herr)
+				return
+			}
+			a.queue, a.transfer = time.Since(arrived).Seconds()/s.scale-secs, secs
+			s.eng.remember(hashes)
+			h.ready()
+		case EvScheduled:
+			if lg.kind != legDecode {
+				a.queue = time.Since(arrived).Seconds() / s.scale
+				a.cached = h.cached()
+				s.met.cacheQueries.Add(int64(len(q.ids)))
+				s.met.cacheHits.Add(int64(a.cached))
+			}
+		case EvToken:
+			if i == 0 {
+				if lg.kind != legDecode {
+					a.prefill = h.prefillSeconds()
+					s.met.prefillTime.Observe(a.prefill)
+				}
+				if f.HangBeforeFirstToken {
+					if q.stream && lg.kind != legPrefill {
+						a.start()
+					}
+					<-ctx.Done()
+					a.interrupted(ctx)
+					return
+				}
+				s.met.ttft.Observe(time.Since(arrived).Seconds() / s.scale)
+			}
+			if f.HangAfterTokens > 0 && i == f.HangAfterTokens {
+				<-ctx.Done()
+				a.interrupted(ctx)
+				return
+			}
+			if lg.kind == legPrefill {
+				continue // answered at EvHeld
+			}
+			a.add(i)
+			i++
+			s.eng.generated()
+		case EvHeld: // prefill leg: the KV stays until the decode leg pulls it
+			x, herr := lg.handOff(ctx, h.release)
+			if herr != nil {
+				h.release()
+				s.fail(ctx, w, herr)
+				return
+			}
+			a.add(0)
+			s.eng.generated()
+			a.finish(x)
+			if lg.afterAnswer != nil {
+				if f, ok := w.(http.Flusher); ok {
+					f.Flush()
+				}
+				lg.afterAnswer()
+			}
+			return
+		case EvFinished:
+			a.finish(extra{})
 			return
 		}
-		a.add(i)
-		s.eng.generated()
 	}
-	a.finish(extra{})
 }
 
 // fail answers a failed request: herr if given, else why ctx ended (nothing if the client left).

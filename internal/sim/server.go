@@ -145,7 +145,6 @@ func Start(ctx context.Context, cfg PodConfig) (*Server, error) {
 	_, _ = rand.Read(id[:])
 	s := &Server{
 		cfg: cfg, p: cfg.Params, scale: cfg.TimeScale,
-		eng:      newEngine(cfg.Params),
 		rec:      newRecorder(cfg.RecordLimit),
 		table:    newKVTable(),
 		aborts:   newAbortSet(),
@@ -157,6 +156,7 @@ func Start(ctx context.Context, cfg PodConfig) (*Server, error) {
 		done:     make(chan struct{}),
 		crashed:  make(chan struct{}),
 	}
+	s.eng = newEngine(cfg.Params, cfg.TimeScale, s.done)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -224,7 +224,7 @@ func (p Params) validate() error {
 	for name, v := range map[string]float64{
 		"prefill_base_seconds": p.PrefillBase, "prefill_per_token_seconds": p.PrefillPerToken,
 		"prefill_quadratic_seconds": p.PrefillQuadratic, "decode_base_seconds": p.DecodeBase,
-		"decode_per_seq_seconds": p.DecodePerSeq, "transfer_base_seconds": p.TransferBase,
+		"decode_per_seq_seconds": p.DecodePerSeq, "decode_per_kv_token_seconds": p.DecodePerKVToken, "transfer_base_seconds": p.TransferBase,
 		"transfer_per_token_seconds": p.TransferPerToken, "kv_hold_seconds": p.KVHold,
 		"bootstrap_timeout_seconds": p.BootstrapTimeout,
 	} {
@@ -235,10 +235,10 @@ func (p Params) validate() error {
 	switch {
 	case p.MaxRunning < 1:
 		return fmt.Errorf("params.max_running %d: must be ≥ 1", p.MaxRunning)
-	case p.PrefillLanes < 1:
-		return fmt.Errorf("params.prefill_lanes %d: must be ≥ 1", p.PrefillLanes)
-	case p.PrefillChunkTokens < 0:
-		return fmt.Errorf("params.prefill_chunk_tokens %d: must be ≥ 0 (0 turns chunking off)", p.PrefillChunkTokens)
+	case p.PrefillLanes < 0:
+		return fmt.Errorf("params.prefill_lanes %d: must be ≥ 0 (0: as many prompts per iteration as the token budget fits)", p.PrefillLanes)
+	case p.MaxBatchedTokens < 0:
+		return fmt.Errorf("params.max_batched_tokens %d: must be ≥ 0 (0: no per-iteration budget)", p.MaxBatchedTokens)
 	case p.BlockSize < 1:
 		return fmt.Errorf("params.block_size %d: must be ≥ 1", p.BlockSize)
 	case p.KVTokens < p.BlockSize:
@@ -509,11 +509,6 @@ func sleepWall(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
-}
-
-// sleep waits model seconds at the pod's time scale; false if ctx ended first.
-func (s *Server) sleep(ctx context.Context, seconds float64) bool {
-	return sleepWall(ctx, Wall(seconds, s.scale))
 }
 
 func (s *Server) nextID(prefix string) string {
