@@ -27,7 +27,8 @@ func startPair(t *testing.T, poolYAML string, env map[string]string, addrFlag bo
 	redis := redistest.Start(t)
 	path := writePool(t, poolYAML)
 	start := func() *App {
-		e := map[string]string{}
+		// The pods are bare listeners: the sidecar hand-off routes without a prefill leg.
+		e := map[string]string{"TANDEM_PD_HANDOFF": "sidecar"}
 		for k, v := range env {
 			e[k] = v
 		}
