@@ -324,6 +324,8 @@ func nonDefault(t *testing.T, v *config.Var) (string, any) {
 		candidates = strings.Split(strings.TrimPrefix(v.Type, "one of "), ", ")
 	case v.Type == "strategy name": // checked against the strategy registry at start, not by FromEnv
 		candidates = []string{"random", "pd"}
+	case strings.HasPrefix(v.Type, "list of "):
+		candidates = []string{"sglang,vllm", "vllm"}
 	default:
 		candidates = []string{"true", "false", "7", "42", "0.25", "2", "1", "250"}
 	}
@@ -340,7 +342,7 @@ func nonDefault(t *testing.T, v *config.Var) (string, any) {
 		if err := yaml.Unmarshal([]byte(c), &typed); err != nil {
 			t.Fatal(err)
 		}
-		if strings.HasPrefix(v.Type, "one of ") || v.Type == "strategy name" {
+		if strings.HasPrefix(v.Type, "one of ") || strings.HasPrefix(v.Type, "list of ") || v.Type == "strategy name" {
 			typed = c
 		}
 		return c, typed

@@ -53,6 +53,8 @@ var seedDefaults = map[string]string{
 	"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS": "1000",
 	"ROUTING_ALGORITHM":                     "",     // the picker chooses: pd for PD pools, else least-request
 	"TANDEM_PD_HANDOFF":                     "auto", // Tandem's own; not in the seed (was sidecar before issue 13)
+	// Tandem's: the seed defines the decode watchdog for SGLang only.
+	"TANDEM_DECODE_WATCHDOG_ENGINES": "sglang",
 }
 
 func TestDefaultsMatchTheSeed(t *testing.T) {
@@ -124,6 +126,7 @@ func TestEnvValidValues(t *testing.T) {
 		{"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS", "250", func(g Gateway) any { return g.MetricRefreshInterval }, 250 * time.Millisecond},
 		{"ROUTING_ALGORITHM", " PD ", func(g Gateway) any { return g.DefaultStrategy }, "pd"},
 		{"TANDEM_PD_HANDOFF", "epp", func(g Gateway) any { return g.PD.Handoff }, "epp"},
+		{"TANDEM_DECODE_WATCHDOG_ENGINES", " vllm, sglang", func(g Gateway) any { return g.PD.DecodeWatchdogEngines.String() }, "sglang,vllm"},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {
@@ -149,6 +152,8 @@ func TestEnvValidValues(t *testing.T) {
 func TestEnvInvalidValues(t *testing.T) {
 	cases := []struct{ name, value, want string }{
 		{"AIBRIX_PROMPT_LENGTH_BUCKETING", "yes", "AIBRIX_PROMPT_LENGTH_BUCKETING=yes: must be true or false"},
+		{"TANDEM_DECODE_WATCHDOG_ENGINES", "sglang,llamacpp", "TANDEM_DECODE_WATCHDOG_ENGINES=sglang,llamacpp: must be a comma-separated list of sglang, vllm, trtllm"},
+		{"TANDEM_DECODE_WATCHDOG_ENGINES", "vllm,vllm", "TANDEM_DECODE_WATCHDOG_ENGINES=vllm,vllm: must be a comma-separated list of sglang, vllm, trtllm"},
 		{"AIBRIX_BUCKET_SERVE", "on", "AIBRIX_BUCKET_SERVE=on: must be true or false"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "0", "AIBRIX_PREFILL_REQUEST_TIMEOUT=0: must be positive"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "1.5", "AIBRIX_PREFILL_REQUEST_TIMEOUT=1.5: must be a whole number"},

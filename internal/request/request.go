@@ -8,12 +8,14 @@ package request
 import (
 	"bytes"
 	"mime"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/tokenize"
 	"github.com/tandem-epp/tandem/internal/wire"
 )
 
@@ -46,6 +48,13 @@ type Request struct {
 	Prompt string // text used for prefix hashing and the prompt-length estimate
 	// PromptTokens estimates the prompt length: one token per four bytes of prompt text.
 	PromptTokens int
+	// PromptLength is the prompt's length in cl100k_base tokens, counted only as far as the
+	// decisions that compare it with a boundary need (bucketing, config-profile: auto), each
+	// token at most once per request. Never nil for a parsed request.
+	PromptLength *tokenize.Length
+	// MaxTokens is max_tokens, else max_completion_tokens, when the body has one as an integer.
+	MaxTokens    int64
+	HasMaxTokens bool
 	// BodyTokens is the seed's token-load estimate: one token per four bytes of request body.
 	BodyTokens int
 	Stream     bool
@@ -108,7 +117,7 @@ type Options struct {
 func ParseWith(method, path string, headers map[string]string, raw []byte, o Options) (*Request, error) {
 	sessionKey := headers[HeaderSessionKey] // the seed's length rule is about the key as sent
 	cleanHeaders(headers)
-	r := &Request{Method: method, Path: path, Headers: headers, Body: raw, BodyTokens: len(raw) / 4}
+	r := &Request{Method: method, Path: path, Headers: headers, Body: raw, BodyTokens: len(raw) / 4, PromptLength: tokenize.NewLength("")}
 	r.ID = headers[wire.HeaderRequestID]
 	if sessionKey != "" && len(sessionKey) <= maxSessionKeyBytes {
 		r.SessionKey = headers[HeaderSessionKey]
@@ -226,7 +235,16 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	if err != nil {
 		return nil, err
 	}
-	r.PromptTokens = (len(r.Prompt) + 3) / 4
+	r.PromptLength = tokenize.NewLength(r.Prompt)
+	r.PromptTokens = r.PromptLength.Estimate()
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if v := f(k); v.Type == gjson.Number {
+			if n, err := strconv.ParseInt(v.Raw, 10, 64); err == nil {
+				r.MaxTokens, r.HasMaxTokens = n, true
+				break
+			}
+		}
+	}
 	return r, nil
 }
 
