@@ -48,3 +48,16 @@ func TestTiktokenPrefixIndex(t *testing.T) {
 		}
 	}
 }
+
+// TestBucketsCountRuleHeavyPrompts: a prompt of 400 "=" rules 79 wide is 32 KiB but 800 tokens
+// (40 bytes a token): it belongs to the [0, 1000] pair. Its bytes cannot bound its tokens from
+// below at one per 16 (that would be 2000, past the boundary, and sent it to the standard pod).
+func TestBucketsCountRuleHeavyPrompts(t *testing.T) {
+	h := newHarness(t, gateway(func(p *config.PD) { p.PromptLengthBucketing = true }),
+		P("p0", "rs").rng(0, 1000), D("d0", "rs").rng(0, 1000), C("c0", `"promptLenBucketMinLength": 1001`))
+	d := h.mustPick(strings.Repeat(strings.Repeat("=", 79)+"\n", 400))
+	if d.Outcome != picker.OutcomePD || first(d.Destination) != "d0" {
+		t.Errorf("800 tokens in 32 KiB: %s to %v, want the [0, 1000] pair", d.Outcome, names(d.Destination))
+	}
+	d.Lifecycle.Done(nil)
+}

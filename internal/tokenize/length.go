@@ -43,11 +43,17 @@ func validUTF8(text string) string {
 	return string([]rune(text))
 }
 
-// The uncounted rest of a text of r bytes holds between r·minTokensPerByte and r tokens: every
-// token is at least one byte, and natural text averages well under 16 bytes a token (English about
-// 4, runs of repeated words 6, indented code 4 to 5; only a long run of one character packs more).
-// A decision stops counting once no boundary lies between those bounds.
-const minTokensPerByte = 1.0 / 16
+// Every cl100k_base token is at least one byte and at most maxTokenBytes (its longest token is
+// 128 spaces), so the uncounted rest of a text of r bytes holds between ⌈r/maxTokenBytes⌉ and r
+// tokens. A tighter lower bound costs one scan of the rest into pieces (no merging): each piece
+// is at least ⌈len/maxTokenBytes⌉ tokens, at least one. Natural text is about one piece a token;
+// a fixed bytes-per-token bound is not safe: "=" rules, column padding and deep indentation
+// pack 17 to 128 bytes into a token. A decision stops counting once no boundary lies between
+// the bounds of what is counted plus the rest.
+const maxTokenBytes = 128
+
+// pieceMin is the fewest tokens a piece of n bytes encodes to.
+func pieceMin(n int) int { return (n + maxTokenBytes - 1) / maxTokenBytes }
 
 // Length is one prompt's length in tokens, counted as far as the decisions asked about it need,
 // each token at most once (a later decision needing more resumes where the count stopped).
@@ -61,6 +67,9 @@ type Length struct {
 	n   int // tokens in text[:off]
 	err error
 	m   *merger
+	// restMin is the fewest tokens text[off:] encodes to, once scanned (see maxTokenBytes).
+	restMin int
+	scanned bool
 }
 
 // NewLength is the length of text; nothing is counted until a decision asks.
@@ -100,11 +109,11 @@ func (p *Probe) Boundary(b int) {
 
 // Tokens returns a length that lies on the same side of every boundary as the prompt's count.
 // The prompt is counted only while a boundary lies between the bounds of what is counted plus
-// the rest (see minTokensPerByte): a prompt whose estimate is far from every boundary is not
+// the rest (see maxTokenBytes): a prompt whose estimate is far from every boundary is not
 // counted at all, and one far past the boundaries only until they are behind. The length
 // returned is the estimate moved into those bounds (the exact count when the whole prompt was
-// counted). counted says tokens were counted; it is false, with the estimate, when no boundary
-// needed it or the vocabulary could not be loaded.
+// counted). counted says tokens were merged; it is false when the bounds decided alone (the
+// estimate moved into them) or the vocabulary could not be loaded (the estimate).
 func (p *Probe) Tokens() (n int, counted bool) {
 	lo, hi, counted, err := p.l.countUntil(p.bounds)
 	if err != nil {
@@ -136,13 +145,16 @@ func (l *Length) countTo(limit int) (int, error) {
 }
 
 // countUntil counts until no boundary lies within the bounds of the count (see
-// minTokensPerByte), and returns those bounds.
+// maxTokenBytes), and returns those bounds.
 func (l *Length) countUntil(bounds []int) (lo, hi int, counted bool, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for {
 		rest := len(l.text) - l.off
-		lo, hi = l.n+int(float64(rest)*minTokensPerByte), l.n+rest
+		lo, hi = l.n+pieceMin(rest), l.n+rest
+		if l.scanned {
+			lo = l.n + l.restMin
+		}
 		open := false
 		for _, b := range bounds {
 			if lo < b && b <= hi {
@@ -151,10 +163,20 @@ func (l *Length) countUntil(bounds []int) (lo, hi int, counted bool, err error) 
 			}
 		}
 		if !open {
-			return lo, hi, l.m != nil, nil
+			return lo, hi, l.off > 0, nil
 		}
 		if err := l.ready(); err != nil {
 			return 0, 0, false, err
+		}
+		if !l.scanned {
+			// Once per prompt, before merging: the pieces' bound often decides alone.
+			for i := l.off; i < len(l.text); {
+				end := piece(l.text, i)
+				l.restMin += pieceMin(end - i)
+				i = end
+			}
+			l.scanned = true
+			continue
 		}
 		// A few pieces between checks: each check is a handful of comparisons.
 		for range 16 {
@@ -188,5 +210,8 @@ func (l *Length) ready() error {
 func (l *Length) step() {
 	end := piece(l.text, l.off)
 	l.n += l.m.count(l.text[l.off:end])
+	if l.scanned {
+		l.restMin -= pieceMin(end - l.off)
+	}
 	l.off = end
 }

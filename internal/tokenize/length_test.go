@@ -30,40 +30,49 @@ func TestProbeCountsOnlyNearABoundary(t *testing.T) {
 	}
 }
 
-// TestProbeCountsOnlyUntilDecided: a 32 KiB prompt is about 7300 tokens. Against a boundary at
-// 2048 nothing is counted (its rest alone holds at least 32768/16 = 2048 tokens); against 3000 the
-// count stops once what is counted plus the rest's minimum passes 3000, a few KiB in; a later
-// decision with a boundary at the full count resumes where the count stopped, so each token is
-// counted once and the total is the exact count.
+// TestProbeCountsOnlyUntilDecided: a 32 KiB prompt of prose is about 7300 tokens in about as
+// many pieces. Against a boundary at 2048 or 3000 the scan into pieces decides alone: nothing is
+// merged. A prompt led by 400 "=" rules (two tokens each, one piece each) is counted against a
+// boundary 200 under its count only until the rules counted raise the lower bound past it,
+// before the prose. A later decision with boundaries at the full count and one past it resumes
+// where the count stopped (each token counted once) and can only answer the exact count.
 func TestProbeCountsOnlyUntilDecided(t *testing.T) {
 	text := strings.Repeat("The quick brown fox jumps over the lazy dog. ", 800)[:32<<10]
+	l := NewLength(text)
+	for _, b := range []int{2048, 3000} {
+		p := l.Probe()
+		p.Boundary(b)
+		if n, counted := p.Tokens(); counted || n != l.Estimate() {
+			t.Errorf("boundary %d: %d (counted %v), want the estimate %d uncounted", b, n, counted, l.Estimate())
+		}
+		if got, _ := l.Counted(); got != 0 {
+			t.Errorf("boundary %d: merged %d tokens, want none (the pieces decide)", b, got)
+		}
+	}
+
+	text = strings.Repeat(strings.Repeat("=", 79)+"\n", 400) + text[:16<<10]
 	full, _, err := Count(text, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := NewLength(text)
+	l = NewLength(text)
 	p := l.Probe()
-	p.Boundary(2048)
-	if n, counted := p.Tokens(); counted || n != l.Estimate() {
-		t.Errorf("boundary 2048: %d (counted %v), want the estimate %d uncounted", n, counted, l.Estimate())
-	}
-	p = l.Probe()
-	p.Boundary(3000)
+	p.Boundary(full - 200)
 	n, counted := p.Tokens()
-	if !counted || n < 3000 {
-		t.Errorf("boundary 3000: %d (counted %v), want a counted length of at least 3000", n, counted)
+	if !counted || n < full-200 {
+		t.Errorf("boundary %d: %d (counted %v), want a counted length of at least %d", full-200, n, counted, full-200)
 	}
-	if got, complete := l.Counted(); complete || got > 2000 {
-		t.Errorf("boundary 3000: counted %d tokens (complete %v) of %d, want to stop early", got, complete, full)
+	if got, complete := l.Counted(); complete || got > 600 {
+		t.Errorf("boundary %d: counted %d tokens (complete %v) of %d, want to stop within the rules", full-200, got, complete, full)
 	}
 	q := l.Probe()
-	q.Boundary(3000)
 	q.Boundary(full)
+	q.Boundary(full + 1)
 	if n, counted := q.Tokens(); !counted || n != full {
-		t.Errorf("resumed: %d (counted %v), want the full count %d", n, counted, full)
+		t.Errorf("resumed: %d (counted %v), want the full count %d (the one length on the right side of both)", n, counted, full)
 	}
-	if got, complete := l.Counted(); !complete || got != full {
-		t.Errorf("after resuming: %d (complete %v), want %d", got, complete, full)
+	if got, complete := l.Counted(); got > full || (complete && got != full) {
+		t.Errorf("after resuming: %d (complete %v) of %d: a token counted twice", got, complete, full)
 	}
 }
 
