@@ -35,3 +35,27 @@ func BenchmarkTiktokenGo(b *testing.B) {
 		_ = enc.EncodeOrdinary(text)
 	}
 }
+
+// BenchmarkProbeBuckets decides buckets at 1024, 2048 and 4096 tokens (bench/picker's) for
+// prose prompts of 1 to 32 KiB, each on a fresh Length as a request does.
+func BenchmarkProbeBuckets(b *testing.B) {
+	text := benchText(b)
+	if err := Load(); err != nil {
+		b.Fatal(err)
+	}
+	var prompts []string
+	for n := 1 << 10; n <= 32<<10; n += 1 << 10 {
+		prompts = append(prompts, text[:n])
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		l := NewLength(prompts[i%len(prompts)])
+		p := l.Probe()
+		p.Boundary(1024)
+		p.Boundary(2048)
+		p.Boundary(4096)
+		_, _ = p.Tokens()
+		i++
+	}
+}

@@ -67,9 +67,10 @@ type Length struct {
 	n   int // tokens in text[:off]
 	err error
 	m   *merger
-	// restMin is the fewest tokens text[off:] encodes to, once scanned (see maxTokenBytes).
-	restMin int
-	scanned bool
+	// The rest's lower bound (see maxTokenBytes): text[off:scanOff] is scanned into pieces
+	// and encodes to at least scanMin tokens; text[scanOff:] is bounded by its bytes alone.
+	scanOff int
+	scanMin int
 }
 
 // NewLength is the length of text; nothing is counted until a decision asks.
@@ -151,15 +152,12 @@ func (l *Length) countUntil(bounds []int) (lo, hi int, counted bool, err error) 
 	defer l.mu.Unlock()
 	for {
 		rest := len(l.text) - l.off
-		lo, hi = l.n+pieceMin(rest), l.n+rest
-		if l.scanned {
-			lo = l.n + l.restMin
-		}
-		open := false
+		lo, hi = l.n+l.scanMin+pieceMin(len(l.text)-l.scanOff), l.n+rest
+		open, below := false, false
 		for _, b := range bounds {
 			if lo < b && b <= hi {
 				open = true
-				break
+				below = below || b <= l.n+rest/4 // the estimate says the count passes b
 			}
 		}
 		if !open {
@@ -168,14 +166,18 @@ func (l *Length) countUntil(bounds []int) (lo, hi int, counted bool, err error) 
 		if err := l.ready(); err != nil {
 			return 0, 0, false, err
 		}
-		if !l.scanned {
-			// Once per prompt, before merging: the pieces' bound often decides alone.
-			for i := l.off; i < len(l.text); {
-				end := piece(l.text, i)
-				l.restMin += pieceMin(end - i)
-				i = end
+		if below && l.scanOff < len(l.text) {
+			// Scan ahead, only as far as needed: when the count likely passes a boundary,
+			// the pieces' bound shows it without merging. (A count that likely stays under
+			// every open boundary can only be shown by merging.)
+			for range 64 {
+				if l.scanOff == len(l.text) {
+					break
+				}
+				end := piece(l.text, l.scanOff)
+				l.scanMin += pieceMin(end - l.scanOff)
+				l.scanOff = end
 			}
-			l.scanned = true
 			continue
 		}
 		// A few pieces between checks: each check is a handful of comparisons.
@@ -210,8 +212,11 @@ func (l *Length) ready() error {
 func (l *Length) step() {
 	end := piece(l.text, l.off)
 	l.n += l.m.count(l.text[l.off:end])
-	if l.scanned {
-		l.restMin -= pieceMin(end - l.off)
+	if l.off < l.scanOff { // pieces from off are the scan's: end ≤ scanOff
+		l.scanMin -= pieceMin(end - l.off)
 	}
 	l.off = end
+	if l.scanOff < l.off {
+		l.scanOff, l.scanMin = l.off, 0
+	}
 }
