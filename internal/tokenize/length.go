@@ -45,7 +45,7 @@ func validUTF8(text string) string {
 
 // Every cl100k_base token is at least one byte and at most maxTokenBytes (its longest token is
 // 128 spaces), so the uncounted rest of a text of r bytes holds between ⌈r/maxTokenBytes⌉ and r
-// tokens. A tighter lower bound costs one scan of the rest into pieces (no merging): each piece
+// tokens. A tighter lower bound costs a scan of the rest into pieces (no merging): each piece
 // is at least ⌈len/maxTokenBytes⌉ tokens, at least one. Natural text is about one piece a token;
 // a fixed bytes-per-token bound is not safe: "=" rules, column padding and deep indentation
 // pack 17 to 128 bytes into a token. A decision stops counting once no boundary lies between
