@@ -70,12 +70,17 @@ func formatValue(v []float64) string {
 	return strings.Join(parts, ",")
 }
 
+// maxSignalValue bounds a value read from Redis: no replica counts more requests, or completes
+// more per second, on one endpoint. Beyond it (or not finite) the field is not a replica's: int64
+// of 1e300 or +Inf is a huge negative count.
+const maxSignalValue = 1e9
+
 func parseVector(s string) ([]float64, bool) {
 	parts := strings.Split(s, ",")
 	out := make([]float64, len(parts))
 	for i, p := range parts {
 		x, err := strconv.ParseFloat(p, 64)
-		if err != nil || x < 0 {
+		if err != nil || !(x >= 0 && x <= maxSignalValue) { // NaN fails both
 			return nil, false
 		}
 		out[i] = x

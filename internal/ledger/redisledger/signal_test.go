@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger"
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger/redistest"
 	"github.com/tandem-epp/tandem/internal/load"
@@ -75,4 +77,38 @@ func TestRequestCountsAcrossReplicas(t *testing.T) {
 		func() bool { return b.running.InFlight(k) == 1 && b.pending.InFlight(k) == 0 })
 	cancel()
 	<-doneB
+}
+
+// TestRequestCountsRefuseMalformedValues: a value in Redis that no replica writes (not finite,
+// or far beyond any request count: a foreign writer, a corrupted key) is ignored, not summed:
+// int64 of 1e300 or +Inf is a huge negative count, which would make every reader's
+// least-request scoring prefer the endpoint without bound.
+func TestRequestCountsRefuseMalformedValues(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const k = "ns/pod-0:8000"
+	b, c := newCountsReplica(t, srv.Addr(), "B", k), newCountsReplica(t, srv.Addr(), "C", k)
+	go b.sh.Run(ctx)
+	go c.sh.Run(ctx) // C heartbeats, so its field is read
+	b.running.Start(k)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer func() { _ = rdb.Close() }()
+	key := "test:" + t.Name() + ":rrq:" + k
+	for _, v := range []string{"1e300,1e300,1e300,1e300", "+Inf,+Inf,+Inf,+Inf", "NaN,NaN,NaN,NaN", "1,1,1,1"} {
+		if err := rdb.HSet(ctx, key, "C", v).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if v == "1,1,1,1" {
+			eventually(t, "B adds C's well-formed counts", func() bool { return b.running.InFlight(k) == 2 && b.drain.PerSecond(k) == 1 })
+			continue
+		}
+		time.Sleep(100 * time.Millisecond) // several refreshes
+		if n := b.running.InFlight(k); n != 1 {
+			t.Errorf("C's field %q: B reads %d requests running, want its own 1", v, n)
+		}
+		if r := b.drain.PerSecond(k); r != 0 {
+			t.Errorf("C's field %q: B reads a drain rate of %v, want 0", v, r)
+		}
+	}
 }
