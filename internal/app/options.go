@@ -197,8 +197,18 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 	if o.RedisAddr == "" {
 		if host := strings.TrimSpace(getenv("REDIS_HOST")); host != "" {
 			port := strings.TrimSpace(getenv("REDIS_PORT"))
+			if link, ok := strings.CutPrefix(port, "tcp://"); ok {
+				// Kubernetes' service link, set in every pod of a namespace with a Service
+				// named redis: its port is the Service's.
+				if _, p, err := net.SplitHostPort(link); err == nil {
+					port = p
+				}
+			}
 			if port == "" {
 				port = "6379"
+			}
+			if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+				return nil, fmt.Errorf("REDIS_PORT=%q: want a port number (1-65535) for REDIS_HOST=%s, or set --redis-addr", port, host)
 			}
 			o.RedisAddr = net.JoinHostPort(host, port)
 		}

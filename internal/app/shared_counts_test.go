@@ -244,6 +244,9 @@ func TestRedisAddressPrecedence(t *testing.T) {
 		{map[string]string{"REDIS_HOST": "redis.aibrix", "TANDEM_REDIS_ADDR": "t:1", "REDIS_PASSWORD": "a", "TANDEM_REDIS_PASSWORD": "t"}, nil, "t:1", "t"},
 		{map[string]string{"REDIS_HOST": "redis.aibrix", "TANDEM_REDIS_ADDR": "t:1"}, []string{"--redis-addr=f:2", "--redis-password=f"}, "f:2", "f"},
 		{map[string]string{"REDIS_PORT": "6380"}, nil, "", ""}, // a port alone names no server
+		// Kubernetes sets REDIS_PORT to a service link in every pod of a namespace with a Service
+		// named redis; REDIS_HOST set alone then still means port 6379 of that Service.
+		{map[string]string{"REDIS_HOST": "redis", "REDIS_PORT": "tcp://10.96.0.5:6379"}, nil, "redis:6379", ""},
 	}
 	for _, c := range cases {
 		o, err := ParseFlags(append([]string{"--endpoints-file=x"}, c.args...), io.Discard, func(k string) string { return c.env[k] })
@@ -253,5 +256,12 @@ func TestRedisAddressPrecedence(t *testing.T) {
 		if o.RedisAddr != c.wantAddr || o.RedisPassword != c.wantPw {
 			t.Errorf("env %v args %v: addr %q password %q, want %q %q", c.env, c.args, o.RedisAddr, o.RedisPassword, c.wantAddr, c.wantPw)
 		}
+	}
+	// A REDIS_PORT that is no port is refused, naming the variable (not --redis-addr).
+	_, err := ParseFlags([]string{"--endpoints-file=x"}, io.Discard, func(k string) string {
+		return map[string]string{"REDIS_HOST": "redis", "REDIS_PORT": "63 79"}[k]
+	})
+	if err == nil || !strings.Contains(err.Error(), "REDIS_PORT") {
+		t.Errorf("REDIS_PORT=\"63 79\": %v, want an error naming REDIS_PORT", err)
 	}
 }
