@@ -23,8 +23,21 @@ func (b *BucketServe) Prefer(cy *picker.Cycle, rolesets []string) (string, bool)
 	if len(groups) == 0 {
 		return "", false
 	}
+	mode := bucketserve.ParseMode(cy.Resolved.PD.BucketServeMode)
 	n := promptLength(cy)
-	band, ok := b.Planner.Band(cy.Req.Model, bucketserve.ParseMode(cy.Resolved.PD.BucketServeMode), n, groups)
+	if bands := b.Planner.Bands(cy.Req.Model, mode, groups); len(bands) > 0 {
+		// The plan's cuts are boundaries the candidates' ranges do not name: the length must
+		// lie on the side of them its count does too.
+		cuts := make([]int, 0, 2*len(bands))
+		for _, bd := range bands {
+			cuts = append(cuts, bd.Min)
+			if bd.Max < bucketserve.Unlimited {
+				cuts = append(cuts, bd.Max+1)
+			}
+		}
+		n = probeLength(cy, cy.Candidates, cuts)
+	}
+	band, ok := b.Planner.Band(cy.Req.Model, mode, n, groups)
 	if !ok {
 		return "", false
 	}

@@ -1,6 +1,7 @@
 package pd_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,4 +77,40 @@ func counter(t *testing.T, reg *prometheus.Registry, name, roleset string) float
 		}
 	}
 	return 0
+}
+
+// TestBucketServeBandsCountTokens: a band's cut inside a shared range is a boundary too. A
+// prompt of "=" rules 79 wide is about 200 cl100k_base tokens in 8 KB (an estimate of 2000):
+// once the plan cuts the shared range just above the short traffic (about 400 tokens), it goes
+// to the short prompts' band, as counting it whole says, not to the band its estimate falls in.
+func TestBucketServeBandsCountTokens(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := telemetry.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := &pd.BucketServe{}
+	h := newTLWith(t, func(g *config.PD) {
+		g.PromptLengthBucketing, g.BucketServe, g.BucketServeMode = true, true, "rps"
+		g.PrefillScorePolicy, g.DecodeScorePolicy = pd.PolicyLeastRequest, pd.PolicyLeastRequest
+	}, bs, "", "pA:prefill:A", "dA:decode:A", "pB:prefill:B", "dB:decode:B")
+	bs.Planner = bucketserve.New(h.clock, m)
+	for range 10 {
+		h.pick(tlReq(t, "short ", 400, nil)).Lifecycle.Done(nil)
+		h.pick(tlReq(t, "long ", 16000, nil)).Lifecycle.Done(nil)
+	}
+	h.clock.Advance(bucketserve.PlanTTL)
+	short := h.pick(tlReq(t, "short ", 400, nil))
+	short.Lifecycle.Done(nil)
+	long := h.pick(tlReq(t, "long ", 16000, nil))
+	long.Lifecycle.Done(nil)
+	if short.Step != pd.StepBucketServe || long.Step != pd.StepBucketServe || short.Destination[0].Name == long.Destination[0].Name {
+		t.Fatalf("no plan separating short and long prompts: short %s to %s, long %s to %s (bands %v)", short.Step, short.Destination[0].Name,
+			long.Step, long.Destination[0].Name, bs.Planner.Bands("m", bucketserve.ParseMode("rps"), nil))
+	}
+	rules := h.pick(tlReq(t, strings.Repeat("=", 79)+" ", 2000, nil))
+	rules.Lifecycle.Done(nil)
+	if rules.Destination[0].Name != short.Destination[0].Name {
+		t.Errorf("a 200-token prompt of rules (estimate 2000) went to %s, the long prompts' band; want %s", rules.Destination[0].Name, short.Destination[0].Name)
+	}
 }

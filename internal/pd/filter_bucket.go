@@ -51,6 +51,12 @@ func bucketLength(cy *picker.Cycle, eps []*pool.Endpoint) int {
 	if n, ok := bucketLengthKey.Read(cy.State); ok {
 		return n
 	}
+	return probeLength(cy, eps, nil)
+}
+
+// probeLength works out bucketLength with more boundaries (bucket serving's band cuts) beside
+// the candidates' ranges, and keeps it for the cycle: a length on the right side of all of them.
+func probeLength(cy *picker.Cycle, eps []*pool.Endpoint, more []int) int {
 	n := cy.Req.PromptTokens
 	if l := cy.Req.PromptLength; l != nil && cy.PodRouting != nil {
 		p := l.Probe()
@@ -64,6 +70,9 @@ func bucketLength(cy *picker.Cycle, eps []*pool.Endpoint) int {
 			if rc.PromptLenBucketMaxLength > 0 {
 				p.Boundary(rc.PromptLenBucketMaxLength + 1) // n <= max
 			}
+		}
+		for _, b := range more {
+			p.Boundary(b)
 		}
 		n, _ = p.Tokens()
 	}
