@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -360,8 +361,17 @@ func parseValue(v string) (tokens float64, count int64, sumAt float64, ok bool) 
 	tokens, e1 = strconv.ParseFloat(f[0], 64)
 	count, e2 = strconv.ParseInt(f[1], 10, 64)
 	sumAt, e3 = strconv.ParseFloat(f[2], 64)
-	return tokens, count, sumAt, e1 == nil && e2 == nil && e3 == nil && tokens >= 0 && count >= 0
+	ok = e1 == nil && e2 == nil && e3 == nil &&
+		tokens >= 0 && tokens <= maxLedgerTokens && // NaN fails both; +Inf the bound
+		count >= 0 && count <= maxSignalValue &&
+		!math.IsNaN(sumAt) && !math.IsInf(sumAt, 0)
+	return tokens, count, sumAt, ok
 }
+
+// maxLedgerTokens bounds a replica's published decode tokens for one pod: far above any real
+// KV cache (a 1e12-token pod does not exist), low enough that a malformed or hostile field
+// cannot make the sum infinite and exclude the pod.
+const maxLedgerTokens = 1e12
 
 // Publish writes the pods whose ledger changed since the last publish (all pods the ledger
 // holds when all is set) and renews the heartbeat, in one pipeline. Pods that fail to
