@@ -469,6 +469,7 @@ func simulateReps(wins []*workload, c clusterSpec, pol policy, o runOpts) (*runR
 			all.busy[k] += v
 		}
 		all.pods = res.pods
+		all.pred = append(all.pred, res.pred...)
 		if all.note == "" {
 			all.note = res.note
 		}

@@ -73,6 +73,16 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			return setName(&rc.BucketServeMode, raw, []string{"throughput", "rps"})
 		}},
+	{"sheddable", "boolean", "false", "must be true or false",
+		"Marks this profile's requests sheddable: the `pd-predictive` strategy answers 429 when no pod is predicted to meet their TTFT objective.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			b, ok := jsonBool(raw)
+			if !ok {
+				return "must be true or false"
+			}
+			rc.Sheddable = b
+			return ""
+		}},
 	{"handoff", "one of sidecar, epp", "TANDEM_PD_HANDOFF", "must be one of sidecar, epp",
 		"How the prefill target is handed over for this profile's requests.",
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {

@@ -49,6 +49,11 @@ type PD struct {
 	// Handoff is how the prefill target is handed over: "sidecar" (headers and metadata for
 	// a decode-side proxy) or "epp" (Tandem runs the prefill leg itself).
 	Handoff string // TANDEM_PD_HANDOFF, "sidecar"
+
+	// SLOTTFT and SLOTPOT are the latency objectives of requests that do not send their own
+	// (x-slo-ttft-ms, x-slo-tpot-ms), read by the predictive policies; 0 = none.
+	SLOTTFT time.Duration // TANDEM_SLO_TTFT_MS, 0
+	SLOTPOT time.Duration // TANDEM_SLO_TPOT_MS, 0
 }
 
 // PrefixCache configures the prefix index used by prefix_cache, hybrid_cache_load and conductor.
@@ -101,16 +106,19 @@ func DefaultPD() PD {
 // RoutingConfig is a profile's routingConfig object from the model.aibrix.ai/config annotation,
 // with the seed's JSON field names. Nil pointers mean "not set: keep the gateway value".
 type RoutingConfig struct {
-	PromptLenBucketMinLength int          `json:"promptLenBucketMinLength,omitempty"`
-	PromptLenBucketMaxLength int          `json:"promptLenBucketMaxLength,omitempty"` // 0 = unlimited
-	Combined                 bool         `json:"combined,omitempty"`
-	PrefillScorePolicy       string       `json:"prefillScorePolicy,omitempty"`
-	DecodeScorePolicy        string       `json:"decodeScorePolicy,omitempty"`
-	PromptLengthBucketing    *bool        `json:"promptLengthBucketing,omitempty"`
-	BucketServe              *bool        `json:"bucketServe,omitempty"`
-	BucketServeMode          string       `json:"bucketServeMode,omitempty"`
-	Handoff                  string       `json:"handoff,omitempty"`
-	PD                       *PDOverrides `json:"pd,omitempty"`
+	PromptLenBucketMinLength int    `json:"promptLenBucketMinLength,omitempty"`
+	PromptLenBucketMaxLength int    `json:"promptLenBucketMaxLength,omitempty"` // 0 = unlimited
+	Combined                 bool   `json:"combined,omitempty"`
+	PrefillScorePolicy       string `json:"prefillScorePolicy,omitempty"`
+	DecodeScorePolicy        string `json:"decodeScorePolicy,omitempty"`
+	PromptLengthBucketing    *bool  `json:"promptLengthBucketing,omitempty"`
+	BucketServe              *bool  `json:"bucketServe,omitempty"`
+	BucketServeMode          string `json:"bucketServeMode,omitempty"`
+	Handoff                  string `json:"handoff,omitempty"`
+	// Sheddable marks the profile's requests as sheddable: a predictive strategy answers
+	// 429 when no pod is predicted to meet their TTFT objective.
+	Sheddable bool         `json:"sheddable,omitempty"`
+	PD        *PDOverrides `json:"pd,omitempty"`
 }
 
 // PDOverrides are the per-profile overrides of gateway variables (routingConfig.pd).
@@ -134,6 +142,8 @@ type PDOverrides struct {
 	DecodeFirstResponseTimeout         *float64 `json:"decodeFirstResponseTimeout,omitempty"`
 	DecodeResponseTimeout              *float64 `json:"decodeResponseTimeout,omitempty"`
 	DecodeStreamIdleTimeout            *float64 `json:"decodeStreamIdleTimeout,omitempty"`
+	SLOTTFTMs                          *float64 `json:"sloTTFTMs,omitempty"`
+	SLOTPOTMs                          *float64 `json:"sloTPOTMs,omitempty"`
 }
 
 // Profile is one named profile of a model config.

@@ -40,6 +40,8 @@ type PrefillBatch struct {
 	MaxInFlight  float64
 	PromptTokens int
 	Knobs        *config.PD
+	// Objective is the request's latency objectives (the predictive policies' units).
+	Objective Objective
 }
 
 // PrefillPolicy scores prefill pods; lower is better.
@@ -82,6 +84,9 @@ type DecodeBatch struct {
 	MaxThroughput float64
 	MaxFreeGPU    float64
 	Knobs         *config.PD
+	// PromptTokens and Objective: the request's prompt estimate and latency objectives.
+	PromptTokens int
+	Objective    Objective
 
 	// rate caches the token-load policy's mean generation rate over the batch.
 	rate struct {

@@ -50,6 +50,9 @@ type Request struct {
 	Stream     bool
 	// SessionKey is x-aibrix-session-key when present and at most 256 bytes.
 	SessionKey string
+	// MaxTokens is the request's max_tokens (else max_completion_tokens), 0 when it sets
+	// neither: the longest its output can be.
+	MaxTokens int
 	// RemovedFields are the ControlFields Parse removed from the client's body (sorted);
 	// Body is the body without them, the one every route forwards.
 	RemovedFields []string
@@ -194,8 +197,12 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 		return nil, err
 	}
 	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
-		if err := laxCount(f(k), k); err != nil {
+		v := f(k)
+		if err := laxCount(v, k); err != nil {
 			return nil, err
+		}
+		if r.MaxTokens == 0 && v.Type == gjson.Number && v.Num >= 1 && v.Num < 1<<31 {
+			r.MaxTokens = int(v.Num)
 		}
 	}
 	switch api {

@@ -27,6 +27,7 @@ const (
 	OutcomePD       Outcome = "pd"       // a prefill/decode pair
 	OutcomeCombined Outcome = "combined" // a combined (standard) pod inside the PD strategy
 	OutcomeSingle   Outcome = "single"   // one pod by a non-PD strategy
+	OutcomeLocal    Outcome = "local"    // a decode pod running the whole request (selective disaggregation)
 	OutcomeError    Outcome = "error"    // no destination; the client got an error
 )
 
@@ -295,7 +296,7 @@ func (m *Metrics) RequestBody(bytes int) { m.requestBodyBytes.Observe(float64(by
 // (e.g. the seed's cascade step), and how long the pick took.
 func (m *Metrics) Decision(strategy string, outcome Outcome, step string, took time.Duration) {
 	switch outcome {
-	case OutcomePD, OutcomeCombined, OutcomeSingle, OutcomeError:
+	case OutcomePD, OutcomeCombined, OutcomeSingle, OutcomeLocal, OutcomeError:
 	default:
 		outcome = otherValue
 	}
