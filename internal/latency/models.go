@@ -61,7 +61,8 @@ type route struct {
 	picked            time.Time
 	charged           bool
 	service           float64   // predicted prefill seconds
-	due               time.Time // predicted end of the prefill on the ledger
+	due               time.Time // predicted end of the prefill on the ledger, at booking
+	shiftAt           float64   // the ledger's shift at booking
 	ttft, tpot        float64   // predicted at pick, seconds (0: none)
 	prefillDone       bool
 	destBacklog       float64 // the destination's booked prefill and one iteration when the prefill ended
@@ -246,7 +247,7 @@ func (m *Models) Charge(id uint64, c Charge) {
 	q := m.podLocked(c.Prefill, now)
 	r.prefillOn, r.prompt, r.service, r.ttft, r.tpot, r.charged = c.Prefill, c.Prompt, c.Service, c.TTFT, c.TPOT, true
 	r.tpotObjective, r.maxTokens = c.TPOTObjective, c.MaxTokens
-	r.due = q.charge(now, c.Service)
+	r.due, r.shiftAt = q.charge(now, c.Service)
 	if c.Kind == outcome.KindWhole {
 		// The prompt stalls the decodes on its pod for about its prefill beyond one step.
 		q.stallCum += math.Max(c.Service-q.stepSeconds(math.Max(float64(q.requests), q.engRunning), math.Max(q.kv, q.engKV)), 0)
@@ -308,7 +309,7 @@ func (m *Models) prefillEndLocked(rt *outcome.Route) string {
 	t := rt.PrefillEnd
 	q := m.podLocked(r.prefillOn, t)
 	if rt.PrefillErr != nil {
-		q.drop(t, r.due, r.service)
+		q.drop(t, r.due, r.shiftAt, r.service)
 		return r.prefillOn
 	}
 	adjust, fit := 0.0, fitObserved
@@ -386,7 +387,7 @@ func (m *Models) endLocked(rt *outcome.Route) string {
 	changed := ""
 	if r.charged && !r.prefillDone {
 		q := m.podLocked(r.prefillOn, t)
-		q.drop(t, r.due, r.service)
+		q.drop(t, r.due, r.shiftAt, r.service)
 		changed = r.prefillOn
 	}
 	if r.firstByte.IsZero() {

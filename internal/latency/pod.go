@@ -75,6 +75,9 @@ type pod struct {
 	busyUntil time.Time
 	charges   int
 	lastEnd   time.Time // the last prefill that ended on the pod (the FIFO service estimate)
+	// shift is how far corrections moved the ledger since the pod was first charged: a
+	// charge's due then is its due at booking + (shift − its shift at booking).
+	shift float64
 
 	// Prefill load: finished prefill seconds (cumulative), and an exponentially decaying
 	// rate of them (prefill seconds per second, time constant rhoTau).
@@ -181,51 +184,56 @@ func (q *pod) arrived(now time.Time) {
 }
 
 // charge books s seconds of prefill work at now behind what is booked already and returns
-// when it is predicted to end.
-func (q *pod) charge(now time.Time, s float64) time.Time {
+// when it is predicted to end, and the ledger's shift then.
+func (q *pod) charge(now time.Time, s float64) (time.Time, float64) {
 	start := q.busyUntil
 	if start.Before(now) {
 		start = now
 	}
 	q.busyUntil = start.Add(seconds(s))
 	q.charges++
-	return q.busyUntil
+	return q.busyUntil, q.shift
 }
 
-// finish ends a charge predicted to end at due whose prefill ended at now: the work booked
-// behind it moves by the same error (the pod serves prompts in order), and an idle pod is
-// free from now.
-func (q *pod) finish(now, due time.Time) {
+// move shifts the work booked behind a charge by d seconds (not before now).
+func (q *pod) move(now time.Time, d float64) {
+	to := q.busyUntil.Add(seconds(d))
+	if to.Before(now) {
+		to = now
+	}
+	q.shift += to.Sub(q.busyUntil).Seconds()
+	q.busyUntil = to
+}
+
+// finish ends a charge booked with (due, shiftAt) whose prefill ended at now: the work
+// booked behind it moves by the same error (the pod serves prompts in order), and an idle
+// pod is free from now.
+func (q *pod) finish(now, due time.Time, shiftAt float64) {
 	q.charges--
-	switch {
-	case q.charges <= 0:
+	if q.charges <= 0 {
 		q.charges = 0
-		q.busyUntil = now
-	default:
-		q.busyUntil = q.busyUntil.Add(now.Sub(due))
-		if q.busyUntil.Before(now) {
-			q.busyUntil = now
-		}
+		q.move(now, now.Sub(q.busyUntil).Seconds())
+	} else {
+		eff := due.Add(seconds(q.shift - shiftAt))
+		q.move(now, now.Sub(eff).Seconds())
 	}
 	if now.After(q.lastEnd) {
 		q.lastEnd = now
 	}
 }
 
-// drop ends a charge whose prefill never ran to its end (the request failed first): the
-// work booked behind it moves forward by what was left of it.
-func (q *pod) drop(now, due time.Time, s float64) {
+// drop ends a charge of s seconds whose prefill never ran to its end (the request failed
+// first): the work booked behind it moves forward by what was left of it.
+func (q *pod) drop(now, due time.Time, shiftAt, s float64) {
 	q.charges--
 	if q.charges <= 0 {
 		q.charges = 0
-		q.busyUntil = now
+		q.move(now, now.Sub(q.busyUntil).Seconds())
 		return
 	}
-	left := math.Min(math.Max(due.Sub(now).Seconds(), 0), s)
-	q.busyUntil = q.busyUntil.Add(-seconds(left))
-	if q.busyUntil.Before(now) {
-		q.busyUntil = now
-	}
+	eff := due.Add(seconds(q.shift - shiftAt))
+	left := math.Min(math.Max(eff.Sub(now).Seconds(), 0), s)
+	q.move(now, -left)
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -368,7 +376,7 @@ func (q *pod) prefillEnded(t time.Time, r *route, fit fitKind, adjust float64) {
 	g.items = append(g.items, groupItem{prompt: r.prompt, service: r.service, adjust: adjust, fit: fit})
 	g.predicted += r.service
 	q.ended(r.prompt)
-	q.finish(t, r.due)
+	q.finish(t, r.due, r.shiftAt)
 	q.addWork(t, r.service)
 }
 
