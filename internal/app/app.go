@@ -120,7 +120,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		return nil, err
 	}
 	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile,
-		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m})
+		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m, Predictions: tel.m})
 	if err != nil {
 		return nil, err
 	}
