@@ -19,6 +19,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/tandem-epp/tandem/bench/picker/baseline"
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pd"
@@ -54,6 +56,18 @@ type setup struct {
 // frozen builds the baseline cascade instead of the chain. seed fixes the pool's load and
 // the prompts, so two builds with one seed route the same traffic over the same state.
 func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) setup {
+	return buildWith(ctx, n, seed, policy, frozen, false)
+}
+
+// buildPredictive is build with the pd-predictive strategy as the default: online latency
+// models fed by the outcome of every pick (the runner reports each request's first byte and
+// end), predicted TTFT and TPOT for every candidate, selective disaggregation and the
+// standard-pod decider on every pick.
+func buildPredictive(ctx context.Context, n int, seed uint64) setup {
+	return buildWith(ctx, n, seed, "", false, true)
+}
+
+func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen, predictive bool) setup {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	gw := config.DefaultPD()
 	if policy != "" {
@@ -69,9 +83,18 @@ func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) 
 	} else {
 		cascade := pd.New(pd.Options{Deps: deps, Gateway: gw})
 		pd.RegisterTokenLoad(cascade, pd.NewTokenLoad(gw, ledger.Options{}))
+		if predictive {
+			m := latency.New(latency.Options{Samples: deps.Metrics.Get})
+			deps.Outcomes.Subscribe(m)
+			pd.RegisterPredictive(cascade, m)
+		}
 		strategies = pd.Strategies(cascade, deps, gw)
 	}
-	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: pd.StrategyName}, config.Options{})
+	def := pd.StrategyName
+	if predictive {
+		def = pd.StrategyPredictive
+	}
+	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: def}, config.Options{})
 	if err != nil {
 		fail(err)
 	}
@@ -188,6 +211,7 @@ func (r *runner) pick(ctx context.Context) time.Duration {
 	}
 	if r.prev != nil {
 		r.prev.Lifecycle.ResponseHeaders(200, "")
+		r.prev.Lifecycle.ResponseBody(64, false)
 		r.prev.Lifecycle.Done(nil)
 	}
 	r.prev = d
@@ -238,6 +262,10 @@ func usf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if path := os.Getenv("PICKER_PROFILE_PREDICTIVE"); path != "" {
+		profilePredictive(ctx, path)
+		return
+	}
 	fmt.Printf("bench-picker: full PD pick, %d-byte prompts, GOMAXPROCS=%d\n", promptBytes, runtime.GOMAXPROCS(0))
 	// The chain against the cascade it replaced: same pool, load and prompts, picks
 	// interleaved (the order alternating) on one locked thread, before anything else has
@@ -264,6 +292,28 @@ func main() {
 	fmt.Printf("RESULT pick_p50_us_128_chain=%.1f\n", usf(cp50))
 	fmt.Printf("RESULT pick_p50_us_128_cascade=%.1f\n", usf(kp50))
 	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratios[len(ratios)/2])
+
+	// pd-predictive beside the default pd pick, the same way: same pool, load and prompts.
+	runtime.LockOSThread()
+	predR, defR := &runner{s: buildPredictive(ctx, 128, 42)}, &runner{s: build(ctx, 128, 42, "", false)}
+	interleave(ctx, predR, defR, 2000)
+	var pred, def []time.Duration
+	ratios = ratios[:0]
+	for range 5 {
+		runtime.GC()
+		a, b := interleave(ctx, predR, defR, 4000)
+		pred, def = append(pred, a...), append(def, b...)
+		ratios = append(ratios, usf(pct(a, 0.5))/usf(pct(b, 0.5)))
+	}
+	runtime.UnlockOSThread()
+	predR.prev.Lifecycle.Done(nil)
+	defR.prev.Lifecycle.Done(nil)
+	slices.Sort(ratios)
+	fmt.Printf("side by side, endpoints=128 picks=5×4000: pd-predictive p50=%sµs p99=%sµs, pd p50=%sµs p99=%sµs, round ratios %.3f\n",
+		us(pct(pred, 0.5)), us(pct(pred, 0.99)), us(pct(def, 0.5)), us(pct(def, 0.99)), ratios)
+	fmt.Printf("RESULT pick_p50_us_128_predictive=%.1f\n", usf(pct(pred, 0.5)))
+	fmt.Printf("RESULT pick_p50_us_128_default_beside_predictive=%.1f\n", usf(pct(def, 0.5)))
+	fmt.Printf("RESULT pick_ratio_predictive_vs_default_128=%.3f\n", ratios[len(ratios)/2])
 
 	results := map[int][2]float64{}
 	for i, n := range []int{16, 128, 1024} {
@@ -307,4 +357,25 @@ func main() {
 	lat, allocs := run(ctx, l, 4000)
 	fmt.Printf("llm-d pd-epp-config.yaml endpoints=128 p50=%sµs p99=%sµs allocs/pick=%.0f\n", us(pct(lat, 0.5)), us(pct(lat, 0.99)), allocs)
 	fmt.Printf("RESULT pick_p50_us_128_llmd_pd=%.1f\n", usf(pct(lat, 0.5)))
+}
+
+// profilePredictive writes a CPU profile of pd-predictive picks on 128 endpoints to path
+// (PICKER_PROFILE_PREDICTIVE=path), for work on the pick's cost.
+func profilePredictive(ctx context.Context, path string) {
+	r := &runner{s: buildPredictive(ctx, 128, 42)}
+	for range 2000 {
+		r.pick(ctx)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fail(err)
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fail(err)
+	}
+	for range 20000 {
+		r.pick(ctx)
+	}
+	pprof.StopCPUProfile()
 }

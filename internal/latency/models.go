@@ -113,7 +113,9 @@ func (m *Models) podLocked(key string, now time.Time) *pod {
 		m.pods[key] = q
 	}
 	q.used = now
-	if m.samples != nil {
+	// Samples change once a scrape interval: look at most every sampleCheck.
+	if m.samples != nil && now.Sub(q.sampleChecked) >= sampleCheck {
+		q.sampleChecked = now
 		if s := m.samples(key); s != nil && s.UpdatedAt.After(q.sampleAt) {
 			q.ingest(s)
 		}
@@ -121,15 +123,15 @@ func (m *Models) podLocked(key string, now time.Time) *pod {
 	return q
 }
 
+// sampleCheck is how often a pod's scraped sample is looked up (scrapes come once a second
+// by default).
+const sampleCheck = 50 * time.Millisecond
+
 // Prefill predicts, at now, the wait and the prefill seconds of p on the endpoint: the
 // prompt's prefill would end wait+service seconds from now.
 func (m *Models) Prefill(key string, p Prompt) (wait, service float64) {
-	now := m.clock.Now()
-	m.mu.Lock()
-	q := m.podLocked(key, now)
-	wait, service = m.waitLocked(key, q, now), q.service(p)
-	m.mu.Unlock()
-	return wait, service
+	f := m.Forecast(key)
+	return f.Wait(), f.Service(p)
 }
 
 // waitLocked is the prefill work ahead of a prompt arriving now: this replica's ledger,
@@ -151,26 +153,16 @@ func (m *Models) waitLocked(key string, q *pod, now time.Time) float64 {
 	return w + math.Max(extra, 0)
 }
 
-// Handover predicts the seconds from the end of a prefill of tokens elsewhere, after
-// seconds from now, to the endpoint's first byte: the prefill work booked on the endpoint
-// still ahead then (its decode leg queues behind it), the KV transfer, and the first decode
-// iteration (as long as the pod's TPOT).
+// Handover is Forecast(key).Handover.
 func (m *Models) Handover(key string, tokens int, after float64) float64 {
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	q := m.podLocked(key, now)
-	return q.backlog(now.Add(seconds(max(after, 0)))) + q.handoverSeconds(tokens) + m.tpotLocked(key, q, now, tokens, 0)
+	f := m.Forecast(key)
+	return f.Handover(tokens, after)
 }
 
-// StallRoom is how many seconds of stall the requests decoding on the endpoint can still
-// absorb before the tightest of them misses its TPOT objective (+Inf when none decodes
-// there): a prompt whose prefill (beyond one decode step) exceeds it should run elsewhere.
+// StallRoom is Forecast(key).StallRoom.
 func (m *Models) StallRoom(key string) float64 {
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.podLocked(key, now).stallRoom(m.decoding)
+	f := m.Forecast(key)
+	return f.StallRoom()
 }
 
 // StepSeconds predicts the endpoint's decode iteration now.
@@ -182,40 +174,22 @@ func (m *Models) StepSeconds(key string) float64 {
 	return q.stepSeconds(math.Max(float64(q.requests), q.engRunning), math.Max(q.kv, q.engKV))
 }
 
-// decoding reports whether a route still decodes (it has not ended).
-func (m *Models) decoding(id uint64) bool { _, ok := m.routes[id]; return ok }
-
-// Delay predicts what booking s seconds of prefill on the endpoint now costs the routes
-// that will queue behind it: s for each that arrives before the pod works through its
-// booked work and this one (the pod's recent arrival rate × that time).
+// Delay is Forecast(key).Delay.
 func (m *Models) Delay(key string, s float64) float64 {
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	q := m.podLocked(key, now)
-	return q.arrivalRate(now) * (m.waitLocked(key, q, now) + s) * s
+	f := m.Forecast(key)
+	return f.Delay(s)
 }
 
-// TPOT predicts the time per output token of a request of tokens prompt tokens decoding
-// on the endpoint, and of the requests already there, if extraPrefill seconds of prefill
-// work were added to the pod now: the decode step at the pod's requests and KV tokens plus
-// this one, stretched by the share of the pod's time prefill work is predicted to take
-// while it decodes.
+// TPOT is Forecast(key).TPOT.
 func (m *Models) TPOT(key string, tokens int, extraPrefill float64) float64 {
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.tpotLocked(key, m.podLocked(key, now), now, tokens, extraPrefill)
+	f := m.Forecast(key)
+	return f.TPOT(tokens, extraPrefill)
 }
 
+// tpotLocked is TPOT under the lock, for the fits.
 func (m *Models) tpotLocked(key string, q *pod, now time.Time, tokens int, extraPrefill float64) float64 {
-	n := math.Max(float64(q.requests), q.engRunning) + 1
-	kv := math.Max(q.kv, q.engKV) + float64(tokens)
-	step := q.stepSeconds(n, kv)
-	h := math.Max(q.decodeSecs, 0.5)
-	rho := math.Max(q.rhoAtNow(now), m.waitLocked(key, q, now)/h) + math.Max(extraPrefill, 0)/h
-	rho = math.Min(math.Max(rho, 0), maxRho)
-	return step / (1 - rho)
+	f := m.forecastLocked(key, q, now)
+	return f.TPOT(tokens, extraPrefill)
 }
 
 // Charge is what a pick books: the route's kind and endpoints, the prompt as the pod that

@@ -99,8 +99,8 @@ type pod struct {
 	// uncached is the mean uncached prompt tokens of the prefills charged here.
 	uncached float64
 
-	// The last scraped engine signals.
-	sampleAt                      time.Time
+	// The last scraped engine signals, and when the sample was last looked up.
+	sampleAt, sampleChecked       time.Time
 	engRunning, engWaiting, engKV float64
 	hasEng                        bool
 	directPrefill                 int // prefill ends observed by the hand-off (not inferred)
@@ -441,9 +441,9 @@ func (q *pod) willDecode(id uint64, objective, tpot float64, maxTokens int) {
 }
 
 // stallRoom is the tightest stall budget left among the requests decoding on the pod
-// (+Inf when none); live says which requests still decode.
-func (q *pod) stallRoom(live func(id uint64) bool) float64 {
-	for q.slack.Len() > 0 && !live(q.slack[0].id) {
+// (+Inf when none); live holds the requests that still decode.
+func (q *pod) stallRoom(live map[uint64]*route) float64 {
+	for q.slack.Len() > 0 && live[q.slack[0].id] == nil {
 		heap.Pop(&q.slack)
 	}
 	if q.slack.Len() == 0 {

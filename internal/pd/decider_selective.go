@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/picker"
 )
 
@@ -56,8 +57,15 @@ func (d *SelectiveDecider) Place(p *Placement) bool {
 	}
 	pr := predictor{d.c.models}
 	best := p.Best
-	for _, e := range p.Decode {
-		opt := pr.wholeOption(p.Objective, p.PromptTokens, e, p.Match[e.Key()], StepDecodeLocal)
+	for i, e := range p.Decode {
+		var f *latency.Forecast
+		if p.DecodeForecasts != nil {
+			f = &p.DecodeForecasts[i]
+			if !f.Valid() {
+				*f = d.c.models.Forecast(e.Key())
+			}
+		}
+		opt := pr.wholeOption(p.Objective, p.PromptTokens, e, f, p.Match[e.Key()], StepDecodeLocal)
 		if opt.TPOT > d.headroom*p.Objective.TPOT || !pr.stallFits(opt) || !(opt.Cost < best.Cost) {
 			continue
 		}

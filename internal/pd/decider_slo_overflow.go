@@ -76,14 +76,14 @@ func (d *SLOOverflowDecider) Place(p *Placement) bool {
 	if d.mode == OverflowCost || miss {
 		for _, e := range p.Combined {
 			if d.mode == OverflowCost {
-				opt := pr.wholeOption(o, p.PromptTokens, e, p.Match[e.Key()], StepStandardCheaper)
+				opt := pr.wholeOption(o, p.PromptTokens, e, nil, p.Match[e.Key()], StepStandardCheaper)
 				if opt.TPOT > d.headroom*o.TPOT || !(opt.Cost < p.Best.Cost) || (best.Destination != nil && !(opt.Cost < best.Cost)) || !pr.stallFits(opt) {
 					continue
 				}
 				best = opt
 				continue
 			}
-			opt := pr.wholeOption(o, p.PromptTokens, e, p.Match[e.Key()], StepSLOOverflow)
+			opt := pr.wholeOption(o, p.PromptTokens, e, nil, p.Match[e.Key()], StepSLOOverflow)
 			if opt.TTFT > o.TTFT || opt.TPOT > o.TPOT || (best.Destination != nil && !(opt.TTFT < best.TTFT)) || !pr.stallFits(opt) {
 				continue
 			}

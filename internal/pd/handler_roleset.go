@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -562,12 +563,23 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 // place predicts the pair and lets the placement deciders move the request (its prompt run
 // whole on a decode pod, a standard pod) or shed it.
 func (h *RolesetHandler) place(cy *picker.Cycle, s *selection, pp *PrefillPod, dp *DecodePod) (Option, error) {
-	opt := predictor{h.c.models}.pairOption(s.obj, s.promptTokens, pp.Endpoint, pp.MatchPct, dp.Endpoint)
+	var fp, fd *latency.Forecast
+	if s.pb.fc != nil {
+		fp = &s.pb.fc[s.bestP[s.ri]]
+	}
+	if s.b.fc != nil {
+		fd = &s.b.fc[s.bestD[s.ri]]
+	}
+	opt := predictor{h.c.models}.pairOption(s.obj, s.promptTokens, pp.Endpoint, fp, pp.MatchPct, dp.Endpoint, fd)
 	if len(h.placement) == 0 {
 		return opt, nil
 	}
 	pl := &Placement{Cycle: cy, Objective: s.obj, PromptTokens: s.promptTokens, Match: s.match,
 		Decode: s.pt.decode, Combined: s.pt.combined, Best: opt}
+	if len(s.b.Pods) == len(s.pt.decode) && len(s.b.Pods) > 0 { // no fast path narrowed the decode side: the batch is pt.decode
+		s.b.forecast(h.c.models, 0)
+		pl.DecodeForecasts = s.b.fc
+	}
 	for _, d := range h.placement {
 		d.Place(pl)
 		if pl.Shed {
@@ -594,7 +606,7 @@ func (h *RolesetHandler) wholeDecision(s *selection, opt Option, maxTokens int) 
 	if opt.Step != StepDecodeLocal {
 		peers, kind = s.pt.combined, picker.OutcomeCombined
 	}
-	ranked := withFallbacks(h.fallbacks, opt.Destination, peers, func(e *pool.Endpoint) int64 {
+	ranked := leastLoaded(h.fallbacks, opt.Destination, peers, func(e *pool.Endpoint) int64 {
 		return c.deps.Running.InFlight(e.Key()) + c.pending.InFlight(e.Key())
 	})
 	s.trace.Add(opt.Step)

@@ -40,10 +40,27 @@ func (predictedTTFT) UsesPrefix() bool { return true }
 func (predictedTTFT) AbsoluteCost()    {}
 
 func (p predictedTTFT) Score(b *PrefillBatch, i int) float64 {
-	pod := &b.Pods[i]
-	key := pod.Endpoint.Key()
-	wait, svc := p.m.Prefill(key, promptOn(b.PromptTokens, pod.MatchPct))
-	return (wait + svc + p.m.Delay(key, svc)) / ttftOf(b.Objective)
+	f := b.forecast(p.m, i)
+	svc := f.Service(promptOn(b.PromptTokens, b.Pods[i].MatchPct))
+	return (f.Wait() + svc + f.Delay(svc)) / ttftOf(b.Objective)
+}
+
+// forecast is pod i's latency forecast; the batch's are read at once, once per request.
+func (b *PrefillBatch) forecast(m *latency.Models, i int) *latency.Forecast {
+	if b.fc == nil {
+		b.fc = make([]latency.Forecast, len(b.Pods))
+		m.ForecastAll(len(b.Pods), func(i int) string { return b.Pods[i].Endpoint.Key() }, b.fc)
+	}
+	return &b.fc[i]
+}
+
+// forecast is pod i's latency forecast; the batch's are read at once, once per request.
+func (b *DecodeBatch) forecast(m *latency.Models, i int) *latency.Forecast {
+	if b.fc == nil {
+		b.fc = make([]latency.Forecast, len(b.Pods))
+		m.ForecastAll(len(b.Pods), func(i int) string { return b.Pods[i].Endpoint.Key() }, b.fc)
+	}
+	return &b.fc[i]
 }
 
 // predictedTPOT scores a decode pod by the TPOT the request is predicted to see there
@@ -60,8 +77,8 @@ func (predictedTPOT) FastPath() bool  { return false }
 func (predictedTPOT) AbsoluteCost()   {}
 
 func (p predictedTPOT) Score(b *DecodeBatch, i int) float64 {
-	key := b.Pods[i].Endpoint.Key()
-	return p.m.TPOT(key, b.PromptTokens, 0)/tpotOf(b.Objective) + p.m.Handover(key, b.PromptTokens, 0)/ttftOf(b.Objective)
+	f := b.forecast(p.m, i)
+	return f.TPOT(b.PromptTokens, 0)/tpotOf(b.Objective) + f.Handover(b.PromptTokens, 0)/ttftOf(b.Objective)
 }
 
 // ttftOf and tpotOf are the objectives with the reference values for a zero Objective (a

@@ -178,7 +178,7 @@ func TestPlacementDeciders(t *testing.T) {
 			}
 			pr := predictor{r.m}
 			pl := &Placement{Objective: o, PromptTokens: c.tokens, Decode: []*pool.Endpoint{d, dBusy}, Combined: []*pool.Endpoint{s},
-				Best: pr.pairOption(o, c.tokens, p, 0, d)}
+				Best: pr.pairOption(o, c.tokens, p, nil, 0, d, nil)}
 			sel := &SelectiveDecider{c: r.c, headroom: defaultTPOTHeadroom}
 			ovf := &SLOOverflowDecider{c: r.c, mode: c.overflow, headroom: defaultTPOTHeadroom, shed: true}
 			for _, dec := range []PlacementDecider{sel, ovf} {
@@ -224,7 +224,7 @@ func TestSelectiveRespectsTheStallBudget(t *testing.T) {
 		tr.PrefillEnd(nil, true)
 		o := Objective{TTFT: 10, TPOT: 0.05} // a lax TTFT: only the stall can keep it off d
 		pr := predictor{r.m}
-		pl := &Placement{Objective: o, PromptTokens: c.tokens, Decode: []*pool.Endpoint{d}, Best: pr.pairOption(o, c.tokens, p, 0, d)}
+		pl := &Placement{Objective: o, PromptTokens: c.tokens, Decode: []*pool.Endpoint{d}, Best: pr.pairOption(o, c.tokens, p, nil, 0, d, nil)}
 		pl.Best.Cost = math.Inf(1) // the pair is never cheaper here
 		(&SelectiveDecider{c: r.c, headroom: 1}).Place(pl)
 		if local := pl.Best.Kind == outcome.KindWhole; local != c.local {

@@ -99,6 +99,8 @@ type Option struct {
 	TTFT, TPOT, Delay, Cost float64
 	// Step names what chose it ("" for the pair).
 	Step string
+
+	forecast *latency.Forecast // the destination's, for a whole option
 }
 
 // Placement is what a placement decider sees after step 5 chose the pair: the request,
@@ -111,6 +113,9 @@ type Placement struct {
 	Match map[string]float64
 	// Decode are the decode candidates of complete rolesets; Combined the standard pods.
 	Decode, Combined []*pool.Endpoint
+	// DecodeForecasts, when not nil, are Decode's latency forecasts (entries not yet read
+	// are zero), shared with the decode scorer.
+	DecodeForecasts []latency.Forecast
 	Best             Option
 	// Shed: refuse the request (429); set by a decider when nothing meets its objective.
 	Shed bool
@@ -129,35 +134,47 @@ type PlacementDecider interface {
 // predictor is the models as the PD plugins read them.
 type predictor struct{ m *latency.Models }
 
-// pairOption predicts the pair (prefill pod pp with prompt match pct, decode pod dp).
-func (pr predictor) pairOption(o Objective, tokens int, pp *pool.Endpoint, pct float64, dp *pool.Endpoint) Option {
+// pairOption predicts the pair (prefill pod pp with prompt match pct, decode pod dp) from
+// their forecasts (nil: read now).
+func (pr predictor) pairOption(o Objective, tokens int, pp *pool.Endpoint, fp *latency.Forecast, pct float64, dp *pool.Endpoint, fd *latency.Forecast) Option {
+	fp, fd = pr.read(pp, fp), pr.read(dp, fd)
 	p := promptOn(tokens, pct)
-	wait, svc := pr.m.Prefill(pp.Key(), p)
-	ttft := wait + svc + pr.m.Handover(dp.Key(), tokens, wait+svc)
-	tpot := pr.m.TPOT(dp.Key(), tokens, 0)
-	delay := pr.m.Delay(pp.Key(), svc)
+	svc := fp.Service(p)
+	end := fp.Wait() + svc
+	ttft := end + fd.Handover(tokens, end)
+	tpot := fd.TPOT(tokens, 0)
+	delay := fp.Delay(svc)
 	return Option{Kind: outcome.KindPD, Prefill: pp, Destination: dp, Prompt: p, Service: svc,
 		TTFT: ttft, TPOT: tpot, Delay: delay, Cost: (ttft+delay)/o.TTFT + tpot/o.TPOT}
 }
 
 // wholeOption predicts the request run whole on e: its prefill waits for e's booked
 // prefill work, and its prefill load stretches every decode on e.
-func (pr predictor) wholeOption(o Objective, tokens int, e *pool.Endpoint, pct float64, step string) Option {
+func (pr predictor) wholeOption(o Objective, tokens int, e *pool.Endpoint, fe *latency.Forecast, pct float64, step string) Option {
+	fe = pr.read(e, fe)
 	p := promptOn(tokens, pct)
-	wait, svc := pr.m.Prefill(e.Key(), p)
-	ttft := wait + svc
-	tpot := pr.m.TPOT(e.Key(), tokens, svc)
-	delay := pr.m.Delay(e.Key(), svc)
-	return Option{Kind: outcome.KindWhole, Destination: e, Prompt: p, Service: svc,
+	svc := fe.Service(p)
+	ttft := fe.Wait() + svc
+	tpot := fe.TPOT(tokens, svc)
+	delay := fe.Delay(svc)
+	return Option{Kind: outcome.KindWhole, Destination: e, Prompt: p, Service: svc, forecast: fe,
 		TTFT: ttft, TPOT: tpot, Delay: delay, Cost: (ttft+delay)/o.TTFT + tpot/o.TPOT, Step: step}
+}
+
+func (pr predictor) read(e *pool.Endpoint, f *latency.Forecast) *latency.Forecast {
+	if f != nil && f.Valid() {
+		return f
+	}
+	g := pr.m.Forecast(e.Key())
+	return &g
 }
 
 // stallFits reports whether opt, a prompt run whole on its destination, stalls the decodes
 // there (its prefill beyond one decode step) by no more than the tightest of them can
 // absorb within its TPOT objective.
 func (pr predictor) stallFits(opt Option) bool {
-	key := opt.Destination.Key()
-	return opt.Service-pr.m.StepSeconds(key) <= pr.m.StallRoom(key)
+	f := pr.read(opt.Destination, opt.forecast)
+	return opt.Service-f.Step(0) <= f.StallRoom()
 }
 
 // charge books the chosen option on the models under the route's outcome ID.
