@@ -82,7 +82,7 @@ var builtinDialects = map[string]Dialect{
 			FieldPrefillTime:   "vllm:request_prefill_time_seconds",
 			FieldQueueTime:     "vllm:request_queue_time_seconds",
 			FieldTTFT:          "vllm:time_to_first_token_seconds",
-			FieldInterToken:    "vllm:inter_token_latency_seconds|vllm:time_per_output_token_seconds",
+			FieldInterToken:    "vllm:inter_token_latency_seconds",
 			FieldCacheInfo:     "vllm:cache_config_info",
 		},
 		BlockSizeLabel: "block_size",
