@@ -412,7 +412,8 @@ func TestProtocolHalfClose(t *testing.T) {
 	}
 }
 
-// TestProtocolMissingPath: without :path, chat and completions are told apart by the body.
+// TestProtocolMissingPath: without :path (NGINX Gateway Fabric's shim sends none), chat and
+// completions are told apart by the body, and a body that is neither is a 400 (issue 13).
 func TestProtocolMissingPath(t *testing.T) {
 	p := startProtoTandem(t, extproc.Options{}, protoPool(), true)
 	cases := []struct {
@@ -422,7 +423,7 @@ func TestProtocolMissingPath(t *testing.T) {
 	}{
 		{"chat body", protoChat, 0},
 		{"completions body", protoCompletion, 0},
-		{"embeddings body", `{"model":"m","input":"x"}`, 0},
+		{"embeddings body", `{"model":"m","input":"x"}`, 400},
 		{"chat body without model", `{"messages":[{"role":"user","content":"x"}]}`, 400},
 		{"not JSON", `model=m`, 400},
 	}

@@ -81,6 +81,11 @@ func (p *pod) labels() map[string]string {
 		l["role-name"] = p.role
 		l["roleset-name"] = p.roleset
 	}
+	if p.sidecar {
+		// llm-d's role label: how a decode pod with llm-d's routing sidecar shows itself, so
+		// the default (auto) hand-off names the prefill pod for it instead of running the leg.
+		l[pool.LabelLLMDRole] = p.role
+	}
 	return l
 }
 
@@ -146,6 +151,13 @@ func startTandem(t *testing.T, args []string, env map[string]string, rc *rest.Co
 // eppAddr (TLS, as Envoy talks to an EPP) until the test ends, and returns its base URL.
 func startGateway(t *testing.T, eppAddr string) string {
 	t.Helper()
+	return serveGateway(t, gateway.Options{EPPAddr: eppAddr, TLS: true,
+		SubsetHint: gateway.SubsetFromHeader(subsetHeader), DecisionTimeout: 10 * time.Second})
+}
+
+// serveGateway serves the local gateway with opts on a free loopback port until the test ends.
+func serveGateway(t *testing.T, opts gateway.Options) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -153,8 +165,7 @@ func startGateway(t *testing.T, eppAddr string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- gateway.Serve(ctx, ln, gateway.Options{EPPAddr: eppAddr, TLS: true,
-			SubsetHint: gateway.SubsetFromHeader(subsetHeader), DecisionTimeout: 10 * time.Second})
+		done <- gateway.Serve(ctx, ln, opts)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -105,12 +105,13 @@ func TestPDPairAndPrefillTargetDelivered(t *testing.T) {
 	t.Logf("PD requests per roleset (no hint): %v", used)
 }
 
-// With the sidecar hand-off (the default) Tandem only names the prefill pod: a decode pod
-// without the routing sidecar serves the request alone, and the prefill pod gets nothing.
+// With the sidecar hand-off set explicitly Tandem only names the prefill pod: a decode pod
+// without the routing sidecar serves the request alone, and the prefill pod gets nothing (and
+// Tandem says at start-up that this pool cannot disaggregate).
 func TestSidecarHandoffLeavesThePrefillLegToThePod(t *testing.T) {
 	specs := pdPods("a")
 	specs[1].sidecar = false
-	s := newFileStack(t, nil, specs...)
+	s := newFileStack(t, map[string]string{"TANDEM_PD_HANDOFF": "sidecar"}, specs...)
 	ctx := testCtx(t, 30*time.Second)
 	for i := 0; i < 4; i++ {
 		m := s.marker("nosidecar")
@@ -245,5 +246,38 @@ func TestNoDecodePodsIs503(t *testing.T) {
 	}
 	if after := countReceived(s.pods["prefill-a"]) + countReceived(s.pods["prefill-b"]); after != before {
 		t.Errorf("prefill pods received %d requests after the decode pods left", after-before)
+	}
+}
+
+// With the default hand-off (auto) plain engine pods disaggregate: no decode pod declares a
+// routing sidecar, so Tandem runs the prefill leg itself on the paired prefill pod and the
+// decode pod gets the body with the KV transfer parameters that leg returned, and no prefill
+// target header. (Before issue 13 the default was sidecar: such a decode pod recomputed every
+// prompt while the prefill pods idled, silently.)
+func TestDefaultHandoffDisaggregatesPlainPods(t *testing.T) {
+	specs := pdPods("a")
+	specs[1].sidecar = false
+	s := newFileStack(t, nil, specs...)
+	ctx := testCtx(t, 30*time.Second)
+	for i := 0; i < 4; i++ {
+		stream := i%2 == 0
+		m := s.marker("auto")
+		r := s.post(ctx, "/v1/chat/completions", chatBody(prompt(m, 200), 8, stream), nil)
+		if err := okCompletion(r, stream); err != nil || r.pod != "decode-a" {
+			t.Fatalf("want 200 from decode-a: %v", r)
+		}
+		leg := waitReceived(t, s.pods["prefill-a"], m)
+		var body prefillLeg
+		if err := json.Unmarshal(leg.Body, &body); err != nil || body.KVTransferParams["do_remote_decode"] != true || body.MaxTokens != 1 {
+			t.Fatalf("prefill leg on prefill-a: %v %s", err, leg.Body)
+		}
+		dec := waitReceived(t, s.pods["decode-a"], m)
+		var got struct {
+			KV map[string]any `json:"kv_transfer_params"`
+		}
+		if err := json.Unmarshal(dec.Body, &got); err != nil || got.KV["do_remote_prefill"] != true || dec.Header.Get(prefillerHeader) != "" {
+			t.Fatalf("decode pod got %s=%q and body %.300s; want the prefill leg's KV transfer parameters and no header",
+				prefillerHeader, dec.Header.Get(prefillerHeader), dec.Body)
+		}
 	}
 }

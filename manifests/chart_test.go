@@ -120,6 +120,7 @@ var presets = []struct {
 	{"envoy-gateway", "overlays/envoy-gateway", []string{"--set", "provider.name=envoy-gateway", "--set", "gateway.create=true"}},
 	{"kgateway", "overlays/kgateway", []string{"--set", "provider.name=kgateway", "--set", "gateway.create=true"}},
 	{"istio", "overlays/istio", []string{"--set", "provider.name=istio", "--set", "gateway.create=true"}},
+	{"nginx-gateway-fabric", "overlays/nginx-gateway-fabric", []string{"--set", "provider.name=nginx-gateway-fabric", "--set", "gateway.create=true"}},
 }
 
 // monitoringArgs turns on everything manifests/monitoring has.
@@ -429,6 +430,9 @@ func TestChartValuesReachTheEPP(t *testing.T) {
 		"log level":       strings.Contains(strings.Join(c.Args, " "), "--zap-log-level debug"),
 		"debug trace":     opts.DebugTraceHeader,
 		"max body":        opts.MaxBodyBytes == 20971520,
+		"gateway client":  opts.GatewayClient == config.ClientFull,
+		"fallbacks":       opts.DestinationFallbacks == config.FallbacksOn, // unquoted YAML on: a boolean
+		"hold":            opts.DestinationOnlyHold.String() == "30s",
 		"grace":           opts.GracePeriod.String() == "45s",
 		"extra args":      opts.HealthChecking,
 		"replicas":        dep.Spec.Replicas != nil && *dep.Spec.Replicas == 3,
@@ -471,6 +475,55 @@ func TestChartValuesReachTheEPP(t *testing.T) {
 	}
 }
 
+// TestChartGatewayClientFlags: each preset tells Tandem what its gateway applies of the answer
+// (as its overlay does), and an explicit value wins over the preset either way.
+func TestChartGatewayClientFlags(t *testing.T) {
+	cases := []struct {
+		name              string
+		args              []string
+		client, fallbacks string
+	}{
+		{"none", nil, config.ClientAuto, config.FallbacksAuto},
+		{"envoy-gateway", []string{"--set", "provider.name=envoy-gateway"}, config.ClientAuto, config.FallbacksOff},
+		{"kgateway", []string{"--set", "provider.name=kgateway"}, config.ClientAuto, config.FallbacksOff},
+		{"istio", []string{"--set", "provider.name=istio"}, config.ClientAuto, config.FallbacksAuto},
+		{"nginx-gateway-fabric", []string{"--set", "provider.name=nginx-gateway-fabric"}, config.ClientDestinationOnly, config.FallbacksAuto},
+		{"nginx-gateway-fabric, client auto", []string{"--set", "provider.name=nginx-gateway-fabric", "--set", "gatewayClient=auto"}, config.ClientAuto, config.FallbacksAuto},
+		{"kgateway, fallbacks on", []string{"--set", "provider.name=kgateway", "--set", "destinationFallbacks=on"}, config.ClientAuto, config.FallbacksOn},
+		{"fallbacks false (YAML off)", []string{"--set", "destinationFallbacks=false"}, config.ClientAuto, config.FallbacksOff},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dep := typed[appsv1.Deployment](t, helmTemplate(t, c.args...), "Deployment", "tandem-epp")
+			args := dep.Spec.Template.Spec.Containers[0].Args
+			opts := parseArgs(t, args)
+			if opts.GatewayClient != c.client || opts.DestinationFallbacks != c.fallbacks {
+				t.Errorf("args %q: --gateway-client=%s --destination-fallbacks=%s, want %s and %s",
+					args, opts.GatewayClient, opts.DestinationFallbacks, c.client, c.fallbacks)
+			}
+		})
+	}
+}
+
+// TestChartAIGatewayRouteModel: the envoy-gateway preset's route matches the pool's model label,
+// or the model named by provider.envoyGateway.model.
+func TestChartAIGatewayRouteModel(t *testing.T) {
+	for want, args := range map[string][]string{
+		"llama":    {"--set", "provider.name=envoy-gateway", "--set-json", `pool.selector={"model.aibrix.ai/name":"llama"}`},
+		"llama-3b": {"--set", "provider.name=envoy-gateway", "--set-json", `pool.selector={"model.aibrix.ai/name":null,"app":"vllm"}`, "--set", "provider.envoyGateway.model=llama-3b"},
+	} {
+		route := byKindName(helmTemplate(t, args...))["AIGatewayRoute/tandem-route"]
+		if route == nil {
+			t.Fatalf("%v: no AIGatewayRoute tandem-route", args)
+		}
+		rules, _, _ := unstructured.NestedSlice(route.Object, "spec", "rules")
+		header := rules[0].(map[string]any)["matches"].([]any)[0].(map[string]any)["headers"].([]any)[0].(map[string]any)
+		if header["name"] != "x-ai-eg-model" || header["value"] != want {
+			t.Errorf("%v: the route matches %v, want x-ai-eg-model: %s", args, header, want)
+		}
+	}
+}
+
 // TestChartRejectsBadValues: a wrong value fails at helm time with the value named.
 func TestChartRejectsBadValues(t *testing.T) {
 	cases := []struct {
@@ -481,7 +534,12 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{[]string{"--set", "settings.promptLengthBuckting=true"}, "promptLengthBuckting"},
 		{[]string{"--set", "settings.pdHandoff=both"}, "pdHandoff"},
 		{[]string{"--set", "settings.tokenLoadKVWeight=heavy"}, "tokenLoadKVWeight"},
-		{[]string{"--set", "provider.name=envoy-gateway", "--set", "tls.certSecretName=x"}, "tls.certSecretName is set but ext_proc is plaintext"},
+		{[]string{"--set", "tls.secureServing=false", "--set", "tls.certSecretName=x"}, "tls.certSecretName is set but ext_proc is plaintext"},
+		{[]string{"--set", "gatewayClient=nginx"}, "gatewayClient"},
+		{[]string{"--set", "destinationFallbacks=sometimes"}, "destinationFallbacks"},
+		{[]string{"--set", "destinationOnlyHold=15"}, "destinationOnlyHold"},
+		{[]string{"--set", "destinationOnlyHold=soon"}, "destinationOnlyHold"},
+		{[]string{"--set", "provider.name=envoy-gateway", "--set-json", `pool.selector={"model.aibrix.ai/name":null,"app":"vllm"}`}, "provider.envoyGateway.model"},
 		{[]string{"--set", "gateway.create=true"}, "gateway.className"},
 		{[]string{"--set", "serviceAccount.create=false"}, "serviceAccount.name"},
 		{[]string{"--set", "replicas=two"}, "replicas"},
@@ -542,8 +600,8 @@ func TestChartReadmeListsEveryValue(t *testing.T) {
 }
 
 // TestChartApply creates the chart's objects on a real apiserver (with the InferencePool, Gateway
-// API and prometheus-operator CRDs) for every preset and with every value on, and checks that the
-// chart's ServiceAccount, with only the chart's Role, serves the sample model servers.
+// API, prometheus-operator and Envoy AI Gateway CRDs) for every preset and with every value on, and
+// checks that the chart's ServiceAccount, with only the chart's Role, serves the sample model servers.
 func TestChartApply(t *testing.T) {
 	env := startEnv(t)
 	ns := env.Namespace(t, "chart")

@@ -44,16 +44,18 @@ import (
 
 // kustomizations are the directories this test owns, with the kinds each must render.
 var kustomizations = map[string][]string{
-	"base":                   {"Deployment", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
-	"samples/pd-vllm":        {"Deployment", "Deployment", "Deployment"},
-	"overlays/envoy-gateway": {"Deployment", "EnvoyExtensionPolicy", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
-	"overlays/kgateway":      {"Deployment", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
-	"overlays/istio":         {"Deployment", "DestinationRule", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
-	"monitoring":             {"ConfigMap", "PrometheusRule", "ServiceMonitor"},
+	"base":                          {"Deployment", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"samples/pd-vllm":               {"Deployment", "Deployment", "Deployment"},
+	"overlays/envoy-gateway":        {"AIGatewayRoute", "Deployment", "Gateway", "GatewayClass", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"overlays/nginx-gateway-fabric": {"Deployment", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"overlays/kgateway":             {"Deployment", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"overlays/istio":                {"Deployment", "DestinationRule", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
+	"monitoring":                    {"ConfigMap", "PrometheusRule", "ServiceMonitor"},
 }
 
-// vendorKinds are gateway implementations' own CRDs, not installed here: rendered and checked, not applied.
-var vendorKinds = []string{"DestinationRule", "EnvoyExtensionPolicy"}
+// vendorKinds are gateway implementations' own CRDs, not installed here: rendered and checked, not
+// applied. (Envoy AI Gateway's AIGatewayRoute CRD is installed: startEnv.)
+var vendorKinds = []string{"DestinationRule"}
 
 func render(t *testing.T, dir string) []*unstructured.Unstructured {
 	t.Helper()
@@ -236,11 +238,14 @@ func apply(t *testing.T, env *k8stest.Env, ns string, objs []*unstructured.Unstr
 	return skipped
 }
 
-// startEnv is the control plane the apply tests share the shape of: InferencePool, Gateway API
-// and prometheus-operator CRDs.
+// startEnv is the control plane the apply tests share the shape of: InferencePool, Gateway API,
+// prometheus-operator and Envoy AI Gateway's AIGatewayRoute CRDs.
 func startEnv(t *testing.T) *k8stest.Env {
-	return k8stest.Start(t, k8stest.WithGatewayAPI(), k8stest.WithPrometheusOperator())
+	return k8stest.Start(t, k8stest.WithGatewayAPI(), k8stest.WithPrometheusOperator(), k8stest.WithCRDs(aiGatewayCRDs))
 }
+
+// aiGatewayCRDs holds Envoy AI Gateway's AIGatewayRoute CRD, copied from its release.
+const aiGatewayCRDs = "testdata/envoy-ai-gateway"
 
 // TestApply creates every rendered object on a real apiserver, then runs the pool source as the
 // EPP's ServiceAccount against the sample pods.

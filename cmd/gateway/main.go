@@ -39,6 +39,8 @@ func run(args []string) error {
 	connect := fs.Duration("connect-timeout", 2*time.Second, "TCP connect timeout per endpoint before the next fallback")
 	verbosity := fs.Int("v", 0, "log verbosity: 1 logs every request")
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, then exit")
+	clientKind := fs.String("client", gateway.ClientEnvoy, "ext_proc client to play: envoy, or nginx (NGINX Gateway Fabric's shim; needs --default-endpoints, the pool's pods)")
+	strip := fs.String("strip-headers", "", "nginx client: comma-separated request headers removed before the upstream request (an HTTPRoute RequestHeaderModifier)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,7 +54,12 @@ func run(args []string) error {
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: *verbosity})
 	opts := gateway.Options{
 		EPPAddr: *epp, TLS: *eppTLS, FailOpen: *failOpen, Logger: log,
-		DecisionTimeout: *decision, ConnectTimeout: *connect,
+		DecisionTimeout: *decision, ConnectTimeout: *connect, Client: *clientKind,
+	}
+	for _, h := range strings.Split(*strip, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			opts.StripHeaders = append(opts.StripHeaders, h)
+		}
 	}
 	for _, e := range strings.Split(*defaults, ",") {
 		if e = strings.TrimSpace(e); e != "" {

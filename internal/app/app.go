@@ -197,6 +197,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		MaxBodyBytes: opts.MaxBodyBytes, ConformanceMode: opts.Conformance,
 		DebugTraceHeader: opts.DebugTraceHeader, Logger: log, Observer: tel.extprocObserver(),
 		Handoff: a.handoff, TrustClientPDFields: opts.TrustClientPDFields,
+		Client: opts.GatewayClient, Fallbacks: opts.DestinationFallbacks, DestinationOnlyHold: opts.DestinationOnlyHold,
 		Limits: extproc.Limits{MaxStreams: opts.MaxStreams, MaxBufferedBodyBytes: opts.MaxBufferedBodyBytes,
 			RequestBodyTimeout: bodyTimeout},
 	})
@@ -259,6 +260,10 @@ func (a *App) Run(ctx context.Context) error {
 	if a.shared != nil {
 		run("shared decode ledger", func(ctx context.Context) error { a.shared.Run(ctx); return a.shared.Close() })
 	}
+	run("disaggregation check", func(ctx context.Context) error {
+		warnDisaggregation(ctx, a.store, a.gw, a.opts.GatewayClient, a.log)
+		return nil
+	})
 	run("grpc servers", a.serving.Run)
 	if a.metricsL != nil {
 		srv := &http.Server{Handler: a.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}

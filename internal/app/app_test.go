@@ -28,7 +28,8 @@ endpoints:
 - name: decode-0
   address: 127.0.0.1
   port: 18200
-  labels: {role-name: decode, roleset-name: group-0, model.aibrix.ai/name: m}
+  # llm-d's role label declares the routing sidecar: the auto hand-off names the prefill pod.
+  labels: {role-name: decode, roleset-name: group-0, model.aibrix.ai/name: m, llm-d.ai/role: decode}
 `
 
 // startApp runs the whole EPP from a command line, with free ports, until the test ends.

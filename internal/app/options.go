@@ -46,6 +46,11 @@ type Options struct {
 	RequestBodyTimeout   time.Duration
 	TrustClientPDFields  bool
 
+	// What the gateway client applies of an answer (config.GatewayClientFlags).
+	GatewayClient        string
+	DestinationFallbacks string
+	DestinationOnlyHold  time.Duration
+
 	RedisAddr          string
 	RedisPassword      string
 	RedisTLS           bool
@@ -124,6 +129,9 @@ Flags:
 	fs.Int64Var(&o.MaxBufferedBodyBytes, "max-buffered-body-bytes", extproc.DefaultMaxBufferedBodyBytes, limitFlag("max-buffered-body-bytes"))
 	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", extproc.DefaultRequestBodyTimeout, limitFlag("request-body-timeout"))
 	fs.BoolVar(&o.TrustClientPDFields, "trust-client-pd-fields", false, limitFlag("trust-client-pd-fields"))
+	fs.StringVar(&o.GatewayClient, "gateway-client", config.ClientAuto, clientFlag("gateway-client"))
+	fs.StringVar(&o.DestinationFallbacks, "destination-fallbacks", config.FallbacksAuto, clientFlag("destination-fallbacks"))
+	fs.DurationVar(&o.DestinationOnlyHold, "destination-only-hold", DefaultDestinationOnlyHold, clientFlag("destination-only-hold"))
 	fs.BoolVar(&o.DebugTraceHeader, "debug-trace-header", false, "Return each decision's trace in the x-tandem-trace response header.")
 	fs.DurationVar(&o.GracePeriod, "grace-period", 30*time.Second, "How long open streams may run on after a shutdown signal.")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis host:port for the decode ledger shared across replicas (also $TANDEM_REDIS_ADDR); empty keeps it local.")
@@ -143,6 +151,19 @@ func limitFlag(name string) string {
 		}
 	}
 	panic("no config.LimitFlags entry for --" + name)
+}
+
+// DefaultDestinationOnlyHold is --destination-only-hold's default.
+const DefaultDestinationOnlyHold = 15 * time.Second
+
+// clientFlag is the description of one of config.GatewayClientFlags.
+func clientFlag(name string) string {
+	for _, f := range config.GatewayClientFlags {
+		if f.Name == name {
+			return strings.ReplaceAll(f.Description, "`", "")
+		}
+	}
+	panic("no config.GatewayClientFlags entry for --" + name)
 }
 
 // ErrHelp is returned by ParseFlags when --help was asked for (usage already printed).
@@ -210,6 +231,21 @@ func (o *Options) validate() error {
 	}
 	if o.RequestBodyTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--request-body-timeout=%s: must not be negative (0 disables it)", o.RequestBodyTimeout))
+	}
+	switch o.GatewayClient {
+	case config.ClientAuto, config.ClientFull, config.ClientDestinationOnly:
+	default:
+		errs = append(errs, fmt.Errorf("--gateway-client=%q: must be one of %s, %s, %s", o.GatewayClient,
+			config.ClientAuto, config.ClientFull, config.ClientDestinationOnly))
+	}
+	switch o.DestinationFallbacks {
+	case config.FallbacksAuto, config.FallbacksOn, config.FallbacksOff:
+	default:
+		errs = append(errs, fmt.Errorf("--destination-fallbacks=%q: must be one of %s, %s, %s", o.DestinationFallbacks,
+			config.FallbacksAuto, config.FallbacksOn, config.FallbacksOff))
+	}
+	if o.DestinationOnlyHold < 0 {
+		errs = append(errs, fmt.Errorf("--destination-only-hold=%s: must not be negative (0 releases at the end of the stream)", o.DestinationOnlyHold))
 	}
 	if o.GracePeriod < 0 {
 		errs = append(errs, fmt.Errorf("--grace-period=%s: must not be negative", o.GracePeriod))

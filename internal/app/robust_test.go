@@ -383,15 +383,15 @@ endpoints:
 	}
 }
 
-// TestHelpDocumentsTheLimits: every limit flag is in --help with the default the reference
-// (internal/config.LimitFlags) shows, and bad values stop the start with the flag named.
-func TestHelpDocumentsTheLimits(t *testing.T) {
+// checkFlagDocs: every documented flag is in --help with the default the reference shows.
+func checkFlagDocs(t *testing.T, docs []config.FlagDoc) {
+	t.Helper()
 	var out strings.Builder
 	if _, err := ParseFlags([]string{"--help"}, &out, func(string) string { return "" }); err != ErrHelp {
 		t.Fatalf("err = %v", err)
 	}
 	fs := NewFlagSet(&Options{}, io.Discard)
-	for _, doc := range config.LimitFlags {
+	for _, doc := range docs {
 		f := fs.Lookup(doc.Name)
 		if f == nil || !strings.Contains(out.String(), "-"+doc.Name) {
 			t.Errorf("--%s is not a flag listed in --help", doc.Name)
@@ -401,6 +401,13 @@ func TestHelpDocumentsTheLimits(t *testing.T) {
 			t.Errorf("--%s defaults to %s, the reference says %s", doc.Name, f.DefValue, doc.Default)
 		}
 	}
+}
+
+// TestHelpDocumentsTheLimits: every limit flag is in --help with the default the reference
+// (internal/config.LimitFlags) shows, and bad values stop the start with the flag named.
+func TestHelpDocumentsTheLimits(t *testing.T) {
+	checkFlagDocs(t, config.LimitFlags)
+	fs := NewFlagSet(&Options{}, io.Discard)
 	if fmt.Sprint(extproc.DefaultMaxBufferedBodyBytes) != fs.Lookup("max-buffered-body-bytes").DefValue {
 		t.Error("--max-buffered-body-bytes does not default to extproc's default")
 	}

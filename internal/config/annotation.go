@@ -83,10 +83,10 @@ var rcFields = []rcField{
 			rc.Sheddable = b
 			return ""
 		}},
-	{"handoff", "one of sidecar, epp", "TANDEM_PD_HANDOFF", "must be one of sidecar, epp",
-		"How the prefill target is handed over for this profile's requests.",
+	{"handoff", "one of auto, sidecar, epp", "TANDEM_PD_HANDOFF", "must be one of auto, sidecar, epp",
+		"How the prefill target is handed over for this profile's requests (`sidecar` for pods behind a decode-side routing sidecar that the auto rule does not recognise).",
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
-			return setName(&rc.Handoff, raw, []string{HandoffSidecar, HandoffEPP})
+			return setName(&rc.Handoff, raw, []string{HandoffAuto, HandoffSidecar, HandoffEPP})
 		}},
 }
 

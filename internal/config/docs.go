@@ -115,6 +115,16 @@ func Reference(plugins []PluginDoc) []byte {
 	}
 	p("\n")
 
+	p("## Gateway client (command-line flags)\n\n")
+	p("What the gateway calling Tandem can do with its answer. The Endpoint Picker Protocol lets the destination\n")
+	p("header carry `ip:port[,ip:port…]`, the primary then fallbacks, and requires the `envoy.lb` metadata to carry\n")
+	p("the same value; a client that hands the header to a proxy as one address cannot take the list.\n\n")
+	p("| Flag | Default | Description |\n|---|---|---|\n")
+	for _, f := range GatewayClientFlags {
+		p("| `--%s` | `%s` | %s |\n", f.Name, f.Default, cell(f.Description))
+	}
+	p("\n")
+
 	p("## Config file (`--config-file`)\n\n")
 	p("An `EndpointPickerConfig`, in the shape llm-d-router (`apiVersion: llm-d.ai/v1alpha1`) and GIE\n")
 	p("(`inference.networking.x-k8s.io/v1alpha1`) use: llm-d-router v0.10.0's `deploy/config` files and GIE v1.3.1's\n")

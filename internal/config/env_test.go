@@ -51,8 +51,8 @@ var seedDefaults = map[string]string{
 	// Not in the seed's tables; AIBrix scrapes every 50 ms. Tandem defaults to 1 s because scraping cost grows
 	// with endpoints ÷ interval (docs/metrics.md: 0.15 cores for 1024 pods at 1 s, ~3 cores at 50 ms).
 	"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS": "1000",
-	"ROUTING_ALGORITHM":                     "", // the picker chooses: pd for PD pools, else least-request
-	"TANDEM_PD_HANDOFF":                     "sidecar",
+	"ROUTING_ALGORITHM":                     "",     // the picker chooses: pd for PD pools, else least-request
+	"TANDEM_PD_HANDOFF":                     "auto", // Tandem's own; not in the seed (was sidecar before issue 13)
 	// Issue 18's predictive policies: no objective unless the operator or the request sets one.
 	"TANDEM_SLO_TTFT_MS": "0",
 	"TANDEM_SLO_TPOT_MS": "0",
@@ -196,7 +196,7 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR", "-1", "AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR=-1: must be 0 or more"},
 		{"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS", "0", "AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS=0: must be positive"},
 		{"ROUTING_ALGORITHM", "pd, random", "ROUTING_ALGORITHM=pd, random: must name a registered routing strategy"},
-		{"TANDEM_PD_HANDOFF", "proxy", "TANDEM_PD_HANDOFF=proxy: must be one of sidecar, epp"},
+		{"TANDEM_PD_HANDOFF", "proxy", "TANDEM_PD_HANDOFF=proxy: must be one of auto, sidecar, epp"},
 		{"TANDEM_SLO_TTFT_MS", "-1", "TANDEM_SLO_TTFT_MS=-1: must be 0 (disabled) or positive"},
 		{"TANDEM_SLO_TPOT_MS", "12.5", "TANDEM_SLO_TPOT_MS=12.5: must be a whole number"},
 	}

@@ -17,3 +17,24 @@ var LimitFlags = []FlagDoc{
 	{"trust-client-pd-fields", "false",
 		"Forward client-sent PD control fields (`kv_transfer_params`, `disagg_prefill_resp`, `bootstrap_host`/`_port`/`_room`, `disaggregated_params`) instead of removing them. Only for clients that are part of the serving system: these fields name the host a pod connects to."},
 }
+
+// Values of --gateway-client and --destination-fallbacks.
+const (
+	ClientAuto            = "auto"
+	ClientFull            = "full"
+	ClientDestinationOnly = "destination-only"
+	FallbacksAuto         = "auto"
+	FallbacksOn           = "on"
+	FallbacksOff          = "off"
+)
+
+// GatewayClientFlags are the epp flags that say what the gateway calling Tandem can do with
+// its answer. internal/app declares them with these names, defaults and descriptions.
+var GatewayClientFlags = []FlagDoc{
+	{"gateway-client", ClientAuto,
+		"What the gateway applies of Tandem's answer. `full`: everything (Envoy-based gateways: header and body mutations, `envoy.lb` metadata, the response phase). `destination-only`: only the `x-gateway-destination-endpoint` header, one `host:port`, and no response phase (NGINX Gateway Fabric's endpoint-picker shim); PD-capable requests are then routed whole to the decode or standard pod, with no prefill leg, and the pod counts as busy for `--destination-only-hold`. `auto`: per stream, a client that sends no pseudo-headers and puts header values in `value` (as that shim does) is taken as `destination-only`, any other as `full`."},
+	{"destination-fallbacks", FallbacksAuto,
+		"Whether `x-gateway-destination-endpoint` (and its `envoy.lb` metadata, always the same value) lists ranked fallbacks after the primary. `on`: always, `off`: the primary alone, `auto`: the primary alone for destination-only clients (they hand the value to a proxy as one `host:port`), fallbacks for every other client."},
+	{"destination-only-hold", "15s",
+		"How long a request routed for a destination-only client counts as in flight on its pod (Tandem's own request counts, which least-request and the prefill and decode request terms read, and the token ledgers): such clients never send the response phase, so the end of the ext_proc stream says nothing about the end of the request. What the policies read from the engines' scraped metrics (waiting queues, KV usage, throughput) stays exact at every scrape. `0` releases at the end of the stream."},
+}

@@ -30,8 +30,11 @@ const (
 	PolicyPredictedTPOT   = "predicted_tpot"
 )
 
-// Hand-off modes (TANDEM_PD_HANDOFF, routingConfig.handoff).
+// Hand-off modes (TANDEM_PD_HANDOFF, routingConfig.handoff). HandoffAuto, the default, is
+// resolved per request by the ext_proc server: sidecar when the decode pod declares a routing
+// sidecar, else epp.
 const (
+	HandoffAuto    = "auto"
 	HandoffSidecar = "sidecar"
 	HandoffEPP     = "epp"
 )
@@ -139,7 +142,7 @@ var headerDocs = []headerDoc{
 	{wire.HeaderSessionKey, "request (read)",
 		"Caller-owned session key (≤ 256 bytes) for the token-load session-delta charge."},
 	{wire.HeaderDestination, "request (written)",
-		"The chosen endpoint and its fallbacks, `ip:port[,ip:port…]`, for the gateway (Endpoint Picker Protocol). Client-sent values are removed."},
+		"The chosen endpoint and its fallbacks, `ip:port[,ip:port…]`, for the gateway (Endpoint Picker Protocol); the `envoy.lb` metadata carries the same value. The primary alone for clients that take one `host:port` (`--gateway-client`, `--destination-fallbacks`). Client-sent values are removed."},
 	{wire.HeaderPrefillerHostPort, "request (written)",
 		"The prefill target `ip:port` for a decode-side sidecar (sidecar hand-off). Client-sent values are removed."},
 	{wire.HeaderTestSelection, "request (read, conformance mode only)",

@@ -178,7 +178,7 @@ func TestProfilePDOverrides(t *testing.T) {
 
 	chat, _ := r.ResolveEndpoints(nil, eps)
 	if chat.PrefillScorePolicy != "least_request" || chat.DecodeScorePolicy != "load_balancing" ||
-		chat.PD.PrefillRequestTimeout != 20*time.Second || chat.Handoff != "sidecar" || chat.Routing.PromptLenBucketMaxLength != 2048 {
+		chat.PD.PrefillRequestTimeout != 20*time.Second || chat.Handoff != HandoffAuto || chat.Routing.PromptLenBucketMaxLength != 2048 {
 		t.Errorf("chat: %+v", chat)
 	}
 	long, _ := r.ResolveEndpoints(map[string]string{wire.HeaderConfigProfile: "long"}, eps)

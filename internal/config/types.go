@@ -47,8 +47,9 @@ type PD struct {
 	PrefixCache PrefixCache
 
 	// Handoff is how the prefill target is handed over: "sidecar" (headers and metadata for
-	// a decode-side proxy) or "epp" (Tandem runs the prefill leg itself).
-	Handoff string // TANDEM_PD_HANDOFF, "sidecar"
+	// a decode-side proxy), "epp" (Tandem runs the prefill leg itself) or "auto" (sidecar when
+	// the decode pod declares a routing sidecar, else epp).
+	Handoff string // TANDEM_PD_HANDOFF, "auto"
 
 	// SLOTTFT and SLOTPOT are the latency objectives of requests that do not send their own
 	// (x-slo-ttft-ms, x-slo-tpot-ms), read by the predictive policies; 0 = none.
@@ -99,7 +100,7 @@ func DefaultPD() PD {
 			MaxBlocks:               200000,
 			StandardDeviationFactor: 1,
 		},
-		Handoff: "sidecar",
+		Handoff: HandoffAuto,
 	}
 }
 

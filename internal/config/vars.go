@@ -280,8 +280,8 @@ var Vars = []Var{
 	durationVar("TANDEM_SLO_TPOT_MS", "sloTPOTMs", "sloTPOTMs", time.Millisecond, offOrPos,
 		"`pd-predictive` (`predicted_ttft`, `predicted_tpot`): time-per-output-token objective, in milliseconds, of requests that send no `x-slo-tpot-ms`. `0`: none (routed as if it were 50 ms).",
 		func(g *Gateway) *time.Duration { return &g.PD.SLOTPOT }),
-	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffSidecar, HandoffEPP}, false,
-		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy) or `epp` (Tandem runs the prefill leg itself).",
+	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffAuto, HandoffSidecar, HandoffEPP}, false,
+		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy), `epp` (Tandem runs the prefill leg itself, so plain engine pods disaggregate), or `auto`: per request, `sidecar` when the decode pod declares a routing sidecar (it carries llm-d's `llm-d.ai/role` label, as llm-d's decode pods with the routing sidecar do), else `epp`. The prefill target also travels as `envoy.lb` metadata in every mode.",
 		func(g *Gateway) *string { return &g.PD.Handoff }),
 }
 

@@ -173,6 +173,11 @@ func writeEndpoints(path string, pods []*Pod) error {
 			labels["role-name"] = p.Role
 			labels["roleset-name"] = p.Roleset
 		}
+		if p.Role == sim.RoleDecode {
+			// The decode pods run an llm-d-style routing sidecar and say so with llm-d's role
+			// label, so the default (auto) hand-off names the prefill pod for them.
+			labels["llm-d.ai/role"] = p.Role
+		}
 		f.Endpoints = append(f.Endpoints, SimEndpoint(p.Name, p.Server, labels,
 			map[string]string{"model.aibrix.ai/config": profile(p.Role)}))
 	}

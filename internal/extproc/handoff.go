@@ -91,15 +91,34 @@ func (e *eppHandoff) stop() {
 	e.timerOn = false
 }
 
-// handoffMode says how a decision's prefill leg runs: "" for decisions without one.
-func handoffMode(d *picker.Decision, hasBody bool) string {
+// handoffMode says how a decision's prefill leg runs: "" for decisions without one. The auto
+// mode (the default) resolves per request: the sidecar hand-off when the decode pod declares a
+// routing sidecar (declaresSidecar), else the epp hand-off, so plain engine pods disaggregate.
+// The epp hand-off needs a body (it rewrites it) and a server with adapters; without them the
+// auto mode names the prefill pod for a sidecar instead.
+func (s *Server) handoffMode(d *picker.Decision, hasBody bool) string {
 	if d.Outcome != picker.OutcomePD || len(d.Prefill) == 0 {
 		return ""
 	}
-	if d.Handoff == config.HandoffEPP && hasBody {
-		return config.HandoffEPP
+	switch d.Handoff {
+	case config.HandoffEPP:
+		if hasBody {
+			return config.HandoffEPP
+		}
+	case config.HandoffAuto:
+		if hasBody && s.opts.Handoff != nil && !declaresSidecar(d.Destination[0]) {
+			return config.HandoffEPP
+		}
 	}
 	return config.HandoffSidecar
+}
+
+// declaresSidecar reports a decode pod that runs a routing sidecar which performs the prefill
+// leg itself: llm-d labels its P/D pods llm-d.ai/role, and llm-d's decode pods carry its routing
+// sidecar (the only decode-side proxy that reads x-prefiller-host-port). Pods behind another
+// proxy say so with routingConfig.handoff: sidecar (or TANDEM_PD_HANDOFF=sidecar).
+func declaresSidecar(decode *pool.Endpoint) bool {
+	return decode.Labels[pool.LabelLLMDRole] != ""
 }
 
 // startHandoff runs the "epp" hand-off of a PD decision up to the decode body: it checks that

@@ -17,8 +17,11 @@ import (
 type route struct {
 	// Destination is the decode (or only) endpoint first, then fallbacks, as ip:port.
 	Destination []string
-	// Prefill is the sidecar hand-off's prefill target (ip:port); "" when there is none, or
-	// when Tandem runs the prefill leg itself (EPP).
+	// PrimaryOnly sends Destination[0] alone, for clients that take one host:port (the header
+	// and the metadata still carry the same value, as the protocol requires).
+	PrimaryOnly bool
+	// Prefill is a PD decision's prefill target (ip:port), "" when there is none. It travels
+	// as envoy.lb metadata in every hand-off mode, and as the sidecar's header unless EPP.
 	Prefill string
 	// EPP says Tandem ran the prefill leg: the decode pod must not run another one.
 	EPP bool
@@ -33,15 +36,20 @@ type route struct {
 	Conformance bool
 }
 
-// buildRoute renders the route answer: the destination header and envoy.lb metadata, the
-// sidecar's prefill target (header and metadata), the decision's headers, content-length of a
-// changed body, and the removal of client control headers. Every header overwrites a client
+// buildRoute renders the route answer: the destination header and envoy.lb metadata (one
+// value in both: the primary, then fallbacks unless PrimaryOnly), the prefill target (metadata
+// always, the sidecar's header unless EPP), the decision's headers, content-length of a changed
+// body, and the removal of client control headers. Every header overwrites a client
 // value; keys are emitted in a fixed order, so equal routes give equal answers.
 func buildRoute(r route) *extprocv3.ProcessingResponse {
-	destination := strings.Join(r.Destination, ",")
+	dest := r.Destination
+	if r.PrimaryOnly && len(dest) > 1 {
+		dest = dest[:1]
+	}
+	destination := strings.Join(dest, ",")
 	set := []*corev3.HeaderValueOption{headerOption(wire.HeaderDestination, destination)}
 	setKeys := map[string]bool{wire.HeaderDestination: true}
-	if r.Prefill != "" {
+	if r.Prefill != "" && !r.EPP {
 		if _, ok := r.SetHeaders[wire.HeaderPrefillerHostPort]; !ok {
 			set = append(set, headerOption(wire.HeaderPrefillerHostPort, r.Prefill))
 			setKeys[wire.HeaderPrefillerHostPort] = true

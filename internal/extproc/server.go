@@ -58,6 +58,17 @@ type Options struct {
 	// TrustClientPDFields forwards client-sent PD control fields (request.ControlFields)
 	// instead of removing them. Only for clients that are part of the serving system.
 	TrustClientPDFields bool
+	// Client says what the gateway applies of an answer: config.ClientFull,
+	// config.ClientDestinationOnly, or config.ClientAuto ("" too): detected per stream (see
+	// destinationOnlyClient).
+	Client string
+	// Fallbacks says whether the destination lists fallbacks: config.FallbacksOn,
+	// config.FallbacksOff, or config.FallbacksAuto ("" too): not for destination-only clients.
+	Fallbacks string
+	// DestinationOnlyHold is how long a request routed for a destination-only client keeps
+	// its decision's trackers and ledger charges after its stream ended (such a client never
+	// sends the response phase). Zero releases them at the end of the stream.
+	DestinationOnlyHold time.Duration
 }
 
 // DefaultResponseHeaderHold is Options.ResponseHeaderHold when zero: well under the 60s ext_proc
@@ -78,7 +89,8 @@ type Server struct {
 	obs    Observer
 	log    logr.Logger
 
-	warnedMode atomic.Bool
+	warnedMode   atomic.Bool
+	warnedFields atomic.Bool
 }
 
 var _ extprocv3.ExternalProcessorServer = (*Server)(nil)
@@ -201,6 +213,10 @@ func (st *stream) close(err error) {
 	}()
 	st.stopBodyTimer()
 	st.releaseBody()
+	if err == nil && st.holdUnobserved() {
+		st.endHandoff()
+		return
+	}
 	if err == nil {
 		err = ErrStreamEnded
 	}
@@ -303,6 +319,17 @@ func (st *stream) recvFailed(rerr error) (err error) {
 		return nil // the client went away: nobody is left to report an error to
 	}
 	return rerr
+}
+
+// warnUnstrippable logs, once per server, client PD control fields in a request from a
+// destination-only client: it forwards the client's own body, so Tandem's removal does not
+// reach the pod. The gateway must strip them (manifests/README.md says where it can).
+func (s *Server) warnUnstrippable(fields []string) {
+	if s.warnedFields.CompareAndSwap(false, true) {
+		s.log.Info("WARNING: a client sent PD control fields through a destination-only gateway, which forwards "+
+			"the client's body unchanged: Tandem cannot remove them and the pod receives them. Strip them at the "+
+			"gateway or keep such clients out (logged once)", "fields", fields)
+	}
 }
 
 // warnBodyMode logs, once per server, a gateway whose request body mode cannot work: the

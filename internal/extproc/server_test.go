@@ -160,6 +160,13 @@ func twoPods() *pool.Store {
 // serve runs srv on a real TCP socket on 127.0.0.1 and returns a connected client.
 func serve(t *testing.T, srv *Server) *envoy.Client {
 	t.Helper()
+	_, c := serveAt(t, srv)
+	return c
+}
+
+// serveAt is serve, also returning the server's address.
+func serveAt(t *testing.T, srv *Server) (string, *envoy.Client) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +180,7 @@ func serve(t *testing.T, srv *Server) *envoy.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return lis.Addr().String(), c
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -43,6 +43,10 @@ type stream struct {
 	strip      []string          // client control headers the upstream request must not carry
 	subset     selection
 	testSel    selection
+	// destOnly: the client applies only the destination header (one host:port) and sends no
+	// response phase (Options.Client, or detected); fallbacks: the destination lists them.
+	destOnly  bool
+	fallbacks bool
 	// The request body: chunks as received (kept, not copied: each message's bytes are its
 	// own), joined into body once the request ended. reserved is its share of the server's
 	// body budget, returned as soon as the body has been forwarded or dropped.
@@ -129,6 +133,7 @@ func (st *stream) onRequestHeaders(msg *extprocv3.ProcessingRequest, h *extprocv
 
 	st.headers = joinHeaders(h.GetHeaders().GetHeaders())
 	st.method, st.path = st.headers[":method"], st.headers[":path"]
+	st.destOnly, st.fallbacks = st.srv.clientKind(h.GetHeaders().GetHeaders())
 	for key := range st.headers {
 		if st.isControlHeader(key) {
 			st.strip = append(st.strip, key)
@@ -317,10 +322,13 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 	if aerr != nil {
 		return st.reject(aerr)
 	}
+	if st.destOnly {
+		routeWhole(d)
+	}
 	st.decision, st.lifecycle = d, d.Lifecycle
 	st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
 		Latency: time.Since(start), Candidates: len(cands)})
-	mode := handoffMode(d, hasBody)
+	mode := st.srv.handoffMode(d, hasBody)
 	body, aerr := st.handOff(req, d, cands, mode, hasBody)
 	if aerr != nil {
 		return st.failRouted(aerr)
@@ -340,6 +348,9 @@ func (st *stream) parse(hasBody bool) (*request.Request, *apierror.Error) {
 		return nil, apierror.From(err)
 	}
 	if req.RemovedFields != nil {
+		if st.destOnly {
+			st.srv.warnUnstrippable(req.RemovedFields)
+		}
 		st.srv.obs.FieldsRemoved(req.RemovedFields)
 		if l := st.log.V(1); l.Enabled() {
 			l.Info("removed client-sent PD control fields", "fields", req.RemovedFields, "path", st.path)
@@ -394,12 +405,12 @@ func (st *stream) handOff(req *request.Request, d *picker.Decision, cands []*poo
 
 // answer sends the route, then the body.
 func (st *stream) answer(req *request.Request, d *picker.Decision, mode string, body []byte, hasBody, bodyEOS bool) (bool, error) {
-	r := route{Destination: make([]string, len(d.Destination)), SetHeaders: d.SetHeaders,
+	r := route{Destination: make([]string, len(d.Destination)), PrimaryOnly: !st.fallbacks, SetHeaders: d.SetHeaders,
 		EPP: mode == config.HandoffEPP, Strip: st.strip, BodyLength: -1, Conformance: st.srv.opts.ConformanceMode}
 	for i, e := range d.Destination {
 		r.Destination[i] = e.HostPort()
 	}
-	if mode == config.HandoffSidecar {
+	if mode != "" {
 		r.Prefill = d.Prefill[0].HostPort()
 	}
 	if hasBody && st.bodyChanged {

@@ -23,6 +23,7 @@ type Gateway struct {
 	conn      *grpc.ClientConn
 	client    extprocv3.ExternalProcessorClient
 	transport *http.Transport
+	nginx     *nginxFront // ClientNGINX only
 }
 
 // New validates opts and prepares the EPP connection (dialled lazily, on the first request).
@@ -64,17 +65,30 @@ func New(opts Options) (*Gateway, error) {
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,
 	}
+	if opts.Client == ClientNGINX {
+		if g.nginx, err = newNGINXFront(opts); err != nil {
+			_ = conn.Close()
+			return nil, err
+		}
+	}
 	return g, nil
 }
 
 // Close releases the EPP connection and idle upstream connections.
 func (g *Gateway) Close() error {
 	g.transport.CloseIdleConnections()
+	if g.nginx != nil {
+		g.nginx.close()
+	}
 	return g.conn.Close()
 }
 
 // ServeHTTP runs one request through the EPP and the endpoint it picks.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g.nginx != nil {
+		g.serveNGINX(w, r)
+		return
+	}
 	x := newExchange(g, w, r)
 	if x.run() {
 		// The response had started: cut the client stream (no terminating chunk), as Envoy

@@ -34,6 +34,14 @@ type Options struct {
 	// ConnectTimeout bounds one TCP connect to an endpoint before the next fallback is
 	// tried. Default 2s.
 	ConnectTimeout time.Duration
+	// Client is the ext_proc client the gateway plays: ClientEnvoy ("" too) or ClientNGINX
+	// (NGINX Gateway Fabric: see nginx.go). ClientNGINX needs DefaultEndpoints, the pool's
+	// pods, which it falls back to at random whenever the EPP gives no endpoint.
+	Client string
+	// StripHeaders are request headers removed before the upstream request in ClientNGINX
+	// mode: an HTTPRoute RequestHeaderModifier remove filter, which NGF renders as
+	// proxy_set_header NAME "" (the EPP still sees them; the pod does not).
+	StripHeaders []string
 }
 
 func (o *Options) validate() error {
@@ -47,6 +55,15 @@ func (o *Options) validate() error {
 		if err := checkEndpoint(e); err != nil {
 			return fmt.Errorf("gateway: DefaultEndpoints[%d]: %w", i, err)
 		}
+	}
+	switch o.Client {
+	case "", ClientEnvoy:
+	case ClientNGINX:
+		if len(o.DefaultEndpoints) == 0 {
+			return fmt.Errorf("gateway: the %s client needs DefaultEndpoints (the pool's pods, nginx's upstream when the EPP gives no endpoint)", ClientNGINX)
+		}
+	default:
+		return fmt.Errorf("gateway: Client %q: must be %q or %q", o.Client, ClientEnvoy, ClientNGINX)
 	}
 	if o.FailOpen && len(o.DefaultEndpoints) == 0 {
 		return fmt.Errorf("gateway: FailOpen needs DefaultEndpoints (the ip:port to route to when the EPP is down)")

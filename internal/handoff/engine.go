@@ -14,7 +14,8 @@ import (
 type Leg struct {
 	// RequestID is the gateway request id (x-request-id); it prefixes SGLang's rid.
 	RequestID string
-	// Path is the client's :path; the prefill leg is sent to the same path on the prefill pod.
+	// Path is the client's :path; the prefill leg is sent to the same path on the prefill pod
+	// (to the API's OpenAI path when the client sent none).
 	Path string
 	// API tells chat from completions (TensorRT-LLM writes prompt_token_ids differently).
 	API request.API

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/request"
 )
 
 // Handoff is one request's PD hand-off, driven by the ext_proc server:
@@ -88,8 +89,17 @@ func (h *Handoff) Start(ctx context.Context) ([]byte, *apierror.Error) {
 }
 
 func (h *Handoff) call() Call {
-	return Call{Target: h.in.Prefill, Path: h.in.Path, Headers: h.in.Headers, RequestID: h.in.RequestID,
+	return Call{Target: h.in.Prefill, Path: h.in.prefillPath(), Headers: h.in.Headers, RequestID: h.in.RequestID,
 		Body: h.plan.PrefillBody, Timeout: h.in.PD.PrefillRequestTimeout}
+}
+
+// prefillPath is where the prefill leg goes: the client's path, or, for a client that sent no
+// :path (NGINX Gateway Fabric's shim), the OpenAI path of the API its body names.
+func (l Leg) prefillPath() string {
+	if l.Path != "" {
+		return l.Path
+	}
+	return request.PathFor(l.API)
 }
 
 // prefillDone reports the end of the prefill leg to Input.PrefillDone, once. err is non-nil

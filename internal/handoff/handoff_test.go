@@ -462,3 +462,39 @@ func TestEngineOf(t *testing.T) {
 		t.Errorf("got %v", ae)
 	}
 }
+
+// A client that sends no :path (NGINX Gateway Fabric's shim) still gets its prefill leg sent to
+// the API's OpenAI path, never to "/" (a 404 on every engine).
+func TestPrefillLegPathWithoutClientPath(t *testing.T) {
+	for _, tc := range []struct {
+		api  request.API
+		body string
+		want string
+	}{
+		{request.APIChatCompletions, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`, "/v1/chat/completions"},
+		{request.APICompletions, `{"model":"m","prompt":"hi"}`, "/v1/completions"},
+	} {
+		t.Run(string(tc.api), func(t *testing.T) {
+			f := newFixture(t, config.DefaultPD())
+			paths := make(chan string, 1)
+			pod := newPrefillPod(t, func(w http.ResponseWriter, r *http.Request) {
+				paths <- r.URL.Path
+				_, _ = w.Write([]byte(`{"id":"c","kv_transfer_params":{"do_remote_prefill":true,"remote_engine_id":"e","remote_block_ids":[3],"remote_host":"x","remote_port":7}}`))
+			})
+			h, err := f.a.New(context.Background(), Input{
+				Leg: Leg{RequestID: "req-1", API: tc.api, Body: []byte(tc.body),
+					Prefill: serverEndpoint(t, pod.Server, "p0", pool.EngineVLLM, nil, nil), Decode: f.decode},
+				PD: f.pd})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { h.Done(); waitBackground(t, h) }()
+			if _, aerr := h.Start(context.Background()); aerr != nil {
+				t.Fatal(aerr)
+			}
+			if got := <-paths; got != tc.want {
+				t.Errorf("prefill leg sent to %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -45,8 +45,9 @@ type Decision struct {
 	Trace *Trace
 	// Lifecycle, when non-nil, receives the response events of this request.
 	Lifecycle Lifecycle
-	// Handoff is how a PD decision's prefill leg runs (config.HandoffSidecar or
-	// config.HandoffEPP), resolved for the request's profile; "" means sidecar. The Router
+	// Handoff is how a PD decision's prefill leg runs (config.HandoffAuto, HandoffSidecar or
+	// HandoffEPP), resolved for the request's profile; "" means sidecar. The ext_proc server
+	// resolves auto per request (from the decode pod). The Router
 	// fills it (and PD) when the strategy left it empty.
 	Handoff string
 	// PD is the request's effective PD configuration (gateway settings with the profile's

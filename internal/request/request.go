@@ -99,7 +99,9 @@ type Options struct {
 //   - completions and chat completions are validated as vLLM's OpenAI server validates the
 //     fields Tandem reads (model, messages or prompt and their shapes, stream, max_tokens,
 //     max_completion_tokens, duplicates of them): what it refuses is a 400 naming the field,
-//     and what it accepts is read the way it reads it. Other APIs are never refused.
+//     and what it accepts is read the way it reads it. Other APIs are never refused;
+//   - without a path (clients that send no :path) the body names the API: "messages" is chat
+//     completions, "prompt" (or "prompt_embeds") completions, anything else a 400.
 //
 // The body is scanned once for its top-level members, once for validity and once for the
 // fields Tandem reads (gjson), which keeps parsing a 4 KiB chat body in the low microseconds.
@@ -114,8 +116,11 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	api := APIFromPath(path)
 	inference := api == APIChatCompletions || api == APICompletions
 	if len(bytes.TrimSpace(raw)) == 0 {
-		if inference {
+		switch {
+		case inference:
 			return nil, apierror.BadRequest("bad_body", "", "the %s API needs a JSON body with \"model\" and %s", api, wants(api))
+		case path == "":
+			return nil, noPathBody()
 		}
 		r.API = APIOther
 		return r, nil
@@ -164,11 +169,16 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	}
 	model, prompt, messages := f("model"), f("prompt"), f("messages")
 	if api == "" {
+		// The path says nothing ("/"), or there is none (gateways that are not Envoy, such as
+		// NGINX Gateway Fabric's endpoint-picker shim, send no :path): the body says which API it
+		// calls, and is validated as that API. Without a path, a body that names neither is a 400.
 		switch {
 		case messages.Exists():
 			api = APIChatCompletions
-		case prompt.Exists():
+		case prompt.Exists(), f("prompt_embeds").Exists():
 			api = APICompletions
+		case path == "":
+			return nil, noPathBody()
 		default:
 			api = APIOther
 		}
@@ -216,6 +226,25 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	}
 	r.PromptTokens = (len(r.Prompt) + 3) / 4
 	return r, nil
+}
+
+// noPathBody refuses a request without :path whose body names no inference API: an InferencePool
+// serves completions and chat completions, and without the path nothing else can be told apart.
+func noPathBody() error {
+	return apierror.BadRequest("bad_body", "",
+		"the request has no :path, so its body must be a completions (\"prompt\") or chat completions (\"messages\") JSON object with \"model\"")
+}
+
+// PathFor is the OpenAI path of an inference API ("" for APIOther): where a request that came
+// without :path is sent when Tandem itself calls a pod (the epp hand-off's prefill leg).
+func PathFor(api API) string {
+	switch api {
+	case APIChatCompletions:
+		return "/v1/chat/completions"
+	case APICompletions:
+		return "/v1/completions"
+	}
+	return ""
 }
 
 func wants(api API) string {

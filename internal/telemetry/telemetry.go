@@ -141,7 +141,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.streamsTotal = m.counter("tandem_extproc_streams_total", "ext_proc streams opened since start.")
 	m.requestBodyBytes = m.histogram("tandem_request_body_bytes", "Size of request bodies Tandem parsed, in bytes.", prometheus.ExponentialBuckets(256, 4, 9))
 	m.predRatio = m.histogramVec("tandem_ttft_prediction_ratio", "Observed ÷ predicted TTFT of each request routed by a predictive policy (pd-predictive), by route kind (pd, whole): 1 is exact, above 1 the prediction was too low.", predictionRatioBuckets, "kind")
-	m.predAbsError = m.histogramVec("tandem_ttft_prediction_error_seconds", "|observed − predicted| TTFT of each request routed by a predictive policy, by route kind (pd, whole).", ttftBuckets, "kind")
+	m.predAbsError = m.histogramVec("tandem_ttft_prediction_error_seconds", "Absolute difference between observed and predicted TTFT of each request routed by a predictive policy, by route kind (pd, whole).", ttftBuckets, "kind")
 	m.ttft = m.histogramVec("tandem_time_to_first_token_seconds", "Time from the request reaching Tandem to the first response body chunk, by model and the serving pod's role.", ttftBuckets, "model", "role")
 	m.interToken = m.histogramVec("tandem_inter_token_latency_seconds", "Time between response body chunks of a streamed response, by model and the serving pod's role.", itlBuckets, "model", "role")
 	m.scrapeDuration = m.histogramVec("tandem_scrape_duration_seconds", "Time to scrape and parse one model server's metrics, by engine.", scrapeBuckets, "engine")

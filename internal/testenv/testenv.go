@@ -50,6 +50,7 @@ type Env struct {
 type options struct {
 	gatewayAPI         bool
 	prometheusOperator bool
+	crdDirs            []string
 }
 
 // Option changes what Start installs.
@@ -61,6 +62,11 @@ func WithGatewayAPI() Option { return func(o *options) { o.gatewayAPI = true } }
 // WithPrometheusOperator also installs prometheus-operator's ServiceMonitor and PrometheusRule
 // CRDs (with their validation), for the monitoring manifests and the Helm chart.
 func WithPrometheusOperator() Option { return func(o *options) { o.prometheusOperator = true } }
+
+// WithCRDs also installs the CRDs in these directories (a gateway project's, kept in testdata).
+func WithCRDs(dirs ...string) Option {
+	return func(o *options) { o.crdDirs = append(o.crdDirs, dirs...) }
+}
 
 // NewScheme returns a scheme with the core Kubernetes types, CRDs, InferencePool v1 and Gateway API v1.
 func NewScheme() (*runtime.Scheme, error) {
@@ -106,6 +112,7 @@ func Start(t testing.TB, opts ...Option) *Env {
 			crdDirs = append(crdDirs, filepath.Join(dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+kind+".yaml"))
 		}
 	}
+	crdDirs = append(crdDirs, o.crdDirs...)
 	scheme, err := NewScheme()
 	if err != nil {
 		t.Fatalf("testenv: scheme: %v", err)

@@ -20,6 +20,17 @@
 {{- default (printf "%s-route" (include "tandem.fullname" .)) .Values.httpRoute.name -}}
 {{- end -}}
 
+{{/* The route's parents: httpRoute.parentRefs, else the Gateway gateway.name in this namespace. */}}
+{{- define "tandem.parentRefs" -}}
+{{- with .Values.httpRoute.parentRefs }}
+{{- toYaml . }}
+{{- else -}}
+- group: gateway.networking.k8s.io
+  kind: Gateway
+  name: {{ .Values.gateway.name }}
+{{- end }}
+{{- end -}}
+
 {{- define "tandem.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "tandem.epp" .) .Values.serviceAccount.name -}}
@@ -74,16 +85,39 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- default (printf "%s-config" (include "tandem.epp" .)) .Values.config.existingConfigMap -}}
 {{- end -}}
 
-{{/* Plaintext ext_proc: tls.secureServing false, or the envoy-gateway preset (its policy speaks plaintext). */}}
+{{/* Plaintext ext_proc: tls.secureServing false (every preset's gateway speaks TLS to the EPP). */}}
 {{- define "tandem.plaintext" -}}
-{{- if or (not .Values.tls.secureServing) (eq .Values.provider.name "envoy-gateway") -}}true{{- end -}}
+{{- if not .Values.tls.secureServing -}}true{{- end -}}
+{{- end -}}
+
+{{/* --gateway-client: the value's, else the preset's (NGINX Gateway Fabric's shim applies only the destination header), else none (Tandem's default). */}}
+{{- define "tandem.gatewayClient" -}}
+{{- default (get (dict "nginx-gateway-fabric" "destination-only") .Values.provider.name) .Values.gatewayClient -}}
+{{- end -}}
+
+{{/* --destination-fallbacks: the value's (YAML's on/off arrive as booleans), else the preset's
+(agentgateway and Envoy AI Gateway's ORIGINAL_DST cluster read one ip:port), else none. */}}
+{{- define "tandem.destinationFallbacks" -}}
+{{- $v := .Values.destinationFallbacks -}}
+{{- if kindIs "bool" $v -}}
+{{- ternary "on" "off" $v -}}
+{{- else if $v -}}
+{{- $v -}}
+{{- else -}}
+{{- get (dict "envoy-gateway" "off" "kgateway" "off") .Values.provider.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The model the envoy-gateway preset's AIGatewayRoute matches. */}}
+{{- define "tandem.aiGatewayModel" -}}
+{{- required "provider.envoyGateway.model: name the model the AIGatewayRoute matches (pool.selector has no model.aibrix.ai/name)" (default (get .Values.pool.selector "model.aibrix.ai/name") .Values.provider.envoyGateway.model) -}}
 {{- end -}}
 
 {{- define "tandem.gatewayClassName" -}}
 {{- if .Values.gateway.className -}}
 {{- .Values.gateway.className -}}
 {{- else -}}
-{{- $classes := dict "envoy-gateway" "eg" "kgateway" "agentgateway" "istio" "istio" -}}
+{{- $classes := dict "envoy-gateway" "envoy-ai-gateway" "kgateway" "agentgateway" "istio" "istio" "nginx-gateway-fabric" "nginx" -}}
 {{- required (printf "gateway.className: set the GatewayClass (provider.name %q has no default class)" .Values.provider.name) (get $classes .Values.provider.name) -}}
 {{- end -}}
 {{- end -}}

@@ -54,7 +54,7 @@ Flags:
 	fs.IntVar(&f.Mix.MaxOutputTokens, "max-output-tokens", 256, "cap on a request's output tokens")
 	fs.StringVar(&f.Listen, "listen", "127.0.0.1:8080", "gateway address (a free port is used if taken)")
 	fs.StringVar(&f.EPPBinary, "epp-binary", "", "Tandem binary to run (default: build ./cmd/epp)")
-	fs.StringVar(&f.Handoff, "handoff", "", "PD hand-off: sidecar (the decode pod's llm-d-style sidecar runs the prefill leg) or epp (Tandem runs it); empty keeps Tandem's default (TANDEM_PD_HANDOFF)")
+	fs.StringVar(&f.Handoff, "handoff", "", "PD hand-off: sidecar (the decode pod's llm-d-style sidecar runs the prefill leg) or epp (Tandem runs it); auto or empty keeps Tandem's default (TANDEM_PD_HANDOFF=auto: the sidecar hand-off, since the demo's decode pods declare their sidecar)")
 	fs.BoolVar(&f.EngineCheck, "engine-check", true, "after the replay, run one vLLM, one SGLang and one TensorRT-LLM prefill/decode pair with the epp hand-off (Tandem runs the prefill leg)")
 	fs.BoolVar(&f.Stay, "stay", false, "keep everything up after the summary until Ctrl-C, to curl it by hand")
 	fs.BoolVar(&f.Version, "version", false, "print the version, commit and Go version, then exit")
@@ -73,9 +73,9 @@ Flags:
 func (f *Flags) check() error {
 	var errs []error
 	switch f.Handoff {
-	case "", "sidecar", "epp":
+	case "", "auto", "sidecar", "epp":
 	default:
-		errs = append(errs, fmt.Errorf("--handoff %q: want sidecar or epp", f.Handoff))
+		errs = append(errs, fmt.Errorf("--handoff %q: want auto, sidecar or epp", f.Handoff))
 	}
 	for name, n := range map[string]int{"--conv": f.Mix.Conv, "--code": f.Mix.Code, "--mooncake": f.Mix.Mooncake} {
 		if n < 0 {

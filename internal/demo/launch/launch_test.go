@@ -22,7 +22,7 @@ func TestParseRejects(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--handoff", "both"}, `--handoff "both": want sidecar or epp`},
+		{[]string{"--handoff", "both"}, `--handoff "both": want auto, sidecar or epp`},
 		{[]string{"--conv", "-1"}, "--conv=-1: must be 0 or more"},
 		{[]string{"--conv", "0", "--code", "0", "--mooncake", "0"}, "the workload is empty"},
 		{[]string{"--window", "0s"}, "--window=0s: must be positive"},
@@ -36,6 +36,21 @@ func TestParseRejects(t *testing.T) {
 		_, err := Parse(c.args, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want it to contain %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestHandoffReachesTandem: every hand-off --handoff accepts is passed to Tandem as
+// TANDEM_PD_HANDOFF; empty passes nothing, so Tandem's own default (auto) applies.
+func TestHandoffReachesTandem(t *testing.T) {
+	for _, h := range []string{"", "auto", "sidecar", "epp"} {
+		f, err := Parse([]string{"--handoff=" + h}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("--handoff=%q: %v", h, err)
+		}
+		got, ok := f.EPPEnv()["TANDEM_PD_HANDOFF"]
+		if want := h != ""; ok != want || got != h {
+			t.Errorf("--handoff=%q: TANDEM_PD_HANDOFF = %q (set %v), want %q (set %v)", h, got, ok, h, want)
 		}
 	}
 }
