@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/sim"
 )
 
@@ -318,6 +319,7 @@ type cell struct {
 	note                      string
 	skipped                   string
 	bucketSteps               int
+	pred                      []latency.ErrorSummary // the latency models' TTFT error, per repetition (predictive policies)
 }
 
 func run(o *options, stdout io.Writer) error {
@@ -407,7 +409,7 @@ func run(o *options, stdout io.Writer) error {
 								rs, _ := summarize(r)
 								cl.reps = append(cl.reps, rs)
 							}
-							cl.note, cl.bucketSteps = res.note, res.bucketSteps
+							cl.note, cl.bucketSteps, cl.pred = res.note, res.bucketSteps, res.pred
 						}
 						cells[j.idx] = cl
 					}

@@ -134,10 +134,18 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	if opts.RedisAddr != "" && gw.PD.TokenLoadSharedLedger {
+	if opts.RedisAddr != "" {
+		// With Redis, the replicas share token_load's decode ledger (unless
+		// AIBRIX_TOKEN_LOAD_SHARED_LEDGER=false) and pd-predictive's booked prefill work, in
+		// the same round trips; without it, pd-predictive adds the prompts the engines
+		// report waiting beyond its own to its predicted waits.
+		var dec *ledger.Decode
+		if gw.PD.TokenLoadSharedLedger {
+			dec = a.tokens.Decode
+		}
 		a.shared, err = redisledger.New(redisledger.Options{Addr: opts.RedisAddr, Password: opts.RedisPassword,
 			TLS: opts.RedisTLS, TLSSkipVerify: opts.RedisTLSSkipVerify, Clock: a.deps.Clock,
-			Logger: log.WithName("shared-ledger")}, a.tokens.Decode)
+			Logger: log.WithName("shared-ledger"), Latency: pk.Models}, dec)
 		if err != nil {
 			return nil, fmt.Errorf("shared decode ledger (--redis-addr=%s): %w", opts.RedisAddr, err)
 		}
