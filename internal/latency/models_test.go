@@ -345,7 +345,9 @@ func TestPredictionErrors(t *testing.T) {
 
 type observerFunc func(kind, ep string, pred, obs time.Duration)
 
-func (f observerFunc) TTFTPrediction(kind, ep string, pred, obs time.Duration) { f(kind, ep, pred, obs) }
+func (f observerFunc) TTFTPrediction(kind, ep string, pred, obs time.Duration) {
+	f(kind, ep, pred, obs)
+}
 
 // Endpoints that left the pool are forgotten; the models of the others stay.
 func TestForget(t *testing.T) {

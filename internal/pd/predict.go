@@ -116,7 +116,7 @@ type Placement struct {
 	// DecodeForecasts, when not nil, are Decode's latency forecasts (entries not yet read
 	// are zero), shared with the decode scorer.
 	DecodeForecasts []latency.Forecast
-	Best             Option
+	Best            Option
 	// Shed: refuse the request (429); set by a decider when nothing meets its objective.
 	Shed bool
 	// Notes explain the deciders' choices for the trace.
