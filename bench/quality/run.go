@@ -111,7 +111,7 @@ func (p policy) describe() string {
 	case p.file != "":
 		return "`pd-predictive` composed in a --config-file with `slo-overflow-decider` mode `miss`: a standard pod only when PD is predicted to miss the TTFT objective (issue 18's overflow rule as written)"
 	case p.strategy == pd.StrategyPredictive:
-		return "Tandem `pd-predictive` strategy: pairs by predicted TTFT + TPOT from online per-pod models fitted to what the gateway observed, runs a prompt whole on a decode pod when predicted cheaper (selective-pd-decider), overflows to a standard pod only when PD is predicted to miss the TTFT objective (slo-overflow-decider)"
+		return "Tandem `pd-predictive` strategy: pairs by predicted TTFT + TPOT from online per-pod models fitted to what the gateway observed, runs a prompt whole on a decode pod when predicted cheaper (selective-pd-decider), sends a request to a standard pod when that is predicted cheaper than PD within the TPOT objective (slo-overflow-decider mode cost); no request here is sheddable, so none is refused"
 	case p.strategy != pd.StrategyName:
 		return "Tandem `" + p.strategy + "` strategy: one non-prefill pod serves the whole request"
 	}

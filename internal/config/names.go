@@ -61,7 +61,7 @@ var (
 		{StrategyRandom, "a random endpoint"},
 		{StrategyLeastRequest, "the endpoint with the fewest requests in flight"},
 		{StrategyPrefixCache, "the endpoint holding the longest prefix of the prompt, balanced by load"},
-		{StrategyPDPredictive, "prefill/decode routing on predicted TTFT and TPOT (online per-pod latency models): pairs by predicted finish, runs cheap prompts whole on decode pods, overflows to standard pods only when PD would miss the TTFT objective, sheds sheddable requests nothing can serve in time"},
+		{StrategyPDPredictive, "prefill/decode routing on predicted TTFT and TPOT (online per-pod latency models): pairs by predicted finish, runs cheap prompts whole on decode pods, sends a request to a standard pod when that is predicted cheaper than PD within the TPOT objective, sheds sheddable requests nothing can serve in time"},
 	}
 	prefillPolicyDocs = []nameDoc{
 		{PolicyPrefixCache, "(100 − prefix_match_percent) × 0.1 + req_count / max_req_count"},

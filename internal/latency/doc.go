@@ -11,7 +11,8 @@
 //     as a function of prompt tokens;
 //   - the decode step as a function of the requests and the KV tokens resident on the pod,
 //     fitted on inter-chunk gaps with the prefill work that shared the pod's iterations
-//     taken out, and the TPOT a request would see with a given prefill load on the pod;
+//     taken out (until the first such stream, on the engine's inter-token histogram), and
+//     the TPOT a request would see with a given prefill load on the pod;
 //   - the error of each TTFT prediction against the observed first byte.
 //
 // Every pod starts from Defaults and learns its own coefficients, so heterogeneous pools

@@ -375,6 +375,7 @@ func (m *Models) endLocked(rt *outcome.Route) string {
 			n := (r.nAtFirst + float64(d.requests)) / 2
 			kv := (r.kvFirst + d.kv) / 2
 			d.fitStep(n, kv, pure)
+			d.streamSteps++
 			d.decodeSecs += 0.05 * (dur - d.decodeSecs)
 		}
 	}
@@ -391,7 +392,8 @@ func laterOf(a, b time.Time) time.Time {
 }
 
 // Ingest takes an endpoint's scraped sample (the engine's own view: running and waiting
-// requests, KV in use, the prefill-time histogram); a sample already taken is skipped.
+// requests, KV in use, the prefill-time and inter-token histograms); a sample already taken
+// is skipped.
 // With Options.Samples the models read samples themselves.
 func (m *Models) Ingest(key string, s *metrics.Sample) {
 	m.mu.Lock()

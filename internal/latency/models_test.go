@@ -359,3 +359,47 @@ func TestForget(t *testing.T) {
 		t.Errorf("keys %v", keys)
 	}
 }
+
+// A pod Tandem has seen no stream on (another replica routes its traffic, or answers are not
+// streamed) learns its decode step from the engine's inter-token histogram; once Tandem has
+// fitted a stream of its own there, the histogram is no longer used.
+func TestInterTokenHistogramFitsTheStep(t *testing.T) {
+	var smp *metrics.Sample
+	r := newRig(Options{Samples: func(string) *metrics.Sample { return smp }})
+	d := "ns/d:1"
+	// The engine decodes 40 requests over 2M KV tokens at 30 ms a token. Without the
+	// histogram the cold-start model predicts its step at that load far off.
+	smp = &metrics.Sample{Running: 40, HasRunning: true, KVUsage: 0.5, HasKVUsage: true, BlockSize: 16, NumGPUBlocks: 250000, UpdatedAt: t0}
+	f0 := r.m.Forecast(d)
+	cold := f0.Step(0)
+	for i := range 50 {
+		smp = &metrics.Sample{Running: 40, HasRunning: true, KVUsage: 0.5, HasKVUsage: true, BlockSize: 16, NumGPUBlocks: 250000,
+			InterTokenMean: 0.030, InterTokenCount: 400, HasInterTokenMean: true, UpdatedAt: t0.Add(time.Duration(i+1) * time.Second)}
+		r.clock.Advance(time.Second)
+		r.m.StepSeconds(d) // a pick reads the sample
+	}
+	f := r.m.Forecast(d)
+	if got := f.Step(0); !near(got, 0.030, 0.1) || math.Abs(cold-0.030) < 0.02 {
+		t.Fatalf("step at the engine's load: %.4f s (cold %.4f), want the histogram's 0.030", got, cold)
+	}
+	// Tandem's own stream: 10 ms between chunks with nothing else on the pod. Afterwards the
+	// histogram (still 30 ms) moves the step no more.
+	tr := r.rec.Start(outcome.KindWhole, "", d, 10)
+	r.m.Charge(tr.ID(), Charge{Kind: outcome.KindWhole, Prefill: d, Destination: d, Prompt: Prompt{Tokens: 10}, Service: 0.001})
+	r.clock.Advance(10 * time.Millisecond)
+	for range 20 {
+		tr.Chunk(4)
+		r.clock.Advance(10 * time.Millisecond)
+	}
+	tr.End(nil)
+	before := r.m.Coefficients(d)
+	for i := range 20 {
+		smp = &metrics.Sample{Running: 40, HasRunning: true, InterTokenMean: 0.030, InterTokenCount: 400, HasInterTokenMean: true,
+			UpdatedAt: t0.Add(time.Duration(100+i) * time.Second)}
+		r.clock.Advance(time.Second)
+		r.m.StepSeconds(d)
+	}
+	if after := r.m.Coefficients(d); after.StepObservations != before.StepObservations {
+		t.Fatalf("the histogram was fitted after Tandem's own stream: %d → %d step observations", before.StepObservations, after.StepObservations)
+	}
+}

@@ -104,6 +104,7 @@ type pod struct {
 	engRunning, engWaiting, engKV float64
 	hasEng                        bool
 	directPrefill                 int // prefill ends observed by the hand-off (not inferred)
+	streamSteps                   int // decode-step fits from streams Tandem routed here
 	histPrefill                   int // scrapes that brought new prefill-time observations
 	// endsX, endsN: the prefill features of the ends since the last sample, summed.
 	endsX [3]float64
@@ -283,7 +284,8 @@ func fitRelative(r *rls, x [3]float64, predicted, y float64) {
 	r.update(x, y, 1/(scale*scale))
 }
 
-// ingest takes a newer scraped sample.
+// ingest takes a newer scraped sample: the engine's running and waiting requests and KV
+// use, its prefill-time histogram (prefill model) and inter-token histogram (step model).
 func (q *pod) ingest(s *metrics.Sample) {
 	q.sampleAt = s.UpdatedAt
 	q.hasEng = !s.Stale
@@ -314,6 +316,16 @@ func (q *pod) ingest(s *metrics.Sample) {
 			}
 			fitRelative(&q.prefill, x, q.serviceAt(x), s.PrefillTimeMean)
 		}
+	}
+	// The engine's inter-token histogram: the mean gap between the tokens of the requests it
+	// decoded in the interval. The streams Tandem routed here are the cleaner view (the
+	// prefill work that shared the iterations is taken out of each), so it is fitted only
+	// until the first of them: a pod whose traffic another replica routes, or whose answers
+	// are not streamed, still learns its step. The prefill load this replica knows of is
+	// taken out the same way, at the engine's running requests and KV.
+	if s.HasInterTokenMean && s.InterTokenCount > 0 && s.InterTokenMean > 0 && q.streamSteps == 0 && q.engRunning > 0 {
+		rho := math.Min(q.rhoAtNow(s.UpdatedAt), maxRho)
+		q.fitStep(q.engRunning, q.engKV, s.InterTokenMean*(1-rho))
 	}
 	q.endsX, q.endsN = [3]float64{}, 0
 }
