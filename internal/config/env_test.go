@@ -53,6 +53,8 @@ var seedDefaults = map[string]string{
 	"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS": "1000",
 	"ROUTING_ALGORITHM":                     "",     // the picker chooses: pd for PD pools, else least-request
 	"TANDEM_PD_HANDOFF":                     "auto", // Tandem's own; not in the seed (was sidecar before issue 13)
+	// Tandem's: the seed defines the decode watchdog for SGLang only.
+	"TANDEM_DECODE_WATCHDOG_ENGINES": "sglang",
 	// Issue 18's predictive policies: no objective unless the operator or the request sets one.
 	"TANDEM_SLO_TTFT_MS": "0",
 	"TANDEM_SLO_TPOT_MS": "0",
@@ -127,6 +129,7 @@ func TestEnvValidValues(t *testing.T) {
 		{"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS", "250", func(g Gateway) any { return g.MetricRefreshInterval }, 250 * time.Millisecond},
 		{"ROUTING_ALGORITHM", " PD ", func(g Gateway) any { return g.DefaultStrategy }, "pd"},
 		{"TANDEM_PD_HANDOFF", "epp", func(g Gateway) any { return g.PD.Handoff }, "epp"},
+		{"TANDEM_DECODE_WATCHDOG_ENGINES", " vllm, sglang", func(g Gateway) any { return g.PD.DecodeWatchdogEngines.String() }, "sglang,vllm"},
 		{"TANDEM_SLO_TTFT_MS", "800", func(g Gateway) any { return g.PD.SLOTTFT }, 800 * time.Millisecond},
 		{"TANDEM_SLO_TPOT_MS", "0", func(g Gateway) any { return g.PD.SLOTPOT }, time.Duration(0)},
 	}
@@ -154,6 +157,8 @@ func TestEnvValidValues(t *testing.T) {
 func TestEnvInvalidValues(t *testing.T) {
 	cases := []struct{ name, value, want string }{
 		{"AIBRIX_PROMPT_LENGTH_BUCKETING", "yes", "AIBRIX_PROMPT_LENGTH_BUCKETING=yes: must be true or false"},
+		{"TANDEM_DECODE_WATCHDOG_ENGINES", "sglang,llamacpp", "TANDEM_DECODE_WATCHDOG_ENGINES=sglang,llamacpp: must be a comma-separated list of sglang, vllm, trtllm"},
+		{"TANDEM_DECODE_WATCHDOG_ENGINES", "vllm,vllm", "TANDEM_DECODE_WATCHDOG_ENGINES=vllm,vllm: must be a comma-separated list of sglang, vllm, trtllm"},
 		{"AIBRIX_BUCKET_SERVE", "on", "AIBRIX_BUCKET_SERVE=on: must be true or false"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "0", "AIBRIX_PREFILL_REQUEST_TIMEOUT=0: must be positive"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "1.5", "AIBRIX_PREFILL_REQUEST_TIMEOUT=1.5: must be a whole number"},

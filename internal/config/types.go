@@ -3,7 +3,13 @@
 // model.aibrix.ai/config pod annotation. It validates and reports; it must not route.
 package config
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/pool"
+)
 
 // PD holds every prefill/decode knob the seed names, with its gateway-wide value.
 // A profile's routingConfig.pd overrides apply on top for that profile's requests.
@@ -41,8 +47,12 @@ type PD struct {
 	DecodeFirstResponseTimeout time.Duration // AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT, 60s (0 = off)
 	DecodeResponseTimeout      time.Duration // AIBRIX_DECODE_RESPONSE_TIMEOUT, 0 (off)
 	DecodeStreamIdleTimeout    time.Duration // AIBRIX_DECODE_STREAM_IDLE_TIMEOUT, 120s (0 = off)
-	DecodeAbortTimeout         time.Duration // AIBRIX_DECODE_ABORT_TIMEOUT, 3s (0 = no abort)
-	DecodeAbortRetryDelay      time.Duration // AIBRIX_DECODE_ABORT_RETRY_DELAY, 2s
+	// DecodeWatchdogEngines are the engines whose decode legs the watchdog guards: SGLang's
+	// prefill returns only once the decode pod took the KV, so from then on the decode pod owes
+	// the answer; vLLM and TensorRT-LLM decode pods may queue legitimately (opt in per engine).
+	DecodeWatchdogEngines EngineSet     // TANDEM_DECODE_WATCHDOG_ENGINES, sglang
+	DecodeAbortTimeout    time.Duration // AIBRIX_DECODE_ABORT_TIMEOUT, 3s (0 = no abort)
+	DecodeAbortRetryDelay time.Duration // AIBRIX_DECODE_ABORT_RETRY_DELAY, 2s
 
 	PrefixCache PrefixCache
 
@@ -56,6 +66,12 @@ type PD struct {
 	SLOTTFT time.Duration // TANDEM_SLO_TTFT_MS, 0
 	SLOTPOT time.Duration // TANDEM_SLO_TPOT_MS, 0
 }
+
+// The AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE values.
+const (
+	TokenizerCharacter = "character" // four bytes of prompt text make a token
+	TokenizerTiktoken  = "tiktoken"  // cl100k_base token ids
+)
 
 // PrefixCache configures the prefix index used by prefix_cache, hybrid_cache_load and conductor.
 type PrefixCache struct {
@@ -91,6 +107,7 @@ func DefaultPD() PD {
 		TRTScheduleStyle:                   "context_first",
 		DecodeFirstResponseTimeout:         60 * time.Second,
 		DecodeStreamIdleTimeout:            120 * time.Second,
+		DecodeWatchdogEngines:              EngineSetOf(pool.EngineSGLang),
 		DecodeAbortTimeout:                 3 * time.Second,
 		DecodeAbortRetryDelay:              2 * time.Second,
 		PrefixCache: PrefixCache{
@@ -107,19 +124,25 @@ func DefaultPD() PD {
 // RoutingConfig is a profile's routingConfig object from the model.aibrix.ai/config annotation,
 // with the seed's JSON field names. Nil pointers mean "not set: keep the gateway value".
 type RoutingConfig struct {
-	PromptLenBucketMinLength int    `json:"promptLenBucketMinLength,omitempty"`
-	PromptLenBucketMaxLength int    `json:"promptLenBucketMaxLength,omitempty"` // 0 = unlimited
-	Combined                 bool   `json:"combined,omitempty"`
-	PrefillScorePolicy       string `json:"prefillScorePolicy,omitempty"`
-	DecodeScorePolicy        string `json:"decodeScorePolicy,omitempty"`
-	PromptLengthBucketing    *bool  `json:"promptLengthBucketing,omitempty"`
-	BucketServe              *bool  `json:"bucketServe,omitempty"`
-	BucketServeMode          string `json:"bucketServeMode,omitempty"`
-	Handoff                  string `json:"handoff,omitempty"`
+	PromptLenBucketMinLength int          `json:"promptLenBucketMinLength,omitempty"`
+	PromptLenBucketMaxLength int          `json:"promptLenBucketMaxLength,omitempty"` // 0 = unlimited
+	Combined                 bool         `json:"combined,omitempty"`
+	PrefillScorePolicy       string       `json:"prefillScorePolicy,omitempty"`
+	DecodeScorePolicy        string       `json:"decodeScorePolicy,omitempty"`
+	PromptLengthBucketing    *bool        `json:"promptLengthBucketing,omitempty"`
+	BucketServe              *bool        `json:"bucketServe,omitempty"`
+	BucketServeMode          string       `json:"bucketServeMode,omitempty"`
+	Handoff                  string       `json:"handoff,omitempty"`
+	PD                       *PDOverrides `json:"pd,omitempty"`
 	// Sheddable marks the profile's requests as sheddable: a predictive strategy answers
 	// 429 when no pod is predicted to meet their TTFT objective.
-	Sheddable bool         `json:"sheddable,omitempty"`
-	PD        *PDOverrides `json:"pd,omitempty"`
+	Sheddable bool `json:"sheddable,omitempty"`
+	// The config-profile: auto hints (AIBrix's names): a profile with any of them is a
+	// candidate, matching when every hint it has holds.
+	PromptTokensGte *int64 `json:"promptTokensGte,omitempty"`
+	PromptTokensLt  *int64 `json:"promptTokensLt,omitempty"`
+	MaxTokensGte    *int64 `json:"maxTokensGte,omitempty"`
+	MaxTokensLt     *int64 `json:"maxTokensLt,omitempty"`
 }
 
 // PDOverrides are the per-profile overrides of gateway variables (routingConfig.pd).
@@ -145,6 +168,8 @@ type PDOverrides struct {
 	DecodeStreamIdleTimeout            *float64 `json:"decodeStreamIdleTimeout,omitempty"`
 	SLOTTFTMs                          *float64 `json:"sloTTFTMs,omitempty"`
 	SLOTPOTMs                          *float64 `json:"sloTPOTMs,omitempty"`
+	// DecodeWatchdogEngines is a comma-separated engine list (a JSON string or array of strings).
+	DecodeWatchdogEngines *string `json:"decodeWatchdogEngines,omitempty"`
 }
 
 // Profile is one named profile of a model config.
@@ -179,6 +204,43 @@ func DefaultGateway() Gateway {
 		PD:                    DefaultPD(),
 		MetricRefreshInterval: time.Second, // cost grows with endpoints ÷ interval: 1 s keeps 1024 pods under 0.2 cores
 	}
+}
+
+// WatchdogGuards reports whether the decode watchdog is armed for a decode leg on engine.
+func (pd *PD) WatchdogGuards(engine string) bool { return pd.DecodeWatchdogEngines.Has(engine) }
+
+// Engines is every engine an EngineSet can hold, in the order it lists them.
+var Engines = []string{pool.EngineSGLang, pool.EngineVLLM, pool.EngineTRTLLM}
+
+// EngineSet is a set of Engines (a bit each), comparable so Gateway stays comparable.
+type EngineSet uint8
+
+// EngineSetOf returns the set of the named engines; unknown names are left out.
+func EngineSetOf(engines ...string) EngineSet {
+	var s EngineSet
+	for _, e := range engines {
+		if i := slices.Index(Engines, e); i >= 0 {
+			s |= 1 << i
+		}
+	}
+	return s
+}
+
+// Has reports whether engine is in the set.
+func (s EngineSet) Has(engine string) bool {
+	i := slices.Index(Engines, engine)
+	return i >= 0 && s&(1<<i) != 0
+}
+
+// String lists the set's engines comma-separated, in Engines order.
+func (s EngineSet) String() string {
+	var out []string
+	for i, e := range Engines {
+		if s&(1<<i) != 0 {
+			out = append(out, e)
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // Covers reports whether a pod with this routing config serves a prompt of n tokens, with the

@@ -153,7 +153,7 @@ func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands [
 	if err != nil {
 		return nil, apierror.From(err)
 	}
-	st.ho = eppHandoff{h: h, model: req.Model, wd: handoff.NewWatchdog(d.PD, decode.PodKey(), req.Stream)}
+	st.ho = eppHandoff{h: h, model: req.Model, wd: handoff.NewWatchdog(d.PD, decode.PodKey(), decode.Engine, req.Stream)}
 	d.Trace.Add("handoff_epp:" + h.Engine())
 	body, aerr := h.Start(st.ctx)
 	if aerr != nil {
@@ -175,6 +175,21 @@ func (st *stream) failRouted(e *apierror.Error) (bool, error) {
 		return true, err
 	}
 	return st.reqEnded, nil
+}
+
+// served tells the hand-off which decode pod the gateway sent the leg to, when it reports one
+// among the decision's destinations: aborts and the watchdog's answer name that pod.
+func (st *stream) served(hostPort string) {
+	if hostPort == "" || st.decision == nil {
+		return
+	}
+	for _, e := range st.decision.Destination {
+		if e.HostPort() == hostPort {
+			st.ho.h.Served(e)
+			st.ho.wd.Served(e.PodKey())
+			return
+		}
+	}
 }
 
 // onPrefillFailed handles an async prefill leg's failure: an error answer while the client

@@ -530,7 +530,7 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 			return nil, err
 		}
 		if opt.Kind == outcome.KindWhole {
-			return h.wholeDecision(s, opt, cy.Req.MaxTokens), nil
+			return h.wholeDecision(s, opt, outputBound(cy.Req)), nil
 		}
 	}
 	s.trace.Add(StepPair)
@@ -554,7 +554,7 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 	s.trace.Scores = traceScores(&s.pt, s.finals, pp, s.scoreP[ri], dp, s.scoreD[ri])
 	if s.predictive {
 		pr := predictor{c.models}
-		pr.charge(lc.RouteID(), opt, s.obj, cy.Req.MaxTokens)
+		pr.charge(lc.RouteID(), opt, s.obj, outputBound(cy.Req))
 		pr.traceOption(s.trace, opt)
 	}
 	return d, nil
@@ -676,3 +676,12 @@ var (
 	_ picker.RanksItself    = (*RolesetHandler)(nil)
 	_ picker.PostPick       = (*RolesetHandler)(nil)
 )
+
+// outputBound is the request's max_tokens as the latency models take it: 0 (unknown) when it
+// sets none or one out of range.
+func outputBound(r *request.Request) int {
+	if !r.HasMaxTokens || r.MaxTokens < 1 || r.MaxTokens >= 1<<31 {
+		return 0
+	}
+	return int(r.MaxTokens)
+}

@@ -125,10 +125,7 @@ func (p *prefillShare) watchedKeys(now time.Time) []string {
 
 func (s *Shared) markPrefillDirty(endpoint string) {
 	s.pf.markDirty(endpoint)
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
+	s.kickPublish()
 }
 
 // WatchPrefill makes the next reads include these endpoints' shared prefill work (a
