@@ -338,6 +338,27 @@ func us(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Nanosecon
 
 func usf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
+// sideBySide times a against b: picks interleaved (the order alternating) on one locked
+// thread, warm picks of each first, then 5 rounds of n, each after a GC; it returns every
+// timed pick of each and the median of the rounds' p50 ratios a/b (one round's can be skewed
+// by another process taking the CPU for a while).
+func sideBySide(ctx context.Context, a, b *runner, warm, n int) (ta, tb []time.Duration, ratio float64) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	interleave(ctx, a, b, warm)
+	var ratios []float64
+	for range 5 {
+		runtime.GC()
+		x, y := interleave(ctx, a, b, n)
+		ta, tb = append(ta, x...), append(tb, y...)
+		ratios = append(ratios, usf(pct(x, 0.5))/usf(pct(y, 0.5)))
+	}
+	a.prev.Lifecycle.Done(nil)
+	b.prev.Lifecycle.Done(nil)
+	slices.Sort(ratios)
+	return ta, tb, ratios[len(ratios)/2]
+}
+
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -350,74 +371,36 @@ func main() {
 	// interleaved (the order alternating) on one locked thread, before anything else has
 	// grown the heap; 5 rounds, the ratio the median of the rounds' p50 ratios (one round's can
 	// be skewed by another process taking the CPU for a while).
-	runtime.LockOSThread()
-	chainR, cascadeR := &runner{s: build(ctx, 128, 42, "", false)}, &runner{s: build(ctx, 128, 42, "", true)}
-	interleave(ctx, chainR, cascadeR, 2000) // warm both
-	var chain, cascade []time.Duration
-	var ratios []float64
-	for range 5 {
-		runtime.GC()
-		c, k := interleave(ctx, chainR, cascadeR, 4000)
-		chain, cascade = append(chain, c...), append(cascade, k...)
-		ratios = append(ratios, usf(pct(c, 0.5))/usf(pct(k, 0.5)))
-	}
-	runtime.UnlockOSThread()
-	chainR.prev.Lifecycle.Done(nil)
-	cascadeR.prev.Lifecycle.Done(nil)
-	slices.Sort(ratios)
+	// The chain against the cascade it replaced: same pool, load and prompts, before anything
+	// else has grown the heap.
+	chain, cascade, ratio := sideBySide(ctx, &runner{s: build(ctx, 128, 42, "", false)}, &runner{s: build(ctx, 128, 42, "", true)}, 2000, 4000)
 	cp50, kp50 := pct(chain, 0.5), pct(cascade, 0.5)
-	fmt.Printf("side by side, endpoints=128 picks=5×4000: chain p50=%sµs p99=%sµs, cascade (baseline) p50=%sµs p99=%sµs, round ratios %.3f\n",
-		us(cp50), us(pct(chain, 0.99)), us(kp50), us(pct(cascade, 0.99)), ratios)
+	fmt.Printf("side by side, endpoints=128 picks=5×4000: chain p50=%sµs p99=%sµs, cascade (baseline) p50=%sµs p99=%sµs, median round ratio %.3f\n",
+		us(cp50), us(pct(chain, 0.99)), us(kp50), us(pct(cascade, 0.99)), ratio)
 	fmt.Printf("RESULT pick_p50_us_128_chain=%.1f\n", usf(cp50))
 	fmt.Printf("RESULT pick_p50_us_128_cascade=%.1f\n", usf(kp50))
-	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratios[len(ratios)/2])
+	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratio)
 
 	// pd-predictive beside the default pd pick, the same way: same pool, load and prompts.
-	runtime.LockOSThread()
-	predR, defR := &runner{s: buildPredictive(ctx, 128, 42)}, &runner{s: build(ctx, 128, 42, "", false)}
-	interleave(ctx, predR, defR, 2000)
-	var pred, def []time.Duration
-	ratios = ratios[:0]
-	for range 5 {
-		runtime.GC()
-		a, b := interleave(ctx, predR, defR, 4000)
-		pred, def = append(pred, a...), append(def, b...)
-		ratios = append(ratios, usf(pct(a, 0.5))/usf(pct(b, 0.5)))
-	}
-	runtime.UnlockOSThread()
-	predR.prev.Lifecycle.Done(nil)
-	defR.prev.Lifecycle.Done(nil)
-	slices.Sort(ratios)
-	fmt.Printf("side by side, endpoints=128 picks=5×4000: pd-predictive p50=%sµs p99=%sµs, pd p50=%sµs p99=%sµs, round ratios %.3f\n",
-		us(pct(pred, 0.5)), us(pct(pred, 0.99)), us(pct(def, 0.5)), us(pct(def, 0.99)), ratios)
+	pred, def, ratio := sideBySide(ctx, &runner{s: buildPredictive(ctx, 128, 42)}, &runner{s: build(ctx, 128, 42, "", false)}, 2000, 4000)
+	fmt.Printf("side by side, endpoints=128 picks=5×4000: pd-predictive p50=%sµs p99=%sµs, pd p50=%sµs p99=%sµs, median round ratio %.3f\n",
+		us(pct(pred, 0.5)), us(pct(pred, 0.99)), us(pct(def, 0.5)), us(pct(def, 0.99)), ratio)
 	fmt.Printf("RESULT pick_p50_us_128_predictive=%.1f\n", usf(pct(pred, 0.5)))
 	fmt.Printf("RESULT pick_p50_us_128_default_beside_predictive=%.1f\n", usf(pct(def, 0.5)))
-	fmt.Printf("RESULT pick_ratio_predictive_vs_default_128=%.3f\n", ratios[len(ratios)/2])
+	fmt.Printf("RESULT pick_ratio_predictive_vs_default_128=%.3f\n", ratio)
+
 	// Prompt-length bucketing against the default pick, side by side in the same way, on the
 	// same traffic: prompts of 1 to 32 KiB over rolesets bucketed at 1024, 2048 and 4096 tokens.
 	// A prompt is tokenized only while a boundary lies within what its bytes could hold.
-	runtime.LockOSThread()
-	plainR, bucketR := &runner{s: build(ctx, 128, 44, "", false)}, &runner{s: buildWith(ctx, 128, 44, "", false, bucketRanges, false)}
+	bucketR, plainR := &runner{s: buildWith(ctx, 128, 44, "", false, bucketRanges, false)}, &runner{s: build(ctx, 128, 44, "", false)}
 	varied := variedRequests(rand.New(rand.NewPCG(45, 1)))
 	plainR.s.reqs, bucketR.s.reqs = varied, varied
-	interleave(ctx, plainR, bucketR, 1000)
-	var plain, bucketed []time.Duration
-	var bratios []float64
-	for range 5 {
-		runtime.GC()
-		p, b := interleave(ctx, plainR, bucketR, 2000)
-		plain, bucketed = append(plain, p...), append(bucketed, b...)
-		bratios = append(bratios, usf(pct(b, 0.5))/usf(pct(p, 0.5)))
-	}
-	runtime.UnlockOSThread()
-	plainR.prev.Lifecycle.Done(nil)
-	bucketR.prev.Lifecycle.Done(nil)
-	slices.Sort(bratios)
-	fmt.Printf("side by side, endpoints=128, prompts 1-32 KiB, picks=5×2000: default p50=%sµs p99=%sµs, bucketing p50=%sµs p99=%sµs, round ratios %.3f\n",
-		us(pct(plain, 0.5)), us(pct(plain, 0.99)), us(pct(bucketed, 0.5)), us(pct(bucketed, 0.99)), bratios)
+	bucketed, plain, bratio := sideBySide(ctx, bucketR, plainR, 1000, 2000)
+	fmt.Printf("side by side, endpoints=128, prompts 1-32 KiB, picks=5×2000: default p50=%sµs p99=%sµs, bucketing p50=%sµs p99=%sµs, median round ratio %.3f\n",
+		us(pct(plain, 0.5)), us(pct(plain, 0.99)), us(pct(bucketed, 0.5)), us(pct(bucketed, 0.99)), bratio)
 	fmt.Printf("RESULT pick_p50_us_128_varied=%.1f\n", usf(pct(plain, 0.5)))
 	fmt.Printf("RESULT pick_p50_us_128_bucketing=%.1f\n", usf(pct(bucketed, 0.5)))
-	fmt.Printf("RESULT pick_ratio_bucketing_vs_default_128=%.3f\n", bratios[len(bratios)/2])
+	fmt.Printf("RESULT pick_ratio_bucketing_vs_default_128=%.3f\n", bratio)
 	tk, tg := tokenizeCost()
 	fmt.Printf("cl100k_base over docs/*.md and README.md: Tandem %.1fµs/KiB, tiktoken-go %.1fµs/KiB (%.0f× faster)\n", tk, tg, tg/tk)
 	fmt.Printf("RESULT tokenize_us_per_kib=%.1f\n", tk)
