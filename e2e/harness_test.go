@@ -60,6 +60,7 @@ type podSpec struct {
 	sidecar bool   // decode pods: run the prefill leg themselves (llm-d routing sidecar)
 	config  string // model.aibrix.ai/config annotation; "" means pdConfig("")
 	params  *sim.Params
+	scale   float64 // time scale of the simulated GPU; 0 means simTimeScale
 }
 
 // pod is a running simulated pod.
@@ -104,6 +105,9 @@ func startPods(t *testing.T, specs ...podSpec) map[string]*pod {
 	for _, sp := range specs {
 		cfg := sim.PodConfig{Name: sp.name, Engine: sim.EngineVLLM, Role: sp.role, Model: modelName,
 			TimeScale: simTimeScale, RoutingSidecar: sp.sidecar}
+		if sp.scale > 0 {
+			cfg.TimeScale = sp.scale
+		}
 		if sp.params != nil {
 			cfg.Params = *sp.params
 		}

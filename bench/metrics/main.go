@@ -2,6 +2,8 @@
 // servers on 127.0.0.1 serving a realistic vLLM V1 page:
 //
 //   - scrape_parse_us: one scrape-and-parse cycle of one endpoint (wall time, sequential);
+//   - scrape_cost_ratio_histograms: CPU per cycle reading the engines' queue-time, TTFT and
+//     inter-token histograms too, over the signals read without them, side by side;
 //   - cpu_cores_1024_endpoints: CPU time of the scraping process ÷ wall time while the Scraper
 //     keeps 1024 endpoints fresh at the default interval (getrusage over a window).
 //
@@ -21,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -88,6 +91,55 @@ func main() {
 	fmt.Printf("scrape+parse: %d cycles, wall %.1f µs/cycle, CPU %.1f µs/cycle\n", *cycles,
 		us(wall)/float64(*cycles), us(cpu)/float64(*cycles))
 	fmt.Printf("RESULT scrape_parse_us=%.1f\n", us(wall)/float64(*cycles))
+
+	// 1b. The same page with the signals Tandem read before the engines' queue-time, TTFT
+	// and inter-token histograms joined the dialect (an empty spec switches a signal off),
+	// side by side: blocks of cycles alternating, CPU per cycle, the ratio the median of the
+	// rounds'.
+	today, err := metrics.NewScraper(pool.NewStore(), metrics.NewStore(), metrics.ScrapeOptions{Dialects: map[string]metrics.Dialect{
+		pool.EngineVLLM: {Names: map[metrics.Field]string{metrics.FieldQueueTime: "", metrics.FieldTTFT: "", metrics.FieldInterToken: ""}}}})
+	if err != nil {
+		fail("%v", err)
+	}
+	for range 50 {
+		if _, err := today.ScrapeNow(ctx, eps[1]); err != nil {
+			fail("warm-up scrape: %v", err)
+		}
+	}
+	block := func(s *metrics.Scraper, ep *pool.Endpoint, n int) time.Duration {
+		c0 := cpuTime()
+		for range n {
+			if _, err := s.ScrapeNow(ctx, ep); err != nil {
+				fail("scrape: %v", err)
+			}
+		}
+		return cpuTime() - c0
+	}
+	var withH, withoutH time.Duration
+	var ratios []float64
+	const rounds, per = 41, 60
+	for r := range rounds {
+		var a, b time.Duration
+		if r%2 == 0 {
+			a = block(one, eps[0], per)
+			b = block(today, eps[1], per)
+		} else {
+			b = block(today, eps[1], per)
+			a = block(one, eps[0], per)
+		}
+		withH, withoutH = withH+a, withoutH+b
+		ratios = append(ratios, float64(a)/float64(b))
+	}
+	sort.Float64s(ratios)
+	n := float64(rounds * per)
+	fmt.Printf("side by side, %d×%d cycles: with the histograms %.1f µs CPU/cycle, without %.1f µs CPU/cycle (ratio of the totals %.3f), round ratios p10/p50/p90 %.3f/%.3f/%.3f\n",
+		rounds, per, us(withH)/n, us(withoutH)/n, float64(withH)/float64(withoutH), ratios[rounds/10], ratios[rounds/2], ratios[rounds*9/10])
+	fmt.Printf("RESULT scrape_cpu_us_with_histograms=%.1f\n", us(withH)/n)
+	fmt.Printf("RESULT scrape_cpu_us_without_histograms=%.1f\n", us(withoutH)/n)
+	fmt.Printf("RESULT scrape_cost_ratio_histograms=%.3f\n", ratios[len(ratios)/2])
+	if ratios[len(ratios)/2] > 1.25 {
+		fmt.Println("GOAL MISSED: the histograms add at most 25 % per scrape")
+	}
 
 	// 2. Keep every endpoint fresh with the real Scraper at the default interval.
 	ps, samples := pool.NewStore(), metrics.NewStore()

@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +33,7 @@ import (
 	"github.com/tandem-epp/tandem/bench/picker/baseline"
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pd"
@@ -59,7 +61,15 @@ type setup struct {
 // frozen builds the baseline cascade instead of the chain. seed fixes the pool's load and
 // the prompts, so two builds with one seed route the same traffic over the same state.
 func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) setup {
-	return buildWith(ctx, n, seed, policy, frozen, nil)
+	return buildWith(ctx, n, seed, policy, frozen, nil, false)
+}
+
+// buildPredictive is build with the pd-predictive strategy as the default: online latency
+// models fed by the outcome of every pick (the runner reports each request's first byte and
+// end), predicted TTFT and TPOT for every candidate, selective disaggregation and the
+// standard-pod decider on every pick.
+func buildPredictive(ctx context.Context, n int, seed uint64) setup {
+	return buildWith(ctx, n, seed, "", false, nil, true)
 }
 
 // bucketRanges are the prompt-length buckets of the bucketing runs, in tokens: roleset i
@@ -67,8 +77,9 @@ func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) 
 var bucketRanges = [][2]int{{0, 1023}, {1024, 2047}, {2048, 4095}, {4096, 0}}
 
 // buildWith is build with each roleset's routingConfig range set by ranges (nil: no
-// annotation) and bucketing on when ranges are given.
-func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bool, ranges [][2]int) setup {
+// annotation) and bucketing on when ranges are given, and pd-predictive as the default
+// strategy when predictive is set.
+func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bool, ranges [][2]int, predictive bool) setup {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	gw := config.DefaultPD()
 	if policy != "" {
@@ -85,9 +96,18 @@ func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bo
 	} else {
 		cascade := pd.New(pd.Options{Deps: deps, Gateway: gw})
 		pd.RegisterTokenLoad(cascade, pd.NewTokenLoad(gw, ledger.Options{}))
+		if predictive {
+			m := latency.New(latency.Options{Samples: deps.Metrics.Get})
+			deps.Outcomes.Subscribe(m)
+			pd.RegisterPredictive(cascade, m)
+		}
 		strategies = pd.Strategies(cascade, deps, gw)
 	}
-	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: pd.StrategyName}, config.Options{})
+	def := pd.StrategyName
+	if predictive {
+		def = pd.StrategyPredictive
+	}
+	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: def}, config.Options{})
 	if err != nil {
 		fail(err)
 	}
@@ -270,6 +290,7 @@ func (r *runner) pick(ctx context.Context) time.Duration {
 	}
 	if r.prev != nil {
 		r.prev.Lifecycle.ResponseHeaders(200, "")
+		r.prev.Lifecycle.ResponseBody(64, false)
 		r.prev.Lifecycle.Done(nil)
 	}
 	r.prev = d
@@ -317,61 +338,69 @@ func us(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Nanosecon
 
 func usf(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 
+// sideBySide times a against b: picks interleaved (the order alternating) on one locked
+// thread, warm picks of each first, then 5 rounds of n, each after a GC; it returns every
+// timed pick of each and the median of the rounds' p50 ratios a/b (one round's can be skewed
+// by another process taking the CPU for a while).
+func sideBySide(ctx context.Context, a, b *runner, warm, n int) (ta, tb []time.Duration, ratio float64) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	interleave(ctx, a, b, warm)
+	var ratios []float64
+	for range 5 {
+		runtime.GC()
+		x, y := interleave(ctx, a, b, n)
+		ta, tb = append(ta, x...), append(tb, y...)
+		ratios = append(ratios, usf(pct(x, 0.5))/usf(pct(y, 0.5)))
+	}
+	a.prev.Lifecycle.Done(nil)
+	b.prev.Lifecycle.Done(nil)
+	slices.Sort(ratios)
+	return ta, tb, ratios[len(ratios)/2]
+}
+
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if path := os.Getenv("PICKER_PROFILE_PREDICTIVE"); path != "" {
+		profilePredictive(ctx, path)
+		return
+	}
 	fmt.Printf("bench-picker: full PD pick, %d-byte prompts, GOMAXPROCS=%d\n", promptBytes, runtime.GOMAXPROCS(0))
 	// The chain against the cascade it replaced: same pool, load and prompts, picks
 	// interleaved (the order alternating) on one locked thread, before anything else has
 	// grown the heap; 5 rounds, the ratio the median of the rounds' p50 ratios (one round's can
 	// be skewed by another process taking the CPU for a while).
-	runtime.LockOSThread()
-	chainR, cascadeR := &runner{s: build(ctx, 128, 42, "", false)}, &runner{s: build(ctx, 128, 42, "", true)}
-	interleave(ctx, chainR, cascadeR, 2000) // warm both
-	var chain, cascade []time.Duration
-	var ratios []float64
-	for range 5 {
-		runtime.GC()
-		c, k := interleave(ctx, chainR, cascadeR, 4000)
-		chain, cascade = append(chain, c...), append(cascade, k...)
-		ratios = append(ratios, usf(pct(c, 0.5))/usf(pct(k, 0.5)))
-	}
-	runtime.UnlockOSThread()
-	chainR.prev.Lifecycle.Done(nil)
-	cascadeR.prev.Lifecycle.Done(nil)
-	slices.Sort(ratios)
+	// The chain against the cascade it replaced: same pool, load and prompts, before anything
+	// else has grown the heap.
+	chain, cascade, ratio := sideBySide(ctx, &runner{s: build(ctx, 128, 42, "", false)}, &runner{s: build(ctx, 128, 42, "", true)}, 2000, 4000)
 	cp50, kp50 := pct(chain, 0.5), pct(cascade, 0.5)
-	fmt.Printf("side by side, endpoints=128 picks=5×4000: chain p50=%sµs p99=%sµs, cascade (baseline) p50=%sµs p99=%sµs, round ratios %.3f\n",
-		us(cp50), us(pct(chain, 0.99)), us(kp50), us(pct(cascade, 0.99)), ratios)
+	fmt.Printf("side by side, endpoints=128 picks=5×4000: chain p50=%sµs p99=%sµs, cascade (baseline) p50=%sµs p99=%sµs, median round ratio %.3f\n",
+		us(cp50), us(pct(chain, 0.99)), us(kp50), us(pct(cascade, 0.99)), ratio)
 	fmt.Printf("RESULT pick_p50_us_128_chain=%.1f\n", usf(cp50))
 	fmt.Printf("RESULT pick_p50_us_128_cascade=%.1f\n", usf(kp50))
-	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratios[len(ratios)/2])
+	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratio)
+
+	// pd-predictive beside the default pd pick, the same way: same pool, load and prompts.
+	pred, def, ratio := sideBySide(ctx, &runner{s: buildPredictive(ctx, 128, 42)}, &runner{s: build(ctx, 128, 42, "", false)}, 2000, 4000)
+	fmt.Printf("side by side, endpoints=128 picks=5×4000: pd-predictive p50=%sµs p99=%sµs, pd p50=%sµs p99=%sµs, median round ratio %.3f\n",
+		us(pct(pred, 0.5)), us(pct(pred, 0.99)), us(pct(def, 0.5)), us(pct(def, 0.99)), ratio)
+	fmt.Printf("RESULT pick_p50_us_128_predictive=%.1f\n", usf(pct(pred, 0.5)))
+	fmt.Printf("RESULT pick_p50_us_128_default_beside_predictive=%.1f\n", usf(pct(def, 0.5)))
+	fmt.Printf("RESULT pick_ratio_predictive_vs_default_128=%.3f\n", ratio)
 
 	// Prompt-length bucketing against the default pick, side by side in the same way, on the
 	// same traffic: prompts of 1 to 32 KiB over rolesets bucketed at 1024, 2048 and 4096 tokens.
 	// A prompt is tokenized only while a boundary lies within what its bytes could hold.
-	runtime.LockOSThread()
-	plainR, bucketR := &runner{s: build(ctx, 128, 44, "", false)}, &runner{s: buildWith(ctx, 128, 44, "", false, bucketRanges)}
+	bucketR, plainR := &runner{s: buildWith(ctx, 128, 44, "", false, bucketRanges, false)}, &runner{s: build(ctx, 128, 44, "", false)}
 	varied := variedRequests(rand.New(rand.NewPCG(45, 1)))
 	plainR.s.reqs, bucketR.s.reqs = varied, varied
-	interleave(ctx, plainR, bucketR, 1000)
-	var plain, bucketed []time.Duration
-	var bratios []float64
-	for range 5 {
-		runtime.GC()
-		p, b := interleave(ctx, plainR, bucketR, 2000)
-		plain, bucketed = append(plain, p...), append(bucketed, b...)
-		bratios = append(bratios, usf(pct(b, 0.5))/usf(pct(p, 0.5)))
-	}
-	runtime.UnlockOSThread()
-	plainR.prev.Lifecycle.Done(nil)
-	bucketR.prev.Lifecycle.Done(nil)
-	slices.Sort(bratios)
-	fmt.Printf("side by side, endpoints=128, prompts 1-32 KiB, picks=5×2000: default p50=%sµs p99=%sµs, bucketing p50=%sµs p99=%sµs, round ratios %.3f\n",
-		us(pct(plain, 0.5)), us(pct(plain, 0.99)), us(pct(bucketed, 0.5)), us(pct(bucketed, 0.99)), bratios)
+	bucketed, plain, bratio := sideBySide(ctx, bucketR, plainR, 1000, 2000)
+	fmt.Printf("side by side, endpoints=128, prompts 1-32 KiB, picks=5×2000: default p50=%sµs p99=%sµs, bucketing p50=%sµs p99=%sµs, median round ratio %.3f\n",
+		us(pct(plain, 0.5)), us(pct(plain, 0.99)), us(pct(bucketed, 0.5)), us(pct(bucketed, 0.99)), bratio)
 	fmt.Printf("RESULT pick_p50_us_128_varied=%.1f\n", usf(pct(plain, 0.5)))
 	fmt.Printf("RESULT pick_p50_us_128_bucketing=%.1f\n", usf(pct(bucketed, 0.5)))
-	fmt.Printf("RESULT pick_ratio_bucketing_vs_default_128=%.3f\n", bratios[len(bratios)/2])
+	fmt.Printf("RESULT pick_ratio_bucketing_vs_default_128=%.3f\n", bratio)
 	tk, tg := tokenizeCost()
 	fmt.Printf("cl100k_base over docs/*.md and README.md: Tandem %.1fµs/KiB, tiktoken-go %.1fµs/KiB (%.0f× faster)\n", tk, tg, tg/tk)
 	fmt.Printf("RESULT tokenize_us_per_kib=%.1f\n", tk)
@@ -419,4 +448,25 @@ func main() {
 	lat, allocs := run(ctx, l, 4000)
 	fmt.Printf("llm-d pd-epp-config.yaml endpoints=128 p50=%sµs p99=%sµs allocs/pick=%.0f\n", us(pct(lat, 0.5)), us(pct(lat, 0.99)), allocs)
 	fmt.Printf("RESULT pick_p50_us_128_llmd_pd=%.1f\n", usf(pct(lat, 0.5)))
+}
+
+// profilePredictive writes a CPU profile of pd-predictive picks on 128 endpoints to path
+// (PICKER_PROFILE_PREDICTIVE=path), for work on the pick's cost.
+func profilePredictive(ctx context.Context, path string) {
+	r := &runner{s: buildPredictive(ctx, 128, 42)}
+	for range 2000 {
+		r.pick(ctx)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fail(err)
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fail(err)
+	}
+	for range 20000 {
+		r.pick(ctx)
+	}
+	pprof.StopCPUProfile()
 }

@@ -100,6 +100,10 @@ type vpod struct {
 	lastGen   int64
 	lastGenAt float64
 	scraped   int
+	// the prefill-time histogram's totals at the previous scrape
+	lastPrefillS float64
+	lastPrefillN int
+	lastMean     float64
 }
 
 // handler is a sequence's Owner in the virtual engine: what to do on each of its events.
@@ -149,9 +153,10 @@ func dispatch(evs []sim.Event) {
 	}
 }
 
-// sample is what a vLLM scrape of this pod would publish now: the gauges, the generation
-// throughput derived from the token counter between two scrapes, the mean of the
-// prefill-time histogram.
+// sample is what a vLLM scrape of this pod would publish now, as the production scraper
+// turns it into a sample: the gauges, the generation throughput derived from the token
+// counter between two scrapes, the mean of the prefill-time histogram over the prefills
+// finished since the previous scrape (the last such mean when none did).
 func (v *vpod) sample() *metrics.Sample {
 	s := &metrics.Sample{
 		Running: float64(v.b.Running()), HasRunning: true,
@@ -164,10 +169,14 @@ func (v *vpod) sample() *metrics.Sample {
 		s.GenThroughput = float64(v.gen-v.lastGen) / (v.d.now - v.lastGenAt)
 		s.HasGenThroughput = true
 	}
-	if v.prefillN > 0 {
-		s.PrefillTimeMean = v.prefillS / float64(v.prefillN)
-		s.HasPrefillTimeMean = true
+	if n := v.prefillN - v.lastPrefillN; n > 0 {
+		v.lastMean = (v.prefillS - v.lastPrefillS) / float64(n)
+		s.PrefillCount = float64(n)
 	}
+	if v.prefillN > 0 {
+		s.PrefillTimeMean, s.HasPrefillTimeMean = v.lastMean, true
+	}
+	v.lastPrefillS, v.lastPrefillN = v.prefillS, v.prefillN
 	v.lastGen, v.lastGenAt = v.gen, v.d.now
 	v.scraped++
 	return s

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/sim"
 )
 
@@ -318,6 +319,7 @@ type cell struct {
 	note                      string
 	skipped                   string
 	bucketSteps               int
+	pred                      []latency.ErrorSummary // the latency models' TTFT error, per repetition (predictive policies)
 }
 
 func run(o *options, stdout io.Writer) error {
@@ -407,7 +409,7 @@ func run(o *options, stdout io.Writer) error {
 								rs, _ := summarize(r)
 								cl.reps = append(cl.reps, rs)
 							}
-							cl.note, cl.bucketSteps = res.note, res.bucketSteps
+							cl.note, cl.bucketSteps, cl.pred = res.note, res.bucketSteps, res.pred
 						}
 						cells[j.idx] = cl
 					}
@@ -469,6 +471,7 @@ func simulateReps(wins []*workload, c clusterSpec, pol policy, o runOpts) (*runR
 			all.busy[k] += v
 		}
 		all.pods = res.pods
+		all.pred = append(all.pred, res.pred...)
 		if all.note == "" {
 			all.note = res.note
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/sim"
 )
@@ -380,6 +381,12 @@ func (r *report) write(stdout io.Writer) error {
 				verdict = "no policy qualifies with a positive gain: least_request stays the best (gain 0, ratio 1)"
 			}
 			fmt.Fprintf(&md, "\n%s on %s: %s.\n", w.name, wi.cluster, verdict)
+			for _, h := range hs {
+				if r.predictive(h.policy) {
+					results = append(results, fmt.Sprintf("RESULT ttft_p99_gain_vs_least_request_%s_%s_%s=%.3f", w.name, wi.cluster, h.policy, h.gain))
+					results = append(results, fmt.Sprintf("RESULT goodput_ratio_vs_least_request_%s_%s_%s=%.3f", w.name, wi.cluster, h.policy, min(h.g80, h.g1)))
+				}
+			}
 			if wi.cluster == r.o.clusters[0].name {
 				results = append(results, fmt.Sprintf("RESULT ttft_p99_gain_vs_least_request_%s=%.3f", w.name, b.gain))
 				results = append(results, fmt.Sprintf("RESULT goodput_ratio_best_vs_least_request_%s=%.3f", w.name, min(b.g80, b.g1)))
@@ -391,6 +398,18 @@ func (r *report) write(stdout io.Writer) error {
 				if c := r.find(w.name, wi.cluster, p.name, resultLoad); c != nil {
 					results = append(results, fmt.Sprintf("RESULT ttft_p99_ms_%s_%s=%.0f", w.name, p.name, c.s.ttftP99*1000))
 					results = append(results, fmt.Sprintf("RESULT goodput_%s_%s=%.3f", w.name, p.name, c.s.goodput))
+				}
+			}
+		}
+		if pe := r.predictionErrors(w.name, wi.cluster); len(pe) > 0 {
+			md.WriteString("\nHow far the latency models' TTFT predictions were from the TTFTs the gateway observed (every request of every repetition, warm-up included; " +
+				"ratio = observed ÷ predicted, > 1: predicted too low):\n\n" +
+				"| load | policy | predictions | mean abs. error ÷ observed | ratio geo. mean | ratio p10 | ratio p50 | ratio p90 |\n|---|---|---|---|---|---|---|---|\n")
+			for _, e := range pe {
+				fmt.Fprintf(&md, "| %.0f%% | %s | %d | %.0f%% | %.2f | %.2f | %.2f | %.2f |\n", e.load*100, e.policy, e.N, e.MeanAbsRel*100, e.Bias, e.RatioP10, e.RatioP50, e.RatioP90)
+				if e.load == resultLoad {
+					results = append(results, fmt.Sprintf("RESULT ttft_prediction_abs_rel_error_%s_%s_%s=%.3f", w.name, wi.cluster, e.policy, e.MeanAbsRel))
+					results = append(results, fmt.Sprintf("RESULT ttft_prediction_ratio_p50_%s_%s_%s=%.2f", w.name, wi.cluster, e.policy, e.RatioP50))
 				}
 			}
 		}
@@ -424,4 +443,59 @@ func (r *report) write(stdout io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "wrote %s (total %s)\n", mdPath, r.elapsed.Round(time.Millisecond))
 	return nil
+}
+
+// predictive is true for a policy whose cells carry the latency models' prediction errors.
+func (r *report) predictive(pol string) bool {
+	for i := range r.cells {
+		if c := &r.cells[i]; c.policy == pol && len(c.pred) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// predError is one cell's prediction error pooled over its repetitions.
+type predError struct {
+	policy string
+	load   float64
+	latency.ErrorSummary
+}
+
+// predictionErrors pools each predictive cell's repetitions: the mean absolute error and the
+// geometric bias weighted by the predictions of each, the percentiles as the median of the
+// repetitions' (p10 the lowest, p90 the highest, so the spread is not understated).
+func (r *report) predictionErrors(wl, cluster string) []predError {
+	var out []predError
+	for _, l := range r.o.loads {
+		for _, p := range r.o.policies {
+			c := r.find(wl, cluster, p.name, l)
+			if c == nil || len(c.pred) == 0 {
+				continue
+			}
+			e := predError{policy: p.name, load: l}
+			var lnBias float64
+			var p50s []float64
+			e.RatioP10, e.RatioP90 = math.Inf(1), math.Inf(-1)
+			for _, x := range c.pred {
+				if x.N == 0 {
+					continue
+				}
+				e.N += x.N
+				e.MeanAbsRel += x.MeanAbsRel * float64(x.N)
+				lnBias += math.Log(x.Bias) * float64(x.N)
+				e.RatioP10, e.RatioP90 = min(e.RatioP10, x.RatioP10), max(e.RatioP90, x.RatioP90)
+				p50s = append(p50s, x.RatioP50)
+			}
+			if e.N == 0 {
+				continue
+			}
+			e.MeanAbsRel /= float64(e.N)
+			e.Bias = math.Exp(lnBias / float64(e.N))
+			slices.Sort(p50s)
+			e.RatioP50 = p50s[len(p50s)/2]
+			out = append(out, e)
+		}
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -56,6 +58,7 @@ type policy struct {
 	decode   string // AIBRIX_DECODE_SCORE_POLICY
 	bucket   bool   // prompt-length bucketing + adaptive bucket serving
 	rr       bool   // the bench's round-robin scheduler, not Tandem
+	file     string // a --config-file composing the strategy (strategy names its handler)
 }
 
 // allPolicies is the comparison set, in report order.
@@ -70,13 +73,45 @@ var allPolicies = []policy{
 	{name: "hybrid_cache_load", strategy: pd.StrategyName, prefill: "hybrid_cache_load", decode: "token_load"},
 	{name: "seed-default+bucket", strategy: pd.StrategyName, prefill: "prefix_cache", decode: "load_balancing", bucket: true},
 	{name: "hybrid_cache_load+bucket", strategy: pd.StrategyName, prefill: "hybrid_cache_load", decode: "token_load", bucket: true},
+	{name: "pd-predictive", strategy: pd.StrategyPredictive},
+	{name: "pd-predictive-miss", strategy: "predictive-miss", file: predictiveMissFile},
 }
+
+// predictiveMissFile is pd-predictive composed in a --config-file with the standard pods
+// used only on a predicted miss of the TTFT objective (slo-overflow-decider mode miss): the
+// overflow rule as issue 18 states it.
+const predictiveMissFile = `
+plugins:
+- {type: pd-role-filter, name: prefill-pods, parameters: {role: prefill}}
+- {type: pd-role-filter, name: decode-pods, parameters: {role: decode}}
+- {type: pd-role-filter, name: combined-pods, parameters: {role: combined}}
+- type: prompt-length-bucket-filter
+- {type: prefill-policy-scorer, parameters: {policy: predicted_ttft}}
+- {type: decode-policy-scorer, parameters: {policy: predicted_tpot}}
+- type: selective-pd-decider
+- {type: slo-overflow-decider, parameters: {mode: miss}}
+- type: roleset-pd-profile-handler
+  name: predictive-miss
+  parameters:
+    deciders: {selective: selective-pd-decider, sloOverflow: slo-overflow-decider}
+schedulingProfiles:
+- name: prefill
+  plugins: [{pluginRef: prefill-pods}, {pluginRef: prompt-length-bucket-filter}, {pluginRef: prefill-policy-scorer}]
+- name: decode
+  plugins: [{pluginRef: decode-pods}, {pluginRef: prompt-length-bucket-filter}, {pluginRef: decode-policy-scorer}]
+- name: combined
+  plugins: [{pluginRef: combined-pods}, {pluginRef: prompt-length-bucket-filter}]
+`
 
 // describe says what a policy is, for the report.
 func (p policy) describe() string {
 	switch {
 	case p.rr:
 		return "bench round-robin over every pod, role-unaware (what lwepp does); whole request on one pod"
+	case p.file != "":
+		return "`pd-predictive` composed in a --config-file with `slo-overflow-decider` mode `miss`: a standard pod only when PD is predicted to miss the TTFT objective (issue 18's overflow rule as written)"
+	case p.strategy == pd.StrategyPredictive:
+		return "Tandem `pd-predictive` strategy: pairs by predicted TTFT + TPOT from online per-pod models fitted to what the gateway observed, runs a prompt whole on a decode pod when predicted cheaper (selective-pd-decider), sends a request to a standard pod when that is predicted cheaper than PD within the TPOT objective (slo-overflow-decider mode cost); no request here is sheddable, so none is refused"
 	case p.strategy != pd.StrategyName:
 		return "Tandem `" + p.strategy + "` strategy: one non-prefill pod serves the whole request"
 	}
@@ -207,6 +242,9 @@ type runResult struct {
 	// work together (prefill pods decode nothing, decode pods prefill nothing)
 	stdIterations, stdMixed int
 	note                    string
+	// pred is how far the latency models' TTFT predictions were from the TTFTs the
+	// gateway observed (pd-predictive only; zero N otherwise), per repetition.
+	pred []latency.ErrorSummary
 }
 
 // rrScheduler is the bench's round-robin: every pod in turn, ignoring roles and load —
@@ -238,14 +276,27 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	}
 	var sched picker.Scheduler
 	var deps *picker.Deps
+	var models *latency.Models
 	if o.sched != nil {
 		sched = o.sched
 	} else if pol.rr {
 		sched = &rrScheduler{}
 	} else {
-		router, dp, err := app.BuildRouterWithClock(d.clock, pol.gateway(o.scrape), nil, picker.NewRegistry(), nil, logr.Discard())
+		var file *config.File
+		if pol.file != "" {
+			f, err := config.ParseFile(pol.name+".yaml", []byte(pol.file), config.FileOptions{KnownPluginTypes: pd.IsPluginType})
+			if err != nil {
+				return nil, errNotRegistered{err}
+			}
+			file = f
+		}
+		pk, err := app.BuildPicker(app.PickerOptions{Clock: d.clock, Gateway: pol.gateway(o.scrape), File: file, Logger: logr.Discard()})
 		if err != nil {
 			return nil, errNotRegistered{err}
+		}
+		router, dp := pk.Router, pk.Deps
+		if pol.strategy == pd.StrategyPredictive || pol.file != "" {
+			models = pk.Models
 		}
 		// Warm the prefix index synchronously: production's warmer applies warms within
 		// microseconds, which in virtual time is "before the next request".
@@ -322,6 +373,31 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	}
 	for _, r := range res.recs {
 		res.length = max(res.length, r.done)
+	}
+	if models != nil {
+		res.pred = []latency.ErrorSummary{models.Errors()}
+		if os.Getenv("DEBUG_MODELS") != "" {
+			var badT, badP int
+			var worstP float64
+			for _, r := range res.recs {
+				if !r.measured {
+					continue
+				}
+				if r.ttft() > r.sloTTFT {
+					badT++
+				}
+				if r.out > 1 && r.tpot() > r.sloTPOT {
+					badP++
+					worstP = max(worstP, r.tpot())
+					fmt.Fprintf(os.Stderr, "   tpot miss %.1fms out %d prompt %d on %s/%s\n", r.tpot()*1000, r.out, r.prompt, r.prefillOn, r.decodeOn)
+				}
+			}
+			fmt.Fprintf(os.Stderr, "ttft misses %d tpot misses %d worst tpot %.1fms\n", badT, badP, worstP*1000)
+			fmt.Fprintf(os.Stderr, "rate %.1f errors %+v\n", o.rate, models.Errors())
+			for _, e := range snap.Endpoints {
+				fmt.Fprintf(os.Stderr, "  %s %+v\n", e.Name, models.Coefficients(e.Key()))
+			}
+		}
 	}
 	for _, p := range podList {
 		res.busy[p.class] += p.b.BusySeconds

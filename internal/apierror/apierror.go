@@ -96,6 +96,17 @@ func TooManyStreams(limit int) *Error {
 		Message: fmt.Sprintf("the gateway's endpoint picker is handling its limit of %d requests at once; retry shortly (operators: raise --max-streams or add EPP replicas)", limit)}
 }
 
+// ReasonShed labels a sheddable request refused because no endpoint was predicted to meet
+// its latency objective.
+const ReasonShed = "slo_shed"
+
+// Shed is a 429 for a sheddable request no endpoint is predicted to serve within its
+// objective: shedding it keeps the others within theirs.
+func Shed(format string, args ...any) *Error {
+	return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", RetryAfter: 1, Reason: ReasonShed,
+		Message: fmt.Sprintf(format, args...)}
+}
+
 // BodyBudget is a 503: the request bodies the EPP holds while they arrive already fill its
 // memory budget for them.
 func BodyBudget(budget int64) *Error {

@@ -120,7 +120,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		return nil, err
 	}
 	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile,
-		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m})
+		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m, Predictions: tel.m})
 	if err != nil {
 		return nil, err
 	}
@@ -135,8 +135,10 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
 	if opts.RedisAddr != "" {
-		// Replicas share their request counts (running, pending, prefill in flight, drain rate)
-		// and, unless AIBRIX_TOKEN_LOAD_SHARED_LEDGER=false, the decode ledger, in one round trip.
+		// Replicas share their request counts (running, pending, prefill in flight, drain rate),
+		// pd-predictive's booked prefill work and, unless AIBRIX_TOKEN_LOAD_SHARED_LEDGER=false,
+		// the decode ledger, in one round trip. Without Redis, pd-predictive adds the prompts the
+		// engines report waiting beyond its own to its predicted waits.
 		var dec *ledger.Decode
 		if gw.PD.TokenLoadSharedLedger {
 			dec = a.tokens.Decode
@@ -153,7 +155,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 			}}
 		a.shared, err = redisledger.New(redisledger.Options{Addr: opts.RedisAddr, Password: opts.RedisPassword,
 			TLS: opts.RedisTLS, TLSSkipVerify: opts.RedisTLSSkipVerify, Clock: a.deps.Clock,
-			Logger: log.WithName("shared-ledger")}, dec, counts)
+			Logger: log.WithName("shared-ledger"), Latency: pk.Models}, dec, counts)
 		if err != nil {
 			return nil, fmt.Errorf("shared request counts (--redis-addr=%s): %w", opts.RedisAddr, err)
 		}

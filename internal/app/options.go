@@ -135,7 +135,7 @@ Flags:
 	fs.DurationVar(&o.DestinationOnlyHold, "destination-only-hold", DefaultDestinationOnlyHold, clientFlag("destination-only-hold"))
 	fs.BoolVar(&o.DebugTraceHeader, "debug-trace-header", false, "Return each decision's trace in the x-tandem-trace response header.")
 	fs.DurationVar(&o.GracePeriod, "grace-period", 30*time.Second, "How long open streams may run on after a shutdown signal.")
-	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis host:port through which replicas share their request counts and decode ledger (also $TANDEM_REDIS_ADDR, else AIBrix's $REDIS_HOST and $REDIS_PORT); empty keeps them local.")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis host:port through which replicas share their request counts, decode ledger and pd-predictive's booked prefill work (also $TANDEM_REDIS_ADDR, else AIBrix's $REDIS_HOST and $REDIS_PORT); empty keeps them local.")
 	fs.StringVar(&o.RedisPassword, "redis-password", "", "Redis password (prefer $TANDEM_REDIS_PASSWORD, else AIBrix's $REDIS_PASSWORD).")
 	fs.BoolVar(&o.RedisTLS, "redis-tls", false, "Connect to Redis over TLS (also $TANDEM_REDIS_TLS).")
 	fs.BoolVar(&o.RedisTLSSkipVerify, "redis-tls-insecure-skip-verify", false, "Do not verify the Redis server certificate.")

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/bucketserve"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/pd"
@@ -24,9 +25,13 @@ type PickerOptions struct {
 	Registry *picker.Registry
 	Reporter config.Reporter
 	Logger   logr.Logger
-	// Gauges receive the token-load ledgers' gauges; BucketMetrics the bucket-serve metrics.
+	// Gauges receive the token-load ledgers' gauges; BucketMetrics the bucket-serve metrics;
+	// Predictions each TTFT prediction of the latency models with its outcome.
 	Gauges        ledger.Gauges
 	BucketMetrics bucketserve.Metrics
+	Predictions   latency.Observer
+	// Objectives resolves InferenceObjectives by name (sheddable requests); may be nil.
+	Objectives pd.Objectives
 }
 
 // Picker is the assembled picker: the router the ext_proc server calls, its dependencies and
@@ -37,6 +42,8 @@ type Picker struct {
 	Tokens *pd.TokenLoad
 	// Cascade is the PD strategy (its prefill and pending-decode trackers).
 	Cascade *pd.Cascade
+	// Models are the online latency models (fed by Deps.Outcomes) of pd-predictive.
+	Models *latency.Models
 	// Warnings are the config file's problems that did not stop it from loading.
 	Warnings []string
 
@@ -64,11 +71,14 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 	deps := picker.NewDeps(clock, gw.PD.PrefixCache)
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 1024)
 	tokens := pd.NewTokenLoad(gw.PD, ledger.Options{Clock: clock, Gauges: o.Gauges, Logger: o.Logger.WithName("token-load")})
-	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: o.Logger.WithName("pd"),
+	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: o.Logger.WithName("pd"), Objectives: o.Objectives,
 		Preference: &pd.BucketServe{Planner: bucketserve.New(clock, o.BucketMetrics)}})
 	pd.RegisterTokenLoad(cascade, tokens)
+	models := latency.New(latency.Options{Clock: clock, Samples: deps.Metrics.Get, Observer: o.Predictions})
+	deps.Outcomes.Subscribe(models)
+	pd.RegisterPredictive(cascade, models)
 	pd.RegisterPlugins(o.Registry, cascade)
-	p := &Picker{Deps: deps, Tokens: tokens, Cascade: cascade, builtin: pd.Strategies(cascade, deps, gw.PD),
+	p := &Picker{Deps: deps, Tokens: tokens, Cascade: cascade, Models: models, builtin: pd.Strategies(cascade, deps, gw.PD),
 		registry: o.Registry, reporter: o.Reporter}
 	table, warnings, err := p.routes(o.File, gw)
 	if err != nil {

@@ -93,6 +93,16 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			return setHint(&rc.MaxTokensLt, raw)
 		}},
+	{"sheddable", "boolean", "false", "must be true or false",
+		"Marks this profile's requests sheddable: the `pd-predictive` strategy answers 429 when no pod is predicted to meet their TTFT objective.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			b, ok := jsonBool(raw)
+			if !ok {
+				return "must be true or false"
+			}
+			rc.Sheddable = b
+			return ""
+		}},
 	{"handoff", "one of auto, sidecar, epp", "TANDEM_PD_HANDOFF", "must be one of auto, sidecar, epp",
 		"How the prefill target is handed over for this profile's requests (`sidecar` for pods behind a decode-side routing sidecar that the auto rule does not recognise).",
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {

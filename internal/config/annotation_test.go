@@ -102,14 +102,14 @@ func TestAnnotationFieldProblems(t *testing.T) {
 		check      func(ModelConfig) bool
 	}{
 		{"unknown strategy", `{"lockedRoutingStrategy":"fastest","profiles":{"default":{"routingStrategy":"vtc"}}}`,
-			[]string{`lockedRoutingStrategy="fastest": must be one of pd, random, least-request, prefix-cache`,
-				`profiles.default.routingStrategy="vtc": must be one of pd, random, least-request, prefix-cache`},
+			[]string{`lockedRoutingStrategy="fastest": must be one of pd, random, least-request, prefix-cache, pd-predictive`,
+				`profiles.default.routingStrategy="vtc": must be one of pd, random, least-request, prefix-cache, pd-predictive`},
 			func(c ModelConfig) bool {
 				return c.LockedRoutingStrategy == "" && c.Profiles["default"].RoutingStrategy == ""
 			}},
 		{"unknown policies", `{"profiles":{"default":{"routingConfig":{"prefillScorePolicy":"magic","decodeScorePolicy":"prefix_cache","combined":true}}}}`,
-			[]string{`profiles.default.routingConfig.decodeScorePolicy="prefix_cache": must be one of load_balancing, least_request, conductor, token_load`,
-				`profiles.default.routingConfig.prefillScorePolicy="magic": must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load`},
+			[]string{`profiles.default.routingConfig.decodeScorePolicy="prefix_cache": must be one of load_balancing, least_request, conductor, token_load, predicted_tpot`,
+				`profiles.default.routingConfig.prefillScorePolicy="magic": must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load, predicted_ttft`},
 			func(c ModelConfig) bool {
 				rc := c.Profiles["default"].RoutingConfig
 				return rc.PrefillScorePolicy == "" && rc.DecodeScorePolicy == "" && rc.Combined

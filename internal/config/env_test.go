@@ -55,6 +55,9 @@ var seedDefaults = map[string]string{
 	"TANDEM_PD_HANDOFF":                     "auto", // Tandem's own; not in the seed (was sidecar before issue 13)
 	// Tandem's: the seed defines the decode watchdog for SGLang only.
 	"TANDEM_DECODE_WATCHDOG_ENGINES": "sglang",
+	// Issue 18's predictive policies: no objective unless the operator or the request sets one.
+	"TANDEM_SLO_TTFT_MS": "0",
+	"TANDEM_SLO_TPOT_MS": "0",
 }
 
 func TestDefaultsMatchTheSeed(t *testing.T) {
@@ -127,6 +130,8 @@ func TestEnvValidValues(t *testing.T) {
 		{"ROUTING_ALGORITHM", " PD ", func(g Gateway) any { return g.DefaultStrategy }, "pd"},
 		{"TANDEM_PD_HANDOFF", "epp", func(g Gateway) any { return g.PD.Handoff }, "epp"},
 		{"TANDEM_DECODE_WATCHDOG_ENGINES", " vllm, sglang", func(g Gateway) any { return g.PD.DecodeWatchdogEngines.String() }, "sglang,vllm"},
+		{"TANDEM_SLO_TTFT_MS", "800", func(g Gateway) any { return g.PD.SLOTTFT }, 800 * time.Millisecond},
+		{"TANDEM_SLO_TPOT_MS", "0", func(g Gateway) any { return g.PD.SLOTPOT }, time.Duration(0)},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {
@@ -158,7 +163,7 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "0", "AIBRIX_PREFILL_REQUEST_TIMEOUT=0: must be positive"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "1.5", "AIBRIX_PREFILL_REQUEST_TIMEOUT=1.5: must be a whole number"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "30s", "AIBRIX_PREFILL_REQUEST_TIMEOUT=30s: must be a whole number"},
-		{"AIBRIX_PREFILL_SCORE_POLICY", "random", "AIBRIX_PREFILL_SCORE_POLICY=random: must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load"},
+		{"AIBRIX_PREFILL_SCORE_POLICY", "random", "AIBRIX_PREFILL_SCORE_POLICY=random: must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load, predicted_ttft"},
 		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "-1", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=-1: must be positive"},
 		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "0", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=0: must be positive"},
 		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "NaN", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=NaN: must be a number"},
@@ -173,7 +178,7 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"AIBRIX_MIN_MATCH_PCT", "-1", "AIBRIX_MIN_MATCH_PCT=-1: must be 0 to 100"},
 		{"AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH", "nope", "AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH=nope: must be true or false"},
 		{"AIBRIX_TOKEN_LOAD_SHARED_LEDGER", "2", "AIBRIX_TOKEN_LOAD_SHARED_LEDGER=2: must be true or false"},
-		{"AIBRIX_DECODE_SCORE_POLICY", "prefix_cache", "AIBRIX_DECODE_SCORE_POLICY=prefix_cache: must be one of load_balancing, least_request, conductor, token_load"},
+		{"AIBRIX_DECODE_SCORE_POLICY", "prefix_cache", "AIBRIX_DECODE_SCORE_POLICY=prefix_cache: must be one of load_balancing, least_request, conductor, token_load, predicted_tpot"},
 		{"AIBRIX_KV_CONNECTOR_TYPE", "rdma", "AIBRIX_KV_CONNECTOR_TYPE=rdma: must be one of shfs, nixl"},
 		{"AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD", "-1", "AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD=-1: must be 0 or more"},
 		{"AIBRIX_DECODE_LOAD_IMBALANCE_MIN_SPREAD", "x", "AIBRIX_DECODE_LOAD_IMBALANCE_MIN_SPREAD=x: must be a number"},
@@ -197,6 +202,8 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS", "0", "AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS=0: must be positive"},
 		{"ROUTING_ALGORITHM", "pd, random", "ROUTING_ALGORITHM=pd, random: must name a registered routing strategy"},
 		{"TANDEM_PD_HANDOFF", "proxy", "TANDEM_PD_HANDOFF=proxy: must be one of auto, sidecar, epp"},
+		{"TANDEM_SLO_TTFT_MS", "-1", "TANDEM_SLO_TTFT_MS=-1: must be 0 (disabled) or positive"},
+		{"TANDEM_SLO_TPOT_MS", "12.5", "TANDEM_SLO_TPOT_MS=12.5: must be a whole number"},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {

@@ -13,6 +13,9 @@ const (
 	StrategyRandom       = "random"
 	StrategyLeastRequest = "least-request"
 	StrategyPrefixCache  = "prefix-cache"
+	// StrategyPDPredictive is the predictive PD chain (issue 18): predicted TTFT and TPOT
+	// from online per-pod models, selective disaggregation, SLO-aware overflow and shed.
+	StrategyPDPredictive = "pd-predictive"
 )
 
 // Prefill and decode score policies, with the seed's names.
@@ -23,6 +26,8 @@ const (
 	PolicyTokenLoad       = "token_load"
 	PolicyHybridCacheLoad = "hybrid_cache_load"
 	PolicyLoadBalancing   = "load_balancing"
+	PolicyPredictedTTFT   = "predicted_ttft"
+	PolicyPredictedTPOT   = "predicted_tpot"
 )
 
 // Hand-off modes (TANDEM_PD_HANDOFF, routingConfig.handoff). HandoffAuto, the default, is
@@ -56,6 +61,7 @@ var (
 		{StrategyRandom, "a random endpoint"},
 		{StrategyLeastRequest, "the endpoint with the fewest requests in flight"},
 		{StrategyPrefixCache, "the endpoint holding the longest prefix of the prompt, balanced by load"},
+		{StrategyPDPredictive, "prefill/decode routing on predicted TTFT and TPOT (online per-pod latency models): pairs by predicted finish, runs cheap prompts whole on decode pods, sends a request to a standard pod when that is predicted cheaper than PD within the TPOT objective, sheds sheddable requests nothing can serve in time"},
 	}
 	prefillPolicyDocs = []nameDoc{
 		{PolicyPrefixCache, "(100 − prefix_match_percent) × 0.1 + req_count / max_req_count"},
@@ -63,12 +69,14 @@ var (
 		{PolicyConductor, "estimated TTFT: queue + cached-prefix + unmatched-prefill time"},
 		{PolicyTokenLoad, "active_tokens + kv_weight × kv_tokens"},
 		{PolicyHybridCacheLoad, "token load discounted by the prefix match: load × (1 − r² × factor)"},
+		{PolicyPredictedTTFT, "predicted seconds until the prefill leg ends (the pod's booked prefill work + its fitted prefill time of the uncached prompt) ÷ the request's TTFT objective"},
 	}
 	decodePolicyDocs = []nameDoc{
 		{PolicyLoadBalancing, "(w_run × norm_reqs + w_thru × (1 − norm_throughput)) / norm_free_gpu"},
 		{PolicyLeastRequest, "running_reqs + pending_decode_count"},
 		{PolicyConductor, "estimated TBT from throughput, batch size and GPU pressure"},
 		{PolicyTokenLoad, "decode_tokens + generated_tokens"},
+		{PolicyPredictedTPOT, "predicted TPOT on the pod ÷ the TPOT objective + predicted KV hand-over ÷ the TTFT objective"},
 	}
 )
 
@@ -146,6 +154,12 @@ var headerDocs = []headerDoc{
 	{apierror.HeaderRouting, "response (written)", "`true` on a gateway-generated routing error (bad strategy, no endpoint, a refusal over a limit, an internal error)."},
 	{apierror.HeaderPDPrefill, "response (written)", "`true` when the prefill leg of a PD request failed."},
 	{apierror.HeaderPDDecode, "response (written)", "`true` when the decode watchdog failed the request (504)."},
+	{wire.HeaderSLOTTFT, "request (read)",
+		"`pd-predictive`, `predicted_ttft`, `predicted_tpot`: the request's TTFT objective in milliseconds (a positive whole number; otherwise a 400). Overrides `TANDEM_SLO_TTFT_MS` and the profile's `sloTTFTMs`."},
+	{wire.HeaderSLOTPOT, "request (read)",
+		"The request's TPOT objective in milliseconds, as `x-slo-ttft-ms`. Overrides `TANDEM_SLO_TPOT_MS` and the profile's `sloTPOTMs`."},
+	{wire.HeaderInferenceObjective, "request (read)",
+		"`pd-predictive`: the request's InferenceObjective; one with a negative priority makes the request sheddable (429 when no pod is predicted to meet its TTFT objective)."},
 	{wire.HeaderTrace, "request (read), response (written); opt-in",
 		"When debug tracing is enabled, the decision trace (steps, candidates, scores) as JSON."},
 	{"retry-after", "response (written)",

@@ -91,7 +91,7 @@ func TestStrategyPrecedence(t *testing.T) {
 		if c.err {
 			var ae *apierror.Error
 			if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest ||
-				ae.Message != `unknown routing strategy "bogus" in the routing-strategy header; valid strategies: least-request, pd, prefix-cache, random` {
+				ae.Message != `unknown routing strategy "bogus" in the routing-strategy header; valid strategies: least-request, pd, pd-predictive, prefix-cache, random` {
 				t.Errorf("%s: want a 400 listing the strategies, got %v", name, err)
 			}
 			continue
@@ -298,7 +298,7 @@ func TestLastGoodAnnotation(t *testing.T) {
 	if got.Strategy != "pd" || got.PrefillScorePolicy != "prefix_cache" {
 		t.Errorf("partial: %s %s", got, got.PrefillScorePolicy)
 	}
-	if reps := rec.take(); len(reps) != 1 || reps[0] != `ns/p profiles.default.routingConfig.prefillScorePolicy | profiles.default.routingConfig.prefillScorePolicy="magic": must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load` {
+	if reps := rec.take(); len(reps) != 1 || reps[0] != `ns/p profiles.default.routingConfig.prefillScorePolicy | profiles.default.routingConfig.prefillScorePolicy="magic": must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load, predicted_ttft` {
 		t.Errorf("reports %v", reps)
 	}
 }

@@ -60,6 +60,11 @@ type PD struct {
 	// a decode-side proxy), "epp" (Tandem runs the prefill leg itself) or "auto" (sidecar when
 	// the decode pod declares a routing sidecar, else epp).
 	Handoff string // TANDEM_PD_HANDOFF, "auto"
+
+	// SLOTTFT and SLOTPOT are the latency objectives of requests that do not send their own
+	// (x-slo-ttft-ms, x-slo-tpot-ms), read by the predictive policies; 0 = none.
+	SLOTTFT time.Duration // TANDEM_SLO_TTFT_MS, 0
+	SLOTPOT time.Duration // TANDEM_SLO_TPOT_MS, 0
 }
 
 // The AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE values.
@@ -129,6 +134,9 @@ type RoutingConfig struct {
 	BucketServeMode          string       `json:"bucketServeMode,omitempty"`
 	Handoff                  string       `json:"handoff,omitempty"`
 	PD                       *PDOverrides `json:"pd,omitempty"`
+	// Sheddable marks the profile's requests as sheddable: a predictive strategy answers
+	// 429 when no pod is predicted to meet their TTFT objective.
+	Sheddable bool `json:"sheddable,omitempty"`
 	// The config-profile: auto hints (AIBrix's names): a profile with any of them is a
 	// candidate, matching when every hint it has holds.
 	PromptTokensGte *int64 `json:"promptTokensGte,omitempty"`
@@ -158,6 +166,8 @@ type PDOverrides struct {
 	DecodeFirstResponseTimeout         *float64 `json:"decodeFirstResponseTimeout,omitempty"`
 	DecodeResponseTimeout              *float64 `json:"decodeResponseTimeout,omitempty"`
 	DecodeStreamIdleTimeout            *float64 `json:"decodeStreamIdleTimeout,omitempty"`
+	SLOTTFTMs                          *float64 `json:"sloTTFTMs,omitempty"`
+	SLOTPOTMs                          *float64 `json:"sloTPOTMs,omitempty"`
 	// DecodeWatchdogEngines is a comma-separated engine list (a JSON string or array of strings).
 	DecodeWatchdogEngines *string `json:"decodeWatchdogEngines,omitempty"`
 }

@@ -33,6 +33,9 @@ const (
 	FieldGenThroughput   Field = "gen_throughput"         // gauge tokens/s, summed
 	FieldGenTokens       Field = "gen_tokens"             // counter; throughput derived between scrapes when no gauge
 	FieldPrefillTime     Field = "prefill_time"           // histogram, seconds
+	FieldQueueTime       Field = "queue_time"             // histogram, seconds waiting in the engine's queue
+	FieldTTFT            Field = "ttft"                   // histogram, seconds from arrival at the engine to its first token
+	FieldInterToken      Field = "inter_token"            // histogram, seconds between two output tokens
 	FieldPrefillPrealloc Field = "prefill_prealloc_queue" // gauge, summed
 	FieldDecodePrealloc  Field = "decode_prealloc_queue"  // gauge, summed
 	FieldCacheInfo       Field = "cache_info"             // info gauge carrying block size / block count labels
@@ -41,7 +44,7 @@ const (
 )
 
 var allFields = []Field{FieldRunning, FieldWaiting, FieldKVUsage, FieldGenThroughput, FieldGenTokens,
-	FieldPrefillTime, FieldPrefillPrealloc, FieldDecodePrealloc, FieldCacheInfo, FieldBlockSize, FieldNumBlocks}
+	FieldPrefillTime, FieldQueueTime, FieldTTFT, FieldInterToken, FieldPrefillPrealloc, FieldDecodePrealloc, FieldCacheInfo, FieldBlockSize, FieldNumBlocks}
 
 // Dialect says where an engine serves its metrics and which names carry each signal.
 // In overrides (ScrapeOptions.Dialects), empty fields keep the built-in value.
@@ -62,9 +65,11 @@ type Dialect struct {
 //     docs/usage/metrics.md; V0 names (gpu_cache_usage_perc, avg_generation_throughput_toks_per_s)
 //     from vllm/engine/metrics.py before V1, still read by the seed's policies.
 //   - SGLang: sgl-project/sglang python/sglang/srt/metrics/collector.py; page_size/num_pages gauges
-//     in newer builds, cache_config_info{page_size,num_pages} in older ones.
-//   - TensorRT-LLM: NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py; served at
-//     /prometheus/metrics by tensorrt_llm/serve/openai_server.py (/metrics there is JSON).
+//     in newer builds, cache_config_info{page_size,num_pages} in older ones; queue_time_seconds
+//     and inter_token_latency_seconds in newer builds (time_per_output_token_seconds in older).
+//   - TensorRT-LLM: NVIDIA/TensorRT-LLM tensorrt_llm/metrics/collector.py (the request
+//     histograms need return_perf_metrics); served at /prometheus/metrics by
+//     tensorrt_llm/serve/openai_server.py (/metrics there is JSON).
 var builtinDialects = map[string]Dialect{
 	pool.EngineVLLM: {
 		Path: "/metrics",
@@ -75,6 +80,9 @@ var builtinDialects = map[string]Dialect{
 			FieldGenThroughput: "vllm:avg_generation_throughput_toks_per_s",
 			FieldGenTokens:     "vllm:generation_tokens_total|vllm:generation_tokens",
 			FieldPrefillTime:   "vllm:request_prefill_time_seconds",
+			FieldQueueTime:     "vllm:request_queue_time_seconds",
+			FieldTTFT:          "vllm:time_to_first_token_seconds",
+			FieldInterToken:    "vllm:inter_token_latency_seconds",
 			FieldCacheInfo:     "vllm:cache_config_info",
 		},
 		BlockSizeLabel: "block_size",
@@ -90,6 +98,9 @@ var builtinDialects = map[string]Dialect{
 			FieldGenTokens:       "sglang:generation_tokens_total|sglang:generation_tokens",
 			FieldPrefillPrealloc: "sglang:num_prefill_prealloc_queue_reqs",
 			FieldDecodePrealloc:  "sglang:num_decode_prealloc_queue_reqs",
+			FieldQueueTime:       "sglang:queue_time_seconds",
+			FieldTTFT:            "sglang:time_to_first_token_seconds",
+			FieldInterToken:      "sglang:inter_token_latency_seconds|sglang:time_per_output_token_seconds",
 			FieldCacheInfo:       "sglang:cache_config_info",
 			FieldBlockSize:       "sglang:page_size",
 			FieldNumBlocks:       "sglang:num_pages",
@@ -105,6 +116,9 @@ var builtinDialects = map[string]Dialect{
 			FieldKVUsage:     "trtllm_kv_cache_utilization",
 			FieldGenTokens:   "trtllm_generation_tokens_total|trtllm_generation_tokens",
 			FieldPrefillTime: "trtllm_request_prefill_time_seconds",
+			FieldQueueTime:   "trtllm_request_queue_time_seconds",
+			FieldTTFT:        "trtllm_time_to_first_token_seconds",
+			FieldInterToken:  "trtllm_time_per_output_token_seconds",
 			FieldBlockSize:   "trtllm_kv_cache_tokens_per_block",
 			FieldNumBlocks:   "trtllm_kv_cache_max_blocks",
 		},

@@ -18,8 +18,8 @@ type reading struct {
 	genTokens    float64 // counter
 	hasGenTokens bool
 
-	prefillSum, prefillCount float64 // histogram totals
-	hasPrefill               bool
+	// histogram totals: prefill, queue, TTFT and inter-token time
+	hists [numHists]histTotals
 
 	prefillPrealloc, decodePrealloc float64
 	hasPrefillPrealloc              bool
@@ -36,7 +36,10 @@ func extract(fams map[string]*dto.MetricFamily, m *mapping, at time.Time) readin
 	r.kvUsage, r.hasKV = meanOf(fams, m.sel[FieldKVUsage])
 	r.genGauge, r.hasGenGauge = sumOf(fams, m.sel[FieldGenThroughput])
 	r.genTokens, r.hasGenTokens = sumOf(fams, m.sel[FieldGenTokens])
-	r.prefillSum, r.prefillCount, r.hasPrefill = histogramTotals(fams, m.sel[FieldPrefillTime])
+	for i, f := range histFields {
+		h := &r.hists[i]
+		h.sum, h.count, h.ok = histogramTotals(fams, m.sel[f])
+	}
 	r.prefillPrealloc, r.hasPrefillPrealloc = sumOf(fams, m.sel[FieldPrefillPrealloc])
 	r.decodePrealloc, r.hasDecodePrealloc = sumOf(fams, m.sel[FieldDecodePrealloc])
 
@@ -197,19 +200,79 @@ func toSample(cur reading, prev *reading, prevSample *Sample) *Sample {
 		}
 	}
 
-	if cur.hasPrefill {
-		switch {
-		case prev != nil && prev.hasPrefill && cur.prefillCount > prev.prefillCount:
-			// Mean of the prefills finished since the last scrape: follows load changes,
-			// where the lifetime mean would hardly move on a long-running engine.
-			s.PrefillTimeMean = (cur.prefillSum - prev.prefillSum) / (cur.prefillCount - prev.prefillCount)
-			s.HasPrefillTimeMean = true
-		case prev != nil && prev.hasPrefill && cur.prefillCount == prev.prefillCount && prevSample != nil && prevSample.HasPrefillTimeMean:
-			// No prefill finished in the interval: the last known mean still stands.
-			s.PrefillTimeMean, s.HasPrefillTimeMean = prevSample.PrefillTimeMean, true
-		case cur.prefillCount > 0:
-			s.PrefillTimeMean, s.HasPrefillTimeMean = cur.prefillSum/cur.prefillCount, true
+	for i := range histFields {
+		var prevH *histTotals
+		if prev != nil {
+			prevH = &prev.hists[i]
 		}
+		var prevMean float64
+		var prevHas bool
+		if prevSample != nil {
+			prevMean, prevHas = histMean(prevSample, i)
+		}
+		mean, count, ok := intervalMean(cur.hists[i], prevH, prevMean, prevHas)
+		setHist(s, i, mean, count, ok)
 	}
 	return s
+}
+
+// The histograms a sample reports as interval means, in reading.hists order.
+const (
+	histPrefill = iota
+	histQueue
+	histTTFT
+	histInterToken
+	numHists
+)
+
+var histFields = [numHists]Field{FieldPrefillTime, FieldQueueTime, FieldTTFT, FieldInterToken}
+
+type histTotals struct {
+	sum, count float64
+	ok         bool
+}
+
+// intervalMean is the mean of the observations since the previous scrape, and how many
+// there were. None in the interval: the last known mean still stands (count 0). No
+// previous scrape: the lifetime mean.
+func intervalMean(cur histTotals, prev *histTotals, prevMean float64, prevHas bool) (mean, count float64, ok bool) {
+	if !cur.ok {
+		return 0, 0, false
+	}
+	switch {
+	case prev != nil && prev.ok && cur.count > prev.count:
+		// Follows load changes, where the lifetime mean would hardly move on a long-running engine.
+		n := cur.count - prev.count
+		return (cur.sum - prev.sum) / n, n, true
+	case prev != nil && prev.ok && cur.count == prev.count && prevHas:
+		return prevMean, 0, true
+	case cur.count > 0:
+		return cur.sum / cur.count, cur.count, true
+	}
+	return 0, 0, false
+}
+
+func histMean(s *Sample, i int) (float64, bool) {
+	switch i {
+	case histPrefill:
+		return s.PrefillTimeMean, s.HasPrefillTimeMean
+	case histQueue:
+		return s.QueueTimeMean, s.HasQueueTimeMean
+	case histTTFT:
+		return s.TTFTMean, s.HasTTFTMean
+	}
+	return s.InterTokenMean, s.HasInterTokenMean
+}
+
+func setHist(s *Sample, i int, mean, count float64, ok bool) {
+	switch i {
+	case histPrefill:
+		s.PrefillTimeMean, s.PrefillCount, s.HasPrefillTimeMean = mean, count, ok
+	case histQueue:
+		s.QueueTimeMean, s.QueueCount, s.HasQueueTimeMean = mean, count, ok
+	case histTTFT:
+		s.TTFTMean, s.TTFTCount, s.HasTTFTMean = mean, count, ok
+	default:
+		s.InterTokenMean, s.InterTokenCount, s.HasInterTokenMean = mean, count, ok
+	}
 }

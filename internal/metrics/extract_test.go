@@ -40,12 +40,16 @@ func TestFixtures(t *testing.T) {
 	}{
 		{"vllm_v1.prom", textCT, pool.EngineVLLM, Sample{
 			Running: 4, HasRunning: true, Waiting: 1, HasWaiting: true, KVUsage: 0.42, HasKVUsage: true,
-			PrefillTimeMean: 41.25 / 330, HasPrefillTimeMean: true, BlockSize: 16, NumGPUBlocks: 27648}},
+			PrefillTimeMean: 41.25 / 330, HasPrefillTimeMean: true, BlockSize: 16, NumGPUBlocks: 27648,
+			QueueTimeMean: 12.5 / 500, HasQueueTimeMean: true, TTFTMean: 98.4 / 500, HasTTFTMean: true,
+			InterTokenMean: 1502.0 / 75000, HasInterTokenMean: true}},
 		// Two engines behind one server: requests add up, KV usage is the mean (0.30+0.50)/2,
 		// blocks add up, the prefill mean is over both histograms (41.25+18.75)/(330+170).
 		{"vllm_v1_dp2.prom", textCT, pool.EngineVLLM, Sample{
 			Running: 8, HasRunning: true, Waiting: 2, HasWaiting: true, KVUsage: 0.40, HasKVUsage: true,
-			PrefillTimeMean: 0.12, HasPrefillTimeMean: true, BlockSize: 16, NumGPUBlocks: 27648}},
+			PrefillTimeMean: 0.12, HasPrefillTimeMean: true, BlockSize: 16, NumGPUBlocks: 27648,
+			QueueTimeMean: 25.0 / 1000, HasQueueTimeMean: true, TTFTMean: 196.8 / 1000, HasTTFTMean: true,
+			InterTokenMean: 3004.0 / 150000, HasInterTokenMean: true}},
 		// V0: the older KV name and the throughput gauge (no counter derivation needed).
 		{"vllm_v0.prom", textCT, pool.EngineVLLM, Sample{
 			Running: 7, HasRunning: true, Waiting: 3, HasWaiting: true, KVUsage: 0.8125, HasKVUsage: true,
@@ -57,16 +61,21 @@ func TestFixtures(t *testing.T) {
 		// SGLang 0.4 has no prealloc queues (not a PD server) and block info in cache_config_info.
 		{"sglang_v0_4.prom", textCT, pool.EngineSGLang, Sample{
 			Running: 162, HasRunning: true, Waiting: 2826, HasWaiting: true, KVUsage: 0.28, HasKVUsage: true,
-			GenThroughput: 86.50814177726902, HasGenThroughput: true, BlockSize: 1, NumGPUBlocks: 442368}},
+			GenThroughput: 86.50814177726902, HasGenThroughput: true, BlockSize: 1, NumGPUBlocks: 442368,
+			TTFTMean: 2.3518979474117756e+06 / 31110, HasTTFTMean: true}},
 		// SGLang PD decode, DP attention with 2 ranks: 40+24 running, 0+1 queued, KV (0.61+0.45)/2,
-		// throughput 1200.5+800.25, decode prealloc 3+2; page_size/num_pages gauges.
+		// throughput 1200.5+800.25, decode prealloc 3+2; page_size/num_pages gauges; queue time
+		// (6+2)/(100+60), inter-token 100/4000.
 		{"sglang_pd_decode.prom", textCT, pool.EngineSGLang, Sample{
 			Running: 64, HasRunning: true, Waiting: 1, HasWaiting: true, KVUsage: 0.53, HasKVUsage: true,
 			GenThroughput: 2000.75, HasGenThroughput: true, DecodePreallocQueue: 5, HasPreallocQueues: true,
-			BlockSize: 64, NumGPUBlocks: 9000}},
+			BlockSize: 64, NumGPUBlocks: 9000, QueueTimeMean: 0.05, HasQueueTimeMean: true,
+			InterTokenMean: 0.025, HasInterTokenMean: true}},
 		{"trtllm_1_1.prom", textCT, pool.EngineTRTLLM, Sample{
 			Running: 12, HasRunning: true, Waiting: 4, HasWaiting: true, KVUsage: 0.25, HasKVUsage: true,
-			PrefillTimeMean: 13.1 / 262, HasPrefillTimeMean: true, BlockSize: 32, NumGPUBlocks: 4096}},
+			PrefillTimeMean: 13.1 / 262, HasPrefillTimeMean: true, BlockSize: 32, NumGPUBlocks: 4096,
+			QueueTimeMean: 0.01, HasQueueTimeMean: true, TTFTMean: 0.15, HasTTFTMean: true,
+			InterTokenMean: 0.015, HasInterTokenMean: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.file, func(t *testing.T) {
@@ -92,6 +101,9 @@ func assertSample(t *testing.T, got, want *Sample) {
 		{"KVUsage", got.KVUsage, want.KVUsage, got.HasKVUsage, want.HasKVUsage, true},
 		{"GenThroughput", got.GenThroughput, want.GenThroughput, got.HasGenThroughput, want.HasGenThroughput, true},
 		{"PrefillTimeMean", got.PrefillTimeMean, want.PrefillTimeMean, got.HasPrefillTimeMean, want.HasPrefillTimeMean, true},
+		{"QueueTimeMean", got.QueueTimeMean, want.QueueTimeMean, got.HasQueueTimeMean, want.HasQueueTimeMean, true},
+		{"TTFTMean", got.TTFTMean, want.TTFTMean, got.HasTTFTMean, want.HasTTFTMean, true},
+		{"InterTokenMean", got.InterTokenMean, want.InterTokenMean, got.HasInterTokenMean, want.HasInterTokenMean, true},
 		{"PrefillPreallocQueue", got.PrefillPreallocQueue, want.PrefillPreallocQueue, got.HasPreallocQueues, want.HasPreallocQueues, true},
 		{"DecodePreallocQueue", got.DecodePreallocQueue, want.DecodePreallocQueue, got.HasPreallocQueues, want.HasPreallocQueues, true},
 	} {
@@ -118,8 +130,9 @@ func assertSample(t *testing.T, got, want *Sample) {
 func TestDerived(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	r := func(sec float64, tokens, psum, pcount float64) reading {
-		return reading{at: t0.Add(time.Duration(sec * float64(time.Second))), genTokens: tokens, hasGenTokens: true,
-			prefillSum: psum, prefillCount: pcount, hasPrefill: true}
+		rd := reading{at: t0.Add(time.Duration(sec * float64(time.Second))), genTokens: tokens, hasGenTokens: true}
+		rd.hists[histPrefill] = histTotals{sum: psum, count: pcount, ok: true}
+		return rd
 	}
 	first := r(0, 1000, 10, 100) // lifetime mean 0.1 s
 	s1 := toSample(first, nil, nil)
@@ -130,14 +143,15 @@ func TestDerived(t *testing.T) {
 		wantHasTput    bool
 		wantPrefill    float64
 		wantHasPrefill bool
+		wantCount      float64
 	}{
 		// 500 tokens in 2 s = 250 tok/s; 4 prefills took 2 s together = 0.5 s each.
-		{"steady", r(2, 1500, 12, 104), 250, true, 0.5, true},
-		// No new prefill: the last mean stands; no new tokens: 0 tok/s.
-		{"idle", r(1, 1000, 10, 100), 0, true, 0.1, true},
+		{"steady", r(2, 1500, 12, 104), 250, true, 0.5, true, 4},
+		// No new prefill: the last mean stands (none in the interval); no new tokens: 0 tok/s.
+		{"idle", r(1, 1000, 10, 100), 0, true, 0.1, true, 0},
 		// Counter went back (engine restart): the new value is the increase, like Prometheus' rate();
 		// the prefill histogram restarted too, so its lifetime mean is used.
-		{"restart", r(4, 200, 1, 4), 50, true, 0.25, true},
+		{"restart", r(4, 200, 1, 4), 50, true, 0.25, true, 4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -147,6 +161,9 @@ func TestDerived(t *testing.T) {
 			}
 			if got.HasPrefillTimeMean != c.wantHasPrefill || math.Abs(got.PrefillTimeMean-c.wantPrefill) > 1e-9 {
 				t.Errorf("prefill mean = %v (has %v), want %v", got.PrefillTimeMean, got.HasPrefillTimeMean, c.wantPrefill)
+			}
+			if got.PrefillCount != c.wantCount {
+				t.Errorf("prefills in the interval = %v, want %v", got.PrefillCount, c.wantCount)
 			}
 		})
 	}

@@ -24,9 +24,18 @@ type Sample struct {
 	// one, else derived from the generation-token counter between two scrapes).
 	GenThroughput    float64
 	HasGenThroughput bool
-	// PrefillTimeMean is the mean of the prefill-time histogram, in seconds.
+	// PrefillTimeMean is the mean of the prefill-time histogram, in seconds: over the
+	// prefills finished since the previous scrape when some did (PrefillCount of them),
+	// else the last such mean (PrefillCount 0).
 	PrefillTimeMean    float64
 	HasPrefillTimeMean bool
+	PrefillCount       float64
+	// QueueTimeMean, TTFTMean and InterTokenMean are the interval means of the engine's
+	// queue-time, time-to-first-token and inter-token-latency histograms, in seconds, with
+	// the same rule (QueueCount, TTFTCount, InterTokenCount observations in the interval).
+	QueueTimeMean, TTFTMean, InterTokenMean          float64
+	HasQueueTimeMean, HasTTFTMean, HasInterTokenMean bool
+	QueueCount, TTFTCount, InterTokenCount           float64
 	// SGLang prealloc queues, used by the combined-pod score.
 	PrefillPreallocQueue float64
 	DecodePreallocQueue  float64

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -66,7 +67,10 @@ type Options struct {
 	Preference RolesetPreference
 	// Fallbacks is how many fallbacks follow the primary on each side (default 2).
 	Fallbacks int
-	Logger    logr.Logger
+	// Objectives resolves the InferenceObjective a request names (its priority marks it
+	// sheddable for pd-predictive); nil: none are known.
+	Objectives Objectives
+	Logger     logr.Logger
 }
 
 // Cascade is the "pd" strategy: the seed's Pod Selection Algorithm as a plugin chain (see
@@ -82,6 +86,10 @@ type Cascade struct {
 	fallbacks int
 	log       logr.Logger
 	rand      func(n int) int
+	// models are the online latency models the predictive policies and placement deciders
+	// read (RegisterPredictive); nil: none registered.
+	models     *latency.Models
+	objectives Objectives
 
 	selectMu sync.Mutex
 	prefill  *load.Tracker // prefill requests in flight per prefill endpoint
@@ -115,7 +123,7 @@ func New(o Options) *Cascade {
 	}
 	c := &Cascade{
 		deps: o.Deps, policies: o.Policies, gwPrefill: o.Gateway.PrefillScorePolicy, prefer: o.Preference,
-		fallbacks: o.Fallbacks, log: o.Logger, rand: intn,
+		fallbacks: o.Fallbacks, log: o.Logger, rand: intn, objectives: o.Objectives,
 		prefill: load.NewTracker(), pending: load.NewTracker(),
 	}
 	c.chain = c.NewDefaultChain()
@@ -135,6 +143,9 @@ func (c *Cascade) Chain() *picker.Chain { return c.chain }
 
 // Policies returns the policy registries (to register more policies).
 func (c *Cascade) Policies() *Policies { return c.policies }
+
+// Models are the latency models the predictive plugins read (nil before RegisterPredictive).
+func (c *Cascade) Models() *latency.Models { return c.models }
 
 // Deps are the shared dependencies the cascade reads.
 func (c *Cascade) Deps() *picker.Deps { return c.deps }
@@ -173,4 +184,11 @@ func (c *Cascade) pruneFor(snap *pool.Snapshot) {
 		return
 	}
 	forgetGone(snap, []*load.Tracker{c.prefill, c.pending}, nil)
+	if c.models != nil {
+		live := make(map[string]struct{}, len(snap.Endpoints))
+		for _, e := range snap.Endpoints {
+			live[e.Key()] = struct{}{}
+		}
+		c.models.Forget(func(key string) bool { _, ok := live[key]; return ok })
+	}
 }

@@ -171,7 +171,7 @@ func (h *DisaggHandler) Next(_ context.Context, cy *picker.Cycle, _ []*picker.Pr
 
 // Result implements picker.ProfileHandler: the decode pick is the destination; the prefill
 // pick, when the stage ran, the prefill target.
-func (h *DisaggHandler) Result(_ context.Context, _ *picker.Cycle, done map[string]*picker.ProfileResult) (*picker.Decision, error) {
+func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[string]*picker.ProfileResult) (*picker.Decision, error) {
 	dr := done[h.decodeName]
 	if dr == nil || len(dr.Ranked) == 0 {
 		return nil, errors.New("failed to find available decode workers")
@@ -180,7 +180,7 @@ func (h *DisaggHandler) Result(_ context.Context, _ *picker.Cycle, done map[stri
 	if pr := done[h.prefName]; pr != nil && len(pr.Ranked) > 0 {
 		d.Prefill, d.Outcome, d.Step = pr.Ranked, picker.OutcomePD, StepPrefillDecode
 		d.SetHeaders = map[string]string{HeaderPrefillerHostPort: pr.Ranked[0].HostPort()}
-		lc := newPairLifecycle(h.c, pr.Ranked[0], dr.Ranked[0])
+		lc := newPairLifecycle(h.c, pr.Ranked[0], dr.Ranked[0], cy.Req.PromptTokens)
 		lc.dest = d.Destination
 		d.Lifecycle = lc
 	}

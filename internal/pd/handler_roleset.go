@@ -11,9 +11,12 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // TypeRolesetHandler is the seed's pair-aware profile handler.
@@ -29,6 +32,8 @@ type rolesetHandlerParams struct {
 		CombinedOverflow string `json:"combinedOverflow" doc:"A combined-overflow-decider (step 0b); unset: no overflow."`
 		PrefillImbalance string `json:"prefillImbalance" doc:"A prefill-imbalance-decider (step 1); unset: no prefill fast path."`
 		DecodeImbalance  string `json:"decodeImbalance" doc:"A decode-imbalance-decider (step 2); unset: no decode fast path."`
+		Selective        string `json:"selective" doc:"A selective-pd-decider (after step 5): the prompt may run whole on a decode pod when predicted cheaper; unset: always disaggregate."`
+		SLOOverflow      string `json:"sloOverflow" doc:"A slo-overflow-decider (after the selective one): a standard pod takes a request PD is predicted to serve too late; unset: no such overflow."`
 	} `json:"deciders"`
 	Fallbacks *int `json:"fallbacks" default:"2" doc:"Fallbacks after the primary on each side, from the same roleset."`
 }
@@ -62,8 +67,11 @@ type RolesetHandler struct {
 	overflow                      CombinedOverflow
 	prefillFast                   PrefillFastPath
 	decodeFast                    DecodeFastPath
-	nonInference                  *picker.Profile
-	fallbacks                     int
+	// placement: the deciders that may move the pair's request elsewhere by predicted
+	// latency, in order (selective, then SLO overflow).
+	placement    []PlacementDecider
+	nonInference *picker.Profile
+	fallbacks    int
 }
 
 // Profile names of the default chain.
@@ -130,6 +138,8 @@ func (c *Cascade) newRolesetHandler(name string, raw json.RawMessage, h *picker.
 		{"deciders.combinedOverflow", p.Deciders.CombinedOverflow, func(pl picker.Plugin) bool { d, ok := pl.(CombinedOverflow); r.overflow = d; return ok }},
 		{"deciders.prefillImbalance", p.Deciders.PrefillImbalance, func(pl picker.Plugin) bool { d, ok := pl.(PrefillFastPath); r.prefillFast = d; return ok }},
 		{"deciders.decodeImbalance", p.Deciders.DecodeImbalance, func(pl picker.Plugin) bool { d, ok := pl.(DecodeFastPath); r.decodeFast = d; return ok }},
+		{"deciders.selective", p.Deciders.Selective, placementOf(r, TypeSelectiveDecider)},
+		{"deciders.sloOverflow", p.Deciders.SLOOverflow, placementOf(r, TypeSLOOverflowDecider)},
 	}
 	for _, d := range deciders {
 		if d.name == "" {
@@ -147,6 +157,18 @@ func (c *Cascade) newRolesetHandler(name string, raw json.RawMessage, h *picker.
 		}
 	}
 	return r, nil
+}
+
+// placementOf adds a placement decider of type typ to r.
+func placementOf(r *RolesetHandler, typ string) func(picker.Plugin) bool {
+	return func(pl picker.Plugin) bool {
+		d, ok := pl.(PlacementDecider)
+		if ok && pl.Type() == typ {
+			r.placement = append(r.placement, d)
+			return true
+		}
+		return false
+	}
 }
 
 // RanksItself implements picker.RanksItself: the pair is chosen across two profiles.
@@ -211,13 +233,22 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 		s.nonInference = true
 		return nil
 	}
-	s.knobs = &cy.Resolved.PD
+	s.knobs, s.promptTokens = &cy.Resolved.PD, cy.Req.PromptTokens
 	s.trace = &picker.Trace{Candidates: len(cy.Candidates)}
 	pol := c.policiesFor(ctx, cy, h.prefillScorer.policy, h.decodeScorer.policy)
 	if pol.err != nil {
 		return pol.err
 	}
 	s.prefPol, s.decPol = pol.prefill, pol.decode
+	_, absP := s.prefPol.(AbsoluteCost)
+	_, absD := s.decPol.(AbsoluteCost)
+	s.absolute = absP && absD
+	if s.predictive = c.models != nil && (absP || absD || len(h.placement) > 0); s.predictive {
+		var err error
+		if s.obj, err = c.objectiveOf(cy); err != nil {
+			return err
+		}
+	}
 	s.trace.Note = fmt.Sprintf("%sprefill_policy=%s decode_policy=%s prompt_tokens=%d", pol.note, s.prefPol.Name(), s.decPol.Name(), cy.Req.PromptTokens)
 	split := &s.split
 	prefill := h.candidates(ctx, cy, h.prefill, split)
@@ -401,7 +432,8 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 	// Steps 3–5 run as the prefill and decode profiles, over what is left.
 	s.trace.Add("prefill_score:" + s.prefPol.Name())
 	s.trace.Add("decode_score:" + s.decPol.Name())
-	s.pb = &PrefillBatch{Pods: pre, MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: k}
+	s.pb = &PrefillBatch{Pods: pre, MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: k, Objective: s.obj}
+	b.PromptTokens, b.Objective = cy.Req.PromptTokens, s.obj
 	for _, p := range pre {
 		s.pb.MaxInFlight = math.Max(s.pb.MaxInFlight, p.InFlight)
 	}
@@ -435,6 +467,9 @@ func (h *RolesetHandler) pair(s *selection) bool {
 	if s.bestD == nil { // the retry re-scores the prefill side only
 		s.bestD, s.scoreD, maxD = c.bestOf(s.decCost, s.decRS, nRS, decodeMaxScoreFloor)
 		s.decMax = maxD
+	}
+	if s.absolute { // costs in the objectives' units: added as they are
+		maxP, s.decMax = 1, 1
 	}
 	s.ri, s.finals = c.pair(s.bestP, s.scoreP, maxP, s.bestD, s.scoreD, s.decMax)
 	return s.ri >= 0
@@ -488,6 +523,16 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 	}
 	ri := s.ri
 	pp, dp := &s.pb.Pods[s.bestP[ri]], &s.b.Pods[s.bestD[ri]]
+	var opt Option
+	if s.predictive {
+		var err error
+		if opt, err = h.place(cy, s, pp, dp); err != nil {
+			return nil, err
+		}
+		if opt.Kind == outcome.KindWhole {
+			return h.wholeDecision(s, opt, outputBound(cy.Req)), nil
+		}
+	}
 	s.trace.Add(StepPair)
 	if c.afterScoring != nil {
 		c.afterScoring()
@@ -497,7 +542,7 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 	if len(s.fastSteps) > 0 {
 		d.Step = strings.Join(s.fastSteps, stepSeparator)
 	}
-	lc := newPairLifecycle(c, pp.Endpoint, dp.Endpoint)
+	lc := newPairLifecycle(c, pp.Endpoint, dp.Endpoint, cy.Req.PromptTokens)
 	d.Lifecycle = lc
 	d.Destination = withFallbacks(h.fallbacks, dp.Endpoint, s.pt.rolesets[ri].Decode, func(e *pool.Endpoint) int64 {
 		return c.deps.Running.InFlight(e.Key()) + c.pending.InFlight(e.Key())
@@ -507,7 +552,84 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 		return c.prefill.InFlight(e.Key())
 	})
 	s.trace.Scores = traceScores(&s.pt, s.finals, pp, s.scoreP[ri], dp, s.scoreD[ri])
+	if s.predictive {
+		pr := predictor{c.models}
+		pr.charge(lc.RouteID(), opt, s.obj, outputBound(cy.Req))
+		pr.traceOption(s.trace, opt)
+	}
 	return d, nil
+}
+
+// place predicts the pair and lets the placement deciders move the request (its prompt run
+// whole on a decode pod, a standard pod) or shed it.
+func (h *RolesetHandler) place(cy *picker.Cycle, s *selection, pp *PrefillPod, dp *DecodePod) (Option, error) {
+	var fp, fd *latency.Forecast
+	if s.pb.fc != nil {
+		fp = &s.pb.fc[s.bestP[s.ri]]
+	}
+	if s.b.fc != nil {
+		fd = &s.b.fc[s.bestD[s.ri]]
+	}
+	opt := predictor{h.c.models}.pairOption(s.obj, s.promptTokens, pp.Endpoint, fp, pp.MatchPct, dp.Endpoint, fd)
+	if len(h.placement) == 0 {
+		return opt, nil
+	}
+	pl := &Placement{Cycle: cy, Objective: s.obj, PromptTokens: s.promptTokens, Match: s.match,
+		Decode: s.pt.decode, Combined: s.pt.combined, Best: opt}
+	if len(s.b.Pods) == len(s.pt.decode) && len(s.b.Pods) > 0 { // no fast path narrowed the decode side: the batch is pt.decode
+		s.b.forecast(h.c.models, 0)
+		pl.DecodeForecasts = s.b.fc
+	}
+	for _, d := range h.placement {
+		d.Place(pl)
+		if pl.Shed {
+			break
+		}
+	}
+	if len(pl.Notes) > 0 {
+		s.trace.Note += "; " + strings.Join(pl.Notes, "; ")
+	}
+	if pl.Shed {
+		return opt, apierror.Shed("no endpoint is predicted to answer within the request's TTFT objective of %.0f ms (best: %.0f ms), and it is sheddable; retry later or relax %s",
+			s.obj.TTFT*1000, pl.Best.TTFT*1000, wire.HeaderSLOTTFT)
+	}
+	return pl.Best, nil
+}
+
+// wholeDecision sends the request whole to opt's destination: a decode pod running its
+// prompt itself (decode_local), or a standard pod (slo_overflow, standard_cheaper);
+// fallbacks are pods of the same kind, least loaded first. The option is booked on the
+// models.
+func (h *RolesetHandler) wholeDecision(s *selection, opt Option, maxTokens int) *picker.Decision {
+	c := h.c
+	peers, kind := s.pt.decode, picker.OutcomeLocal
+	if opt.Step != StepDecodeLocal {
+		peers, kind = s.pt.combined, picker.OutcomeCombined
+	}
+	ranked := leastLoaded(h.fallbacks, opt.Destination, peers, func(e *pool.Endpoint) int64 {
+		return c.deps.Running.InFlight(e.Key()) + c.pending.InFlight(e.Key())
+	})
+	s.trace.Add(opt.Step)
+	lc := newWholeLifecycle(c, ranked, s.promptTokens)
+	pr := predictor{c.models}
+	pr.charge(lc.RouteID(), opt, s.obj, maxTokens)
+	pr.traceOption(s.trace, opt)
+	return &picker.Decision{Outcome: kind, Step: opt.Step, Destination: ranked, Trace: s.trace, Lifecycle: lc}
+}
+
+// PostPick implements picker.PostPick: under the predictive plugins, the pod that now holds
+// the prompt's KV — the decode pod of a pair (it keeps the blocks it pulled), or the pod that
+// ran the whole request — joins the prefix index (the prefill pod is warmed by its scorer).
+func (h *RolesetHandler) PostPick(_ context.Context, cy *picker.Cycle, d *picker.Decision) {
+	s := selectionOf(cy)
+	if s == nil || !s.predictive || len(d.Destination) == 0 {
+		return
+	}
+	hashes := s.hashes
+	if hashes == nil {
+		hashes = picker.PromptHashes(cy, s.knobs.PrefixCache.BlockSize)
+	}
+	h.c.deps.WarmPrefix(cy.Req.Model, hashes, d.Destination[0].Key())
 }
 
 // decodeBatch reads each decode candidate's signals and the batch maxima. rs and rolesets
@@ -552,4 +674,14 @@ var (
 	_ picker.Exclusive      = (*RolesetHandler)(nil)
 	_ picker.ProfileBinder  = (*RolesetHandler)(nil)
 	_ picker.RanksItself    = (*RolesetHandler)(nil)
+	_ picker.PostPick       = (*RolesetHandler)(nil)
 )
+
+// outputBound is the request's max_tokens as the latency models take it: 0 (unknown) when it
+// sets none or one out of range.
+func outputBound(r *request.Request) int {
+	if !r.HasMaxTokens || r.MaxTokens < 1 || r.MaxTokens >= 1<<31 {
+		return 0
+	}
+	return int(r.MaxTokens)
+}

@@ -196,6 +196,38 @@ func withFallbacks(n int, primary *pool.Endpoint, members []*pool.Endpoint, load
 	return append(out, others[:min(len(others), n)]...)
 }
 
+// leastLoaded is withFallbacks for many members: primary, then the n least loaded others in
+// member order among equals, each member's load read once (no sort over all of them).
+func leastLoaded(n int, primary *pool.Endpoint, members []*pool.Endpoint, loadOf func(*pool.Endpoint) int64) []*pool.Endpoint {
+	out := make([]*pool.Endpoint, 1, n+1)
+	out[0] = primary
+	type cand struct {
+		e    *pool.Endpoint
+		load int64
+	}
+	best := make([]cand, 0, n)
+	for _, e := range members {
+		if e == primary || n == 0 {
+			continue
+		}
+		c := cand{e, loadOf(e)}
+		if len(best) < n {
+			best = append(best, c)
+		} else if c.load < best[n-1].load {
+			best[n-1] = c
+		} else {
+			continue
+		}
+		for i := len(best) - 1; i > 0 && best[i].load < best[i-1].load; i-- { // keep sorted, stable
+			best[i], best[i-1] = best[i-1], best[i]
+		}
+	}
+	for _, c := range best {
+		out = append(out, c.e)
+	}
+	return out
+}
+
 func traceScores(pt *partition, finals []rolesetFinal, pp *PrefillPod, ps float64, dp *DecodePod, ds float64) map[string]string {
 	slices.SortFunc(finals, func(a, b rolesetFinal) int {
 		switch {

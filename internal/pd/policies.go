@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -40,6 +41,11 @@ type PrefillBatch struct {
 	MaxInFlight  float64
 	PromptTokens int
 	Knobs        *config.PD
+	// Objective is the request's latency objectives (the predictive policies' units).
+	Objective Objective
+
+	// fc caches each pod's latency forecast for this request (the predictive policies').
+	fc []latency.Forecast
 }
 
 // PrefillPolicy scores prefill pods; lower is better.
@@ -82,6 +88,10 @@ type DecodeBatch struct {
 	MaxThroughput float64
 	MaxFreeGPU    float64
 	Knobs         *config.PD
+	// PromptTokens and Objective: the request's prompt estimate and latency objectives.
+	PromptTokens int
+	Objective    Objective
+	fc           []latency.Forecast
 
 	// rate caches the token-load policy's mean generation rate over the batch.
 	rate struct {

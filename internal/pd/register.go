@@ -39,6 +39,10 @@ func (c *Cascade) registrations() []picker.Registration {
 			Doc: "Step 1: when the in-flight prefill spread exceeds minSpread, the least-loaded prefill pod, and decode from its roleset."},
 		{Type: TypeDecodeImbalanceDecider, Kind: picker.KindDecider, Origin: picker.OriginTandem, New: newDecodeImbalanceDecider,
 			Doc: "Step 2: the decode pod with the fewest requests, the lowest throughput or the lowest drain ratio when that spread is wide (AIBRIX_DECODE_* thresholds)."},
+		{Type: TypeSelectiveDecider, Kind: picker.KindDecider, Origin: picker.OriginTandem, Params: selectiveParams{}, New: c.newSelectiveDecider,
+			Doc: "Selective disaggregation by predicted latency (the roleset handler's deciders.selective): the prompt runs whole on a decode pod when predicted TTFT/objective + TPOT/objective there is below the pair's and the pod's predicted TPOT stays within tpotHeadroom of the objective."},
+		{Type: TypeSLOOverflowDecider, Kind: picker.KindDecider, Origin: picker.OriginTandem, Params: sloOverflowParams{}, New: c.newSLOOverflowDecider,
+			Doc: "The standard pods by predicted latency (deciders.sloOverflow): mode cost — a standard pod takes the request when predicted cheaper than PD; mode miss — only when PD is predicted to miss the TTFT objective and the standard pod to meet it and the TPOT objective. Sheds (429) a sheddable request nothing can serve in time."},
 		{Type: TypeRoleFilter, Kind: picker.KindFilter, Origin: picker.OriginTandem, Params: roleFilterParams{}, New: newRoleFilter,
 			Doc: "Keeps the pods of one role as the seed reads it: role-name, else llm-d.ai/role (prefill, decode), or combined pods."},
 		{Type: TypeBucketFilter, Kind: picker.KindFilter, Origin: picker.OriginTandem, New: newBucketFilter,
@@ -46,8 +50,8 @@ func (c *Cascade) registrations() []picker.Registration {
 		{Type: TypeStddevFilter, Kind: picker.KindFilter, Origin: picker.OriginTandem, Params: stddevParams{}, New: c.newStddevFilter,
 			Doc: "Step 3's skip: drops prefill pods with more requests in flight than mean + factor × std (lifted by the roleset handler when it leaves no pair)."},
 		{Type: TypePrefillPolicyScorer, Kind: picker.KindScorer, Origin: picker.OriginTandem, Params: prefillPolicyParams{}, New: c.newPolicyScorer(true),
-			Doc: "A seed prefill score policy (prefix_cache, least_request, conductor, token_load, hybrid_cache_load) as a scorer: 1 − cost / max(1, costs)."},
+			Doc: "A prefill score policy (the seed's prefix_cache, least_request, conductor, token_load, hybrid_cache_load; predicted_ttft) as a scorer: 1 − cost / max(1, costs)."},
 		{Type: TypeDecodePolicyScorer, Kind: picker.KindScorer, Origin: picker.OriginTandem, Params: decodePolicyParams{}, New: c.newPolicyScorer(false),
-			Doc: "A seed decode score policy (load_balancing, least_request, conductor, token_load) as a scorer: 1 − cost / max(0.01, costs), with the seed's cold-start score."},
+			Doc: "A decode score policy (the seed's load_balancing, least_request, conductor, token_load; predicted_tpot) as a scorer: 1 − cost / max(0.01, costs), with the seed's cold-start score."},
 	}
 }

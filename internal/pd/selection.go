@@ -15,6 +15,7 @@ type selection struct {
 	pols         policies  // what policies points to
 	split        roleSplit // the candidates by role, for the profiles' role filters
 	knobs        *config.PD
+	promptTokens int
 	prefPol      PrefillPolicy
 	decPol       DecodePolicy
 	pt           partition
@@ -23,6 +24,12 @@ type selection struct {
 	hashes       []uint64
 	fastSteps    []string
 	overflow     bool // step 0b chose a combined pod
+
+	// The predictive plugins' view (predictive: the request's policies or the handler's
+	// placement deciders predict): its objectives, and whether step 5 adds raw costs.
+	predictive bool
+	absolute   bool
+	obj        Objective
 
 	// The scoring round (steps 3–5): the candidates left after the fast paths, each with
 	// its roleset index, and the costs the scorers wrote (NaN: not scored).

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 )
@@ -15,12 +16,14 @@ import (
 // reports PrefillDone; from then on it counts as running on the decode pod until Done,
 // which also feeds the decode pod's drain rate. The end of the prefill leg (however it
 // ends) feeds the prefill pod's drain rate, which step 0b divides its backlog by. Every
-// release is idempotent.
+// release is idempotent. Every event also goes to the route's outcome record (the latency
+// models and passive health read it).
 type lifecycle struct {
 	deps       *picker.Deps
 	key        string // the destination endpoint's key; the served one once known
 	prefillKey string // the prefill endpoint's key; "" for a combined pod
 	dest       []*pool.Endpoint
+	route      *outcome.Tracker // nil without a recorder
 
 	mu             sync.Mutex
 	releasePrefill func()
@@ -42,20 +45,29 @@ func (l *lifecycle) charge(prefillDone, requestDone func()) {
 	}
 }
 
-func newPairLifecycle(c *Cascade, prefill, decode *pool.Endpoint) *lifecycle {
+func newPairLifecycle(c *Cascade, prefill, decode *pool.Endpoint, promptTokens int) *lifecycle {
 	return &lifecycle{deps: c.deps, key: decode.Key(), prefillKey: prefill.Key(),
 		releasePrefill: c.prefill.Start(prefill.Key()),
-		releasePending: c.pending.Start(decode.Key())}
+		releasePending: c.pending.Start(decode.Key()),
+		route:          c.deps.Outcomes.Start(outcome.KindPD, prefill.Key(), decode.Key(), promptTokens)}
 }
 
-func newCombinedLifecycle(c *Cascade, ranked []*pool.Endpoint) *lifecycle {
-	return &lifecycle{deps: c.deps, key: ranked[0].Key(), dest: ranked, releaseRunning: c.deps.Running.Start(ranked[0].Key())}
+// newWholeLifecycle follows a request that runs whole on ranked[0] (a combined pod, or a
+// decode pod running the prompt itself): counted as running there from the pick.
+func newWholeLifecycle(c *Cascade, ranked []*pool.Endpoint, promptTokens int) *lifecycle {
+	return &lifecycle{deps: c.deps, key: ranked[0].Key(), dest: ranked, releaseRunning: c.deps.Running.Start(ranked[0].Key()),
+		route: c.deps.Outcomes.Start(outcome.KindWhole, "", ranked[0].Key(), promptTokens)}
 }
+
+// RouteID is the route's outcome ID (0 without a recorder): what a pick's charge on the
+// latency models is keyed by.
+func (l *lifecycle) RouteID() uint64 { return l.route.ID() }
 
 // PrefillDone ends the prefill leg (EPP hand-off calls it when the prefill call returns).
 // A failed prefill also releases the policy ledgers' request charges at once (the seed
 // releases kv and decode tokens when the prefill call fails); the trackers wait for Done.
 func (l *lifecycle) PrefillDone(err error) {
+	l.route.PrefillEnd(err, true)
 	l.mu.Lock()
 	l.prefillDoneLocked()
 	var done []func()
@@ -84,7 +96,7 @@ func (l *lifecycle) prefillDoneLocked() {
 
 // ResponseHeaders implements picker.Lifecycle: the decode pod is answering. When the
 // gateway reports that a fallback served the request, that endpoint is the one counted.
-func (l *lifecycle) ResponseHeaders(_ int, served string) {
+func (l *lifecycle) ResponseHeaders(status int, served string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.finished {
@@ -96,6 +108,10 @@ func (l *lifecycle) ResponseHeaders(_ int, served string) {
 			l.key = e.Key()
 		}
 	}
+	// A decode-side sidecar answers once its prefill call returned: the leg has ended (the
+	// EPP hand-off reported it already, which counts first).
+	l.route.PrefillEnd(nil, false)
+	l.route.Response(status, l.key)
 	l.prefillDoneLocked()
 	switch {
 	case l.releasePending != nil:
@@ -109,11 +125,12 @@ func (l *lifecycle) ResponseHeaders(_ int, served string) {
 	}
 }
 
-// ResponseBody implements picker.Lifecycle.
-func (l *lifecycle) ResponseBody(int, bool) {}
+// ResponseBody implements picker.Lifecycle: chunk times go to the outcome record.
+func (l *lifecycle) ResponseBody(size int, _ bool) { l.route.Chunk(size) }
 
 // Done implements picker.Lifecycle.
-func (l *lifecycle) Done(error) {
+func (l *lifecycle) Done(err error) {
+	l.route.End(err)
 	l.mu.Lock()
 	if l.finished {
 		l.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pool"
 )
 
@@ -115,7 +116,7 @@ func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
 		h.PostPick(ctx, c, d)
 	}
 	if d.Lifecycle == nil {
-		d.Lifecycle = NewTracked(s.Deps, d.Destination[0], func(err error) {
+		d.Lifecycle = NewTracked(s.Deps, d.Destination[0], c.Req.PromptTokens, func(err error) {
 			for _, h := range s.ResponseComplete {
 				h.ResponseComplete(c, d, err)
 			}
@@ -211,28 +212,33 @@ func RankedScores(done map[string]*ProfileResult) map[string]string {
 }
 
 // Tracked is the Lifecycle of a single-endpoint decision: the request counts as running
-// on the endpoint from the pick until Done, and its completion feeds the drain rate.
+// on the endpoint from the pick until Done, its completion feeds the drain rate, and its
+// events go to the outcome record.
 type Tracked struct {
 	once    sync.Once
 	release func()
 	key     string
 	deps    *Deps
 	onDone  func(error)
+	route   *outcome.Tracker
 }
 
-// NewTracked starts counting a request on e; onDone (may be nil) runs once at Done.
-func NewTracked(d *Deps, e *pool.Endpoint, onDone func(error)) *Tracked {
-	return &Tracked{release: d.Running.Start(e.Key()), key: e.Key(), deps: d, onDone: onDone}
+// NewTracked starts counting a request of promptTokens on e; onDone (may be nil) runs
+// once at Done.
+func NewTracked(d *Deps, e *pool.Endpoint, promptTokens int, onDone func(error)) *Tracked {
+	return &Tracked{release: d.Running.Start(e.Key()), key: e.Key(), deps: d, onDone: onDone,
+		route: d.Outcomes.Start(outcome.KindWhole, "", e.Key(), promptTokens)}
 }
 
 // ResponseHeaders implements Lifecycle.
-func (t *Tracked) ResponseHeaders(int, string) {}
+func (t *Tracked) ResponseHeaders(status int, _ string) { t.route.Response(status, "") }
 
 // ResponseBody implements Lifecycle.
-func (t *Tracked) ResponseBody(int, bool) {}
+func (t *Tracked) ResponseBody(size int, _ bool) { t.route.Chunk(size) }
 
 // Done implements Lifecycle; calls after the first are ignored.
 func (t *Tracked) Done(err error) {
+	t.route.End(err)
 	t.once.Do(func() {
 		t.release()
 		if t.deps.Drain != nil {

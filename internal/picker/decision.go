@@ -22,6 +22,7 @@ const (
 	OutcomePD       Outcome = "pd"       // a prefill/decode pair from one roleset
 	OutcomeCombined Outcome = "combined" // a standard pod running both phases
 	OutcomeSingle   Outcome = "single"   // a non-PD strategy's pick
+	OutcomeLocal    Outcome = "local"    // a decode pod of a roleset running the whole request (selective disaggregation)
 )
 
 // Decision is the answer for one request.

@@ -7,6 +7,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/prefix"
 )
@@ -29,6 +30,9 @@ type Deps struct {
 	// without it they are applied synchronously after the pick.
 	Warmer *prefix.Warmer
 	Clock  load.Clock
+	// Outcomes records what happened to every routed request (the decisions' lifecycles
+	// write it; latency models and health read it). Nil records nothing.
+	Outcomes *outcome.Recorder
 	// Rand, when set, is the source of every random choice the strategies built on these
 	// deps make (ties, random picks): a virtual-time simulation seeds it so a run is
 	// reproducible. It is called inside picks, so a source that is not safe for concurrent
@@ -126,6 +130,7 @@ func NewDeps(clock load.Clock, pc config.PrefixCache) *Deps {
 		Prefix:      prefix.NewIndex(prefix.Options{MaxBlocks: pc.MaxBlocks, Eviction: pc.EvictionDuration, Clock: clock}),
 		PrefixCache: pc,
 		Clock:       clock,
+		Outcomes:    outcome.NewRecorder(clock),
 	}
 }
 

@@ -6,6 +6,7 @@ package telemetry
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ const (
 	OutcomePD       Outcome = "pd"       // a prefill/decode pair
 	OutcomeCombined Outcome = "combined" // a combined (standard) pod inside the PD strategy
 	OutcomeSingle   Outcome = "single"   // one pod by a non-PD strategy
+	OutcomeLocal    Outcome = "local"    // a decode pod running the whole request (selective disaggregation)
 	OutcomeError    Outcome = "error"    // no destination; the client got an error
 )
 
@@ -77,6 +79,8 @@ type Metrics struct {
 	requestBodyBytes prometheus.Histogram
 	ttft             *prometheus.HistogramVec
 	interToken       *prometheus.HistogramVec
+	predRatio        *prometheus.HistogramVec
+	predAbsError     *prometheus.HistogramVec
 	scrapeDuration   *prometheus.HistogramVec
 	scrapeLast       *prometheus.GaugeVec
 	scrapeErrors     *prometheus.CounterVec
@@ -110,7 +114,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		"strategy": newLabelCap(maxSmall), "step": newLabelCap(maxSmall), "status": newLabelCap(maxSmall),
 		"class": newLabelCap(maxSmall), "stage": newLabelCap(maxSmall), "result": newLabelCap(maxSmall),
 		"phase": newLabelCap(maxSmall), "source": newLabelCap(maxSmall), "where": newLabelCap(maxSmall),
-		"field": newLabelCap(maxSmall),
+		"field": newLabelCap(maxSmall), "kind": newLabelCap(maxSmall),
 	}}
 	podLabels := []string{"namespace", "pod_name"}
 	epLabels := []string{"namespace", "pod_name", "port"}
@@ -136,6 +140,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.streamsOpen = m.gauge("tandem_extproc_streams_open", "ext_proc streams currently open.")
 	m.streamsTotal = m.counter("tandem_extproc_streams_total", "ext_proc streams opened since start.")
 	m.requestBodyBytes = m.histogram("tandem_request_body_bytes", "Size of request bodies Tandem parsed, in bytes.", prometheus.ExponentialBuckets(256, 4, 9))
+	m.predRatio = m.histogramVec("tandem_ttft_prediction_ratio", "Observed ÷ predicted TTFT of each request routed by a predictive policy (pd-predictive), by route kind (pd, whole): 1 is exact, above 1 the prediction was too low.", predictionRatioBuckets, "kind")
+	m.predAbsError = m.histogramVec("tandem_ttft_prediction_error_seconds", "Absolute difference between observed and predicted TTFT of each request routed by a predictive policy, by route kind (pd, whole).", ttftBuckets, "kind")
 	m.ttft = m.histogramVec("tandem_time_to_first_token_seconds", "Time from the request reaching Tandem to the first response body chunk, by model and the serving pod's role.", ttftBuckets, "model", "role")
 	m.interToken = m.histogramVec("tandem_inter_token_latency_seconds", "Time between response body chunks of a streamed response, by model and the serving pod's role.", itlBuckets, "model", "role")
 	m.scrapeDuration = m.histogramVec("tandem_scrape_duration_seconds", "Time to scrape and parse one model server's metrics, by engine.", scrapeBuckets, "engine")
@@ -172,8 +178,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 var (
 	latencyBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
 	ttftBuckets    = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160}
-	itlBuckets     = []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5}
-	scrapeBuckets  = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+	// predictionRatioBuckets: observed ÷ predicted from 1/8 to 8, in half doublings.
+	predictionRatioBuckets = prometheus.ExponentialBuckets(0.125, math.Sqrt2, 13)
+	itlBuckets             = []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5}
+	scrapeBuckets          = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
 )
 
 // Defs lists every metric Tandem exports, in registration order.
@@ -183,7 +191,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requestModelFail, m.prefillSuccess, m.prefillFail, m.pdPrefillFailure, m.pdDecodeAbort,
 		m.pdDecodeWatchdog, m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.bucketBand, m.bucketPromptTokens,
 		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.decisions, m.pickDuration, m.pluginDuration,
-		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
+		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.predRatio, m.predAbsError, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
 		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
 		m.panics, m.fieldsRemoved, m.bufferedBody,
 		m.configReload.total, m.configReload.applied}
@@ -295,7 +303,7 @@ func (m *Metrics) RequestBody(bytes int) { m.requestBodyBytes.Observe(float64(by
 // (e.g. the seed's cascade step), and how long the pick took.
 func (m *Metrics) Decision(strategy string, outcome Outcome, step string, took time.Duration) {
 	switch outcome {
-	case OutcomePD, OutcomeCombined, OutcomeSingle, OutcomeError:
+	case OutcomePD, OutcomeCombined, OutcomeSingle, OutcomeLocal, OutcomeError:
 	default:
 		outcome = otherValue
 	}
@@ -342,6 +350,17 @@ func (m *Metrics) BufferedBodyBytesFrom(f func() float64) { m.bufferedSource.Sto
 // TimeToFirstToken records the time from the request to the first response body chunk.
 func (m *Metrics) TimeToFirstToken(model string, r pool.Role, d time.Duration) {
 	m.ttft.WithLabelValues(m.bound("model", model), role(r)).Observe(d.Seconds())
+}
+
+// TTFTPrediction records a predictive policy's TTFT prediction against the observed TTFT
+// (it implements latency.Observer). endpoint is not a label: the trace shows per-pod error.
+func (m *Metrics) TTFTPrediction(kind, _ string, predicted, observed time.Duration) {
+	if predicted <= 0 || observed <= 0 {
+		return
+	}
+	kind = m.bound("kind", kind)
+	m.predRatio.WithLabelValues(kind).Observe(observed.Seconds() / predicted.Seconds())
+	m.predAbsError.WithLabelValues(kind).Observe(math.Abs(observed.Seconds() - predicted.Seconds()))
 }
 
 // InterTokenLatency records the gap between two response body chunks of a streamed response.

@@ -44,6 +44,7 @@ func exercise(m *Metrics) {
 	m.PluginLatency("prefill-scorer", 50*time.Microsecond)
 	m.TimeToFirstToken("m", pool.RoleDecode, 200*time.Millisecond)
 	m.InterTokenLatency("m", pool.RoleDecode, 20*time.Millisecond)
+	m.TTFTPrediction("pd", d.Key(), 100*time.Millisecond, 125*time.Millisecond)
 	m.RequestModelFail("m", "pd_decode_watchdog", "", 504)
 	m.PrefillRequestSuccess()
 	m.PrefillRequestFail("pd-do-prefill-request-error", 500)

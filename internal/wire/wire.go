@@ -68,6 +68,18 @@ const (
 	HeaderContentLength = "content-length"
 )
 
+// Latency objectives of one request (llm-d's predicted-latency routing names them so), and
+// the GIE InferenceObjective it belongs to.
+const (
+	// HeaderSLOTTFT is the request's time-to-first-token objective, in milliseconds.
+	HeaderSLOTTFT = "x-slo-ttft-ms"
+	// HeaderSLOTPOT is the request's time-per-output-token objective, in milliseconds.
+	HeaderSLOTPOT = "x-slo-tpot-ms"
+	// HeaderInferenceObjective names the InferenceObjective of the request (GIE); one with a
+	// negative priority marks the request sheddable.
+	HeaderInferenceObjective = "x-gateway-inference-objective"
+)
+
 // OpenAI request-body fields Tandem reads or rewrites for a prefill leg.
 const (
 	FieldModel               = "model"

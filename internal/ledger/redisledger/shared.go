@@ -17,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/load"
 )
@@ -25,6 +26,9 @@ import (
 //
 //	<prefix>replicas        sorted set: replica ID → last heartbeat, Redis clock, Unix ms
 //	<prefix><ns>/<pod>      hash per decode pod: replica ID → "tokens,count,sumAt"
+//	<prefix>pf:<endpoint>   hash per endpoint with booked prefill work (pd-predictive's
+//	                        busy-until ledger): replica ID → busy-until, Unix seconds on the
+//	                        Redis clock
 //
 // sumAt is Σ routed_at of the replica's outstanding requests on the pod, in Unix seconds on
 // the Redis clock: the publisher sends its local Σ(now − routed_at) and a script turns it
@@ -68,6 +72,11 @@ type Options struct {
 
 	Clock  load.Clock // the decode ledger's clock; default the system clock
 	Logger logr.Logger
+
+	// Latency, when set, are the online latency models whose predicted prefill work
+	// (busy-until per endpoint) is shared in the same round trips: each replica's predicted
+	// waits then include the prefills the others booked.
+	Latency *latency.Models
 }
 
 func (o *Options) defaults() error {
@@ -130,16 +139,21 @@ type Shared struct {
 
 	pruneMu sync.Mutex
 	prune   map[string][]string // key → dead replicas' fields to delete
+
+	pf prefillShare // Options.Latency's booked prefill work
 }
 
 type view struct {
 	at   time.Time // local clock when read
 	pods map[ledger.Pod]ledger.RemoteLoad
+	// prefill is, per endpoint, each other live replica's booked prefill seconds still
+	// ahead at the read.
+	prefill map[string][]float64
 }
 
-// New connects dec (nil: none) and the signals to Redis (lazily: nothing is dialled until the
-// first round trip) and makes them add the other replicas' values. Call Run to publish and read
-// in the background.
+// New connects dec (nil: none), the signals and Options.Latency's booked prefill work to Redis
+// (lazily: nothing is dialled until the first round trip) and makes them add the other
+// replicas' values. Call Run to publish and read in the background.
 func New(o Options, dec *ledger.Decode, signals ...Signal) (*Shared, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
@@ -168,6 +182,11 @@ func New(o Options, dec *ledger.Decode, signals ...Signal) (*Shared, error) {
 		})
 		s.signals = append(s.signals, st)
 	}
+	if o.Latency != nil {
+		s.pf.init()
+		o.Latency.OnCharge(s.markPrefillDirty)
+		o.Latency.SetRemote(prefillRemote{s})
+	}
 	return s, nil
 }
 
@@ -183,6 +202,10 @@ func (s *Shared) Close() error {
 	for _, st := range s.signals {
 		st.OnChange(nil)
 		st.SetRemote(nil)
+	}
+	if s.o.Latency != nil {
+		s.o.Latency.SetRemote(nil)
+		s.o.Latency.OnCharge(nil)
 	}
 	return s.rdb.Close()
 }
@@ -302,6 +325,11 @@ func (s *Shared) Refresh(ctx context.Context) error {
 		hcmds[i] = pipe.HGetAll(ctx, s.podKey(p))
 	}
 	sigKeys, sigCmds := s.queueSignalReads(ctx, pipe)
+	pfKeys := s.pf.watchedKeys(now)
+	pfCmds := make([]*redis.MapStringStringCmd, len(pfKeys))
+	for i, k := range pfKeys {
+		pfCmds[i] = pipe.HGetAll(ctx, s.prefillKey(k))
+	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		s.dropRemote()
@@ -341,7 +369,26 @@ func (s *Shared) Refresh(ctx context.Context) error {
 			out[p] = acc
 		}
 	}
-	s.view.Store(&view{at: now, pods: out})
+	pf := make(map[string][]float64, len(pfKeys))
+	for i, k := range pfKeys {
+		for field, val := range pfCmds[i].Val() {
+			if field == s.o.ReplicaID {
+				continue
+			}
+			if !live[field] {
+				s.queuePrune(s.prefillKey(k), field)
+				continue
+			}
+			until, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				continue
+			}
+			if ahead := until - rsec; ahead > 0 {
+				pf[k] = append(pf[k], ahead)
+			}
+		}
+	}
+	s.view.Store(&view{at: now, pods: out, prefill: pf})
 	s.applySignalReads(sigKeys, sigCmds, live)
 	return nil
 }
@@ -395,6 +442,7 @@ func (s *Shared) Publish(ctx context.Context, all bool) error {
 			}
 		}
 	}
+	pfKeys := s.pf.takeDirty(all, s.o.Latency)
 	s.pruneMu.Lock()
 	prune := s.prune
 	s.prune = map[string][]string{}
@@ -416,6 +464,17 @@ func (s *Shared) Publish(ctx context.Context, all bool) error {
 			strconv.FormatFloat(tokens, 'f', -1, 64), count, strconv.FormatFloat(elapsed, 'f', 6, 64), ttlMs)
 	}
 	written, deleted := s.queueSignalWrites(ctx, pipe, all, ttlMs)
+	now := s.o.Clock.Now()
+	for _, k := range pfKeys {
+		key := s.prefillKey(k)
+		if backlog, _ := s.o.Latency.Local(k, now); backlog > 0 {
+			pipe.Eval(ctx, prefillScript, []string{key}, s.o.ReplicaID, strconv.FormatFloat(backlog, 'f', 6, 64), ttlMs)
+			s.pf.published(k, true)
+		} else {
+			pipe.HDel(ctx, key, s.o.ReplicaID)
+			s.pf.published(k, false)
+		}
+	}
 	for key, fields := range prune {
 		pipe.HDel(ctx, key, fields...)
 	}
@@ -439,6 +498,7 @@ func (s *Shared) Publish(ctx context.Context, all bool) error {
 				st.markDirty(k)
 			}
 		}
+		s.pf.markDirty(pfKeys...)
 		return fmt.Errorf("shared decode ledger publish: %w", err)
 	}
 	return nil

@@ -8,10 +8,12 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger"
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger/redistest"
 	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/outcome"
 )
 
 var t0 = time.Unix(1_700_000_000, 0)
@@ -247,4 +249,42 @@ func TestPasswordAndTLS(t *testing.T) {
 	if err := roundTrip(tl.Addr(), func(o *redisledger.Options) { slow(o); o.TLS, o.TLSSkipVerify = true, true }); err != nil {
 		t.Fatalf("TLS with skip-verify: %v", err)
 	}
+}
+
+// The latency models' booked prefill work (pd-predictive) travels the same way under Run:
+// a charge on A reaches B's predicted wait without any call from outside, and its end
+// removes it.
+func TestRunSharesPredictedPrefill(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clock := load.NewManualClock(t0)
+	models := func(id string) (*latency.Models, *redisledger.Shared) {
+		m := latency.New(latency.Options{Clock: clock})
+		sh, err := redisledger.New(redisledger.Options{Addr: srv.Addr(), ReplicaID: id, KeyPrefix: "test:" + t.Name() + ":", Clock: clock,
+			Latency: m, RefreshInterval: 20 * time.Millisecond, PublishInterval: 50 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sh.Close() })
+		return m, sh
+	}
+	mA, sA := models("A")
+	mB, sB := models("B")
+	const key = "ns/prefill-0:8000"
+	sB.WatchPrefill(key)
+	done := make(chan struct{}, 2)
+	for _, s := range []*redisledger.Shared{sA, sB} {
+		go func() { s.Run(ctx); done <- struct{}{} }()
+	}
+	wait := func(m *latency.Models) float64 { f := m.Forecast(key); return f.Wait() }
+	mA.Charge(1, latency.Charge{Kind: outcome.KindPD, Prefill: key, Destination: "ns/decode-0:8000",
+		Prompt: latency.Prompt{Tokens: 8000}, Service: 30})
+	eventually(t, "B predicts A's 30 s of booked prefill", func() bool { w := wait(mB); return w > 25 && w <= 30 })
+	mA.Observe(&outcome.Event{Phase: outcome.PhaseEnd, Route: outcome.Route{ID: 1, Kind: outcome.KindPD, Prefill: key,
+		Destination: "ns/decode-0:8000", PromptTokens: 8000, Picked: t0, End: t0}})
+	eventually(t, "B's predicted wait drops once A's route ended", func() bool { return wait(mB) == 0 })
+	cancel()
+	<-done
+	<-done
 }

@@ -1,0 +1,21 @@
+// Package latency owns Tandem's online latency models, one per endpoint, fitted from what
+// the gateway observes (package outcome's events and the engines' scraped samples), never
+// from an engine's own cost function:
+//
+//   - prefill seconds of a prompt as a function of its uncached tokens (recursive least
+//     squares with forgetting on a base, a linear and an attention term);
+//   - a busy-until ledger of prefill work per pod, charged at pick time with the predicted
+//     seconds and corrected by the actual ends of the legs, so the wait of the next prompt
+//     is known before any metric is scraped;
+//   - the hand-over of a prefill to its decode pod (KV transfer and the first decode step)
+//     as a function of prompt tokens;
+//   - the decode step as a function of the requests and the KV tokens resident on the pod,
+//     fitted on inter-chunk gaps with the prefill work that shared the pod's iterations
+//     taken out (until the first such stream, on the engine's inter-token histogram), and
+//     the TPOT a request would see with a given prefill load on the pod;
+//   - the error of each TTFT prediction against the observed first byte.
+//
+// Every pod starts from Defaults and learns its own coefficients, so heterogeneous pools
+// work. It must not choose endpoints (package pd's predictive policies read it) nor speak
+// to the network (a shared store adds other replicas' charges through Remote).
+package latency

@@ -1,0 +1,103 @@
+package latency
+
+import (
+	"math"
+	"time"
+)
+
+// Forecast is one endpoint's models as read at one instant: every prediction a pick makes
+// about the endpoint reads it without a lock (a pick reads each candidate once).
+type Forecast struct {
+	valid bool
+	// backlog is this replica's booked prefill work ahead now; wait adds what other
+	// replicas booked (a shared store) or the engine reports beyond it.
+	backlog, wait float64
+	prefill       [3]float64 // coefficients, each at least 0
+	handover      [2]float64
+	step          [3]float64
+	// n and kv are the requests and KV tokens on the pod (the larger of Tandem's count and
+	// the engine's); rho the recent prefill load; h how long a request decodes there.
+	n, kv, rho, h float64
+	arrivals      float64 // routes queueing on the pod per second, recently
+	stallRoom     float64
+}
+
+// Valid reports whether f was read from the models (the zero Forecast is not).
+func (f *Forecast) Valid() bool { return f.valid }
+
+// Forecast reads an endpoint's models now.
+func (m *Models) Forecast(key string) Forecast {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.forecastLocked(key, m.podLocked(key, now), now)
+}
+
+// ForecastAll reads the models of n endpoints (key(i) names the i-th) at one instant and
+// under one lock into out[:n].
+func (m *Models) ForecastAll(n int, key func(i int) string, out []Forecast) {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := 0; i < n; i++ {
+		k := key(i)
+		out[i] = m.forecastLocked(k, m.podLocked(k, now), now)
+	}
+}
+
+func (m *Models) forecastLocked(key string, q *pod, now time.Time) Forecast {
+	f := Forecast{valid: true, backlog: q.backlog(now), wait: m.waitLocked(key, q, now),
+		n: math.Max(float64(q.requests), q.engRunning), kv: math.Max(q.kv, q.engKV),
+		rho: q.rhoAtNow(now), h: math.Max(q.decodeSecs, 0.5), arrivals: q.arrivalRate(now),
+		stallRoom: q.stallRoom(m.routes)}
+	for i := range f.prefill {
+		f.prefill[i] = math.Max(q.prefill.theta[i], 0)
+		f.step[i] = math.Max(q.step.theta[i], 0)
+	}
+	for i := range f.handover {
+		f.handover[i] = math.Max(q.handover.theta[i], 0)
+	}
+	return f
+}
+
+// Wait is the prefill work ahead of a prompt arriving now, in seconds.
+func (f *Forecast) Wait() float64 { return f.wait }
+
+// Service is the predicted prefill seconds of p.
+func (f *Forecast) Service(p Prompt) float64 {
+	x := prefillX(p)
+	return math.Max(f.prefill[0]*x[0]+f.prefill[1]*x[1]+f.prefill[2]*x[2], minService)
+}
+
+// Step is the predicted decode iteration at the pod's requests and KV tokens plus a request
+// of tokens prompt tokens.
+func (f *Forecast) Step(tokens int) float64 {
+	x := stepX(f.n+1, f.kv+float64(tokens))
+	return math.Max(f.step[0]*x[0]+f.step[1]*x[1]+f.step[2]*x[2], minStep)
+}
+
+// TPOT predicts the time per output token there of a request of tokens prompt tokens (and
+// of the requests already there) if extraPrefill seconds of prefill work were added now:
+// the decode step stretched by the share of the pod's time prefill work is predicted to
+// take while it decodes.
+func (f *Forecast) TPOT(tokens int, extraPrefill float64) float64 {
+	rho := math.Max(f.rho, f.wait/f.h) + math.Max(extraPrefill, 0)/f.h
+	return f.Step(tokens) / (1 - math.Min(math.Max(rho, 0), maxRho))
+}
+
+// Handover predicts the seconds from the end of a prefill of tokens elsewhere, after
+// seconds from now, to the pod's first byte: the prefill work booked on the pod still ahead
+// then (its decode leg queues behind it), the KV transfer, and one decode iteration.
+func (f *Forecast) Handover(tokens int, after float64) float64 {
+	transfer := math.Max(f.handover[0]+f.handover[1]*float64(tokens)/tokScale, minStep)
+	return math.Max(f.backlog-math.Max(after, 0), 0) + transfer + f.TPOT(tokens, 0)
+}
+
+// Delay predicts what booking s seconds of prefill on the pod now costs the routes that will
+// queue behind it: s for each that arrives before the pod works through its booked work
+// and this one (the recent arrival rate × that time).
+func (f *Forecast) Delay(s float64) float64 { return f.arrivals * (f.wait + s) * s }
+
+// StallRoom is how many seconds of stall the requests decoding on the pod can still absorb
+// before the tightest of them misses its TPOT objective (+Inf when none decodes there).
+func (f *Forecast) StallRoom() float64 { return f.stallRoom }

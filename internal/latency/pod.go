@@ -1,0 +1,465 @@
+package latency
+
+import (
+	"container/heap"
+	"math"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/metrics"
+)
+
+// Defaults are the coefficients a pod starts from before Tandem observed it. They describe
+// a mid-sized dense model on one modern GPU and are corrected by the first observations.
+type Defaults struct {
+	// Prefill: seconds = PrefillBase + PrefillPerToken·u + PrefillQuadratic·(P² − C²), for
+	// a prompt of P tokens of which C are cached on the pod (u = P − C).
+	PrefillBase, PrefillPerToken, PrefillQuadratic float64
+	// Handover: seconds from the end of the prefill leg to the decode pod's first byte
+	// (KV transfer, first decode step) = HandoverBase + HandoverPerToken·P.
+	HandoverBase, HandoverPerToken float64
+	// Step: one decode iteration = StepBase + StepPerRequest·n + StepPerKVToken·kv, with n
+	// requests and kv KV tokens resident on the pod.
+	StepBase, StepPerRequest, StepPerKVToken float64
+	// DecodeSeconds is how long a request decodes, before the pod's own average is known.
+	DecodeSeconds float64
+}
+
+// DefaultDefaults: 20k prompt tokens/s, attention ~ 1e-9 s per token², 3 µs/token of KV
+// transfer, a 10 ms decode step growing 0.1 ms per request and 50 ms per million KV tokens.
+func DefaultDefaults() Defaults {
+	return Defaults{
+		PrefillBase: 0.010, PrefillPerToken: 5e-5, PrefillQuadratic: 1e-9,
+		HandoverBase: 0.010, HandoverPerToken: 3e-6,
+		StepBase: 0.010, StepPerRequest: 1e-4, StepPerKVToken: 5e-8,
+		DecodeSeconds: 5,
+	}
+}
+
+// Feature scales keep the least-squares problems well conditioned: prompts of 1–100k tokens
+// map to features of 0.1–10 and 0.01–100.
+const (
+	tokScale   = 1e4
+	tok2Scale  = 1e8
+	reqScale   = 64
+	kvScale    = 1e6
+	relNoise   = 0.2   // an observation's expected relative error (its weight is 1/(relNoise·ŷ)²)
+	weightFlr  = 0.005 // seconds: below this, errors are weighed as if the prediction were this
+	minService = 0.001 // seconds: no prefill is predicted faster
+	minStep    = 0.001
+	maxRho     = 0.9 // the share of a pod's time prefill work can be predicted to take
+	rhoTau     = 5.0 // seconds: time constant of the prefill-load rate
+	clipAfter  = 5   // observations before outliers are clipped to [ŷ/4, 4ŷ]
+)
+
+func prefillX(p Prompt) [3]float64 {
+	P, C := float64(p.Tokens), float64(min(max(p.Cached, 0), p.Tokens))
+	return [3]float64{1, (P - C) / tokScale, (P*P - C*C) / tok2Scale}
+}
+
+func handoverX(tokens int) [3]float64 { return [3]float64{1, float64(tokens) / tokScale} }
+
+func stepX(n, kv float64) [3]float64 { return [3]float64{1, n / reqScale, kv / kvScale} }
+
+// Prompt is a prompt as one pod sees it: its tokens and how many of them the pod holds in
+// its prefix cache.
+type Prompt struct {
+	Tokens, Cached int
+}
+
+// pod is one endpoint's models, ledger and observed signals. Guarded by Models.mu.
+type pod struct {
+	prefill, handover, step rls
+
+	// The busy-until ledger: when the prefill work charged on the pod and not yet ended is
+	// predicted to be done, and how many charges that is.
+	busyUntil time.Time
+	charges   int
+	lastEnd   time.Time // the last prefill that ended on the pod (the FIFO service estimate)
+	// shift is how far corrections moved the ledger since the pod was first charged: a
+	// charge's due then is its due at booking + (shift − its shift at booking).
+	shift float64
+
+	// Prefill load: finished prefill seconds (cumulative), and an exponentially decaying
+	// rate of them (prefill seconds per second, time constant rhoTau).
+	cumWork float64
+	rho     float64
+	rhoAt   time.Time
+	// arrivals is an exponentially decaying rate (per second, time constant rhoTau) of the
+	// routes whose prompt or decode leg queues on the pod.
+	arrivals   float64
+	arrivalsAt time.Time
+
+	// Requests Tandem routed to the pod (picked, not ended) and their KV tokens.
+	requests int
+	kv       float64
+	// pending: routed here and no first byte yet (the engine counts them as waiting).
+	pending int
+	// decodeSecs is the mean time a request decodes here (first byte to end).
+	decodeSecs float64
+	// uncached is the mean uncached prompt tokens of the prefills charged here.
+	uncached float64
+
+	// The last scraped engine signals, and when the sample was last looked up.
+	sampleAt, sampleChecked       time.Time
+	engRunning, engWaiting, engKV float64
+	hasEng                        bool
+	directPrefill                 int // prefill ends observed by the hand-off (not inferred)
+	streamSteps                   int // decode-step fits from streams Tandem routed here
+	histPrefill                   int // scrapes that brought new prefill-time observations
+	// endsX, endsN: the prefill features of the ends since the last sample, summed.
+	endsX [3]float64
+	endsN float64
+	// group: prefills that ended together (one iteration), fitted once it is complete.
+	group endGroup
+	// stallCum is the stall (seconds) prompts prefilled here imposed on its decodes so far;
+	// slack the stall budgets of the requests decoding here.
+	stallCum float64
+	slack    slackHeap
+
+	// Prediction error of TTFT on routes served here: EWMA of log(observed/predicted) and
+	// of its magnitude.
+	errLog, errAbs float64
+	errN           int
+
+	used time.Time
+}
+
+func newPod(d Defaults, now time.Time) *pod {
+	return &pod{
+		prefill: newRLS([]float64{d.PrefillBase, d.PrefillPerToken * tokScale, d.PrefillQuadratic * tok2Scale},
+			[]float64{4e-4, 0.25, 0.04}),
+		handover: newRLS([]float64{d.HandoverBase, d.HandoverPerToken * tokScale}, []float64{4e-4, 0.01}),
+		step: newRLS([]float64{d.StepBase, d.StepPerRequest * reqScale, d.StepPerKVToken * kvScale},
+			[]float64{1e-4, 1e-4, 0.01}),
+		decodeSecs: d.DecodeSeconds, uncached: 1000, busyUntil: now, rhoAt: now, arrivalsAt: now, used: now,
+	}
+}
+
+// service is the predicted prefill seconds of p on this pod, each coefficient kept
+// non-negative (a fit may wander below zero between observations).
+func (q *pod) service(p Prompt) float64 { return q.serviceAt(prefillX(p)) }
+
+func (q *pod) serviceAt(x [3]float64) float64 {
+	s := 0.0
+	for i := 0; i < 3; i++ {
+		s += math.Max(q.prefill.theta[i], 0) * x[i]
+	}
+	return math.Max(s, minService)
+}
+
+// handoverSeconds is the predicted KV transfer and first decode step for tokens.
+func (q *pod) handoverSeconds(tokens int) float64 {
+	x := handoverX(tokens)
+	return math.Max(math.Max(q.handover.theta[0], 0)*x[0]+math.Max(q.handover.theta[1], 0)*x[1], minStep)
+}
+
+// stepSeconds is the predicted decode iteration with n requests and kv tokens resident.
+func (q *pod) stepSeconds(n, kv float64) float64 {
+	x := stepX(n, kv)
+	s := 0.0
+	for i := 0; i < 3; i++ {
+		s += math.Max(q.step.theta[i], 0) * x[i]
+	}
+	return math.Max(s, minStep)
+}
+
+// backlog is the prefill work, in seconds, still ahead of a prompt arriving now.
+func (q *pod) backlog(now time.Time) float64 {
+	return math.Max(q.busyUntil.Sub(now).Seconds(), 0)
+}
+
+// rhoAtNow is the recent prefill load (seconds of prefill per second).
+func (q *pod) rhoAtNow(now time.Time) float64 {
+	return q.rho * math.Exp(-math.Max(now.Sub(q.rhoAt).Seconds(), 0)/rhoTau)
+}
+
+// arrivalRate is the recent rate of routes queueing on the pod.
+func (q *pod) arrivalRate(now time.Time) float64 {
+	return q.arrivals * math.Exp(-math.Max(now.Sub(q.arrivalsAt).Seconds(), 0)/rhoTau)
+}
+
+// arrived counts a route queueing on the pod at now.
+func (q *pod) arrived(now time.Time) {
+	q.arrivals = q.arrivalRate(now) + 1/rhoTau
+	q.arrivalsAt = now
+}
+
+// charge books s seconds of prefill work at now behind what is booked already and returns
+// when it is predicted to end, and the ledger's shift then.
+func (q *pod) charge(now time.Time, s float64) (time.Time, float64) {
+	start := q.busyUntil
+	if start.Before(now) {
+		start = now
+	}
+	q.busyUntil = start.Add(seconds(s))
+	q.charges++
+	return q.busyUntil, q.shift
+}
+
+// move shifts the work booked behind a charge by d seconds (not before now).
+func (q *pod) move(now time.Time, d float64) {
+	to := q.busyUntil.Add(seconds(d))
+	if to.Before(now) {
+		to = now
+	}
+	q.shift += to.Sub(q.busyUntil).Seconds()
+	q.busyUntil = to
+}
+
+// finish ends a charge booked with (due, shiftAt) whose prefill ended at now: the work
+// booked behind it moves by the same error (the pod serves prompts in order), and an idle
+// pod is free from now.
+func (q *pod) finish(now, due time.Time, shiftAt float64) {
+	q.charges--
+	if q.charges <= 0 {
+		q.charges = 0
+		q.move(now, now.Sub(q.busyUntil).Seconds())
+	} else {
+		eff := due.Add(seconds(q.shift - shiftAt))
+		q.move(now, now.Sub(eff).Seconds())
+	}
+	if now.After(q.lastEnd) {
+		q.lastEnd = now
+	}
+}
+
+// drop ends a charge of s seconds whose prefill never ran to its end (the request failed
+// first): the work booked behind it moves forward by what was left of it.
+func (q *pod) drop(now, due time.Time, shiftAt, s float64) {
+	q.charges--
+	if q.charges <= 0 {
+		q.charges = 0
+		q.move(now, now.Sub(q.busyUntil).Seconds())
+		return
+	}
+	eff := due.Add(seconds(q.shift - shiftAt))
+	left := math.Min(math.Max(eff.Sub(now).Seconds(), 0), s)
+	q.move(now, -left)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// addWork records prefill seconds finished at now (the load estimate and its integral).
+func (q *pod) addWork(now time.Time, secs float64) {
+	if secs <= 0 {
+		return
+	}
+	q.rho = q.rhoAtNow(now) + secs/rhoTau
+	q.rhoAt = now
+	q.cumWork += secs
+}
+
+// fit folds an observed prefill of p into the pod's prefill model.
+func (q *pod) fitPrefill(p Prompt, observed float64) {
+	fitRelative(&q.prefill, prefillX(p), q.service(p), observed)
+}
+
+// fitInferred folds in a prefill whose end was only inferred (from the decode pod's
+// answer): used only while the engine reports no prefill-time histogram, which is the
+// better view.
+func (q *pod) fitInferred(p Prompt, observed float64) {
+	if q.directPrefill == 0 && q.histPrefill == 0 {
+		q.fitPrefill(p, observed)
+	}
+}
+
+func (q *pod) fitHandover(tokens int, observed float64) {
+	fitRelative(&q.handover, handoverX(tokens), q.handoverSeconds(tokens), observed)
+}
+
+func (q *pod) fitStep(n, kv, observed float64) {
+	fitRelative(&q.step, stepX(n, kv), q.stepSeconds(n, kv), observed)
+}
+
+// fitRelative updates r with y at x, weighing the residual relative to the prediction and
+// clipping an outlier to [ŷ/4, 4ŷ] once the model has seen a few observations.
+func fitRelative(r *rls, x [3]float64, predicted, y float64) {
+	if !(y > 0) {
+		return
+	}
+	if r.obs >= clipAfter {
+		y = math.Min(math.Max(y, predicted/4), predicted*4)
+	}
+	scale := relNoise * math.Max(predicted, weightFlr)
+	r.update(x, y, 1/(scale*scale))
+}
+
+// ingest takes a newer scraped sample: the engine's running and waiting requests and KV
+// use, its prefill-time histogram (prefill model) and inter-token histogram (step model).
+func (q *pod) ingest(s *metrics.Sample) {
+	q.sampleAt = s.UpdatedAt
+	q.hasEng = !s.Stale
+	q.engRunning, q.engWaiting, q.engKV = 0, 0, 0
+	if s.Stale {
+		return
+	}
+	if s.HasRunning {
+		q.engRunning = s.Running
+	}
+	if s.HasWaiting {
+		q.engWaiting = s.Waiting
+	}
+	if s.HasKVUsage && s.NumGPUBlocks > 0 && s.BlockSize > 0 {
+		q.engKV = s.KVUsage * float64(s.NumGPUBlocks*s.BlockSize)
+	}
+	// The engine's prefill-time histogram: the mean of the prefills it finished in the
+	// scrape interval. It is the only direct view of a prefill pod's service time when a
+	// decode-side sidecar runs the legs (Tandem then only infers their ends), so it is fitted
+	// there, at the mean uncached prompt of the pod's recent charges; with the hand-off's
+	// own observations it is not needed.
+	if s.HasPrefillTimeMean && s.PrefillCount > 0 {
+		q.histPrefill++
+		if q.endsN > 0 && q.directPrefill == 0 {
+			var x [3]float64
+			for i := range x {
+				x[i] = q.endsX[i] / q.endsN
+			}
+			fitRelative(&q.prefill, x, q.serviceAt(x), s.PrefillTimeMean)
+		}
+	}
+	// The engine's inter-token histogram: the mean gap between the tokens of the requests it
+	// decoded in the interval. The streams Tandem routed here are the cleaner view (the
+	// prefill work that shared the iterations is taken out of each), so it is fitted only
+	// until the first of them: a pod whose traffic another replica routes, or whose answers
+	// are not streamed, still learns its step. The prefill load this replica knows of is
+	// taken out the same way, at the engine's running requests and KV.
+	if s.HasInterTokenMean && s.InterTokenCount > 0 && s.InterTokenMean > 0 && q.streamSteps == 0 && q.engRunning > 0 {
+		rho := math.Min(q.rhoAtNow(s.UpdatedAt), maxRho)
+		q.fitStep(q.engRunning, q.engKV, s.InterTokenMean*(1-rho))
+	}
+	q.endsX, q.endsN = [3]float64{}, 0
+}
+
+// ended notes the features of a prefill that ended since the last sample: the engine's
+// prefill-time histogram of that interval is fitted at their mean.
+func (q *pod) ended(p Prompt) {
+	x := prefillX(p)
+	for i := range x {
+		q.endsX[i] += x[i]
+	}
+	q.endsN++
+}
+
+// endGroup is prefills that ended within groupWindow of each other: an engine batches
+// short prompts into one iteration, so their ends coincide and the time the pod spent on
+// them is shared. The group's busy time (from the later of its first pick and the pod's
+// previous end, to its last end) is split among them in proportion to their predicted
+// service, which a FIFO estimate per prefill cannot do (it would give the first the
+// whole iteration and the others nothing).
+type endGroup struct {
+	start, last time.Time
+	items       []groupItem
+	predicted   float64
+}
+
+type groupItem struct {
+	prompt          Prompt
+	service, adjust float64
+	fit             fitKind
+}
+
+// fitKind says how an ended prefill informs the pod's prefill model.
+type fitKind uint8
+
+const (
+	fitObserved fitKind = iota // its end was observed where it ran
+	fitInferred                // inferred from the decode pod's answer
+	fitNone                    // not this pod's time (a fallback served)
+)
+
+// groupWindow: ends closer than this belong to one iteration.
+const groupWindow = 2 * time.Millisecond
+
+// prefillEnded books the end of r's prefill at t on the pod: the ledger is corrected now;
+// the service fit waits until t's group is complete. adjust: seconds of hand-over the
+// observed time includes (an end inferred from the decode pod's answer).
+func (q *pod) prefillEnded(t time.Time, r *route, fit fitKind, adjust float64) {
+	if len(q.group.items) > 0 && t.Sub(q.group.last) > groupWindow {
+		q.flushGroup()
+	}
+	start := laterOf(r.picked, q.lastEnd)
+	g := &q.group
+	if len(g.items) == 0 {
+		g.start = start
+	} else if start.Before(g.start) {
+		g.start = start
+	}
+	g.last = t
+	g.items = append(g.items, groupItem{prompt: r.prompt, service: r.service, adjust: adjust, fit: fit})
+	g.predicted += r.service
+	q.ended(r.prompt)
+	q.finish(t, r.due, r.shiftAt)
+	q.addWork(t, r.service)
+}
+
+// flushGroup fits the prefill model on the ended group's share of the busy time.
+func (q *pod) flushGroup() {
+	g := &q.group
+	busy := g.last.Sub(g.start).Seconds()
+	if busy > 0 && g.predicted > 0 {
+		for _, it := range g.items {
+			obs := busy*it.service/g.predicted - it.adjust
+			switch it.fit {
+			case fitObserved:
+				q.fitPrefill(it.prompt, obs)
+			case fitInferred:
+				q.fitInferred(it.prompt, obs)
+			}
+		}
+	}
+	g.items, g.predicted = g.items[:0], 0
+}
+
+// The TPOT slack of the requests decoding on a pod. A prompt prefilled on a pod that is
+// decoding stalls every decode there for about its prefill time (an iteration carrying a
+// large chunk is as long as the chunk's compute). A request of o output tokens with TPOT
+// objective T, decoding at step τ, absorbs (T − τ)·(o − 1) seconds of stalls before its
+// mean TPOT exceeds T: short outputs absorb little. Each decoding request's budget is kept
+// as budget + the pod's cumulative stall when it started decoding, so the pod's tightest
+// budget now is the least such key minus the cumulative stall since.
+type slackHeap []slackEntry
+
+type slackEntry struct {
+	key float64
+	id  uint64
+}
+
+func (h slackHeap) Len() int           { return len(h) }
+func (h slackHeap) Less(i, j int) bool { return h[i].key < h[j].key }
+func (h slackHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *slackHeap) Push(x any)        { *h = append(*h, x.(slackEntry)) }
+func (h *slackHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// defaultOutputTokens is assumed for a request that sets no max_tokens.
+const defaultOutputTokens = 256
+
+// willDecode gives a request routed to decode here its stall budget, from its pick: every
+// prompt booked on the pod after it runs after its own prefill (the pod serves in order),
+// so it stalls its decode.
+func (q *pod) willDecode(id uint64, objective, tpot float64, maxTokens int) {
+	if !(objective > 0) {
+		return
+	}
+	if maxTokens <= 0 {
+		maxTokens = defaultOutputTokens
+	}
+	budget := math.Max(objective-tpot, 0) * float64(max(maxTokens-1, 1))
+	heap.Push(&q.slack, slackEntry{key: budget + q.stallCum, id: id})
+}
+
+// stallRoom is the tightest stall budget left among the requests decoding on the pod
+// (+Inf when none); live holds the requests that still decode.
+func (q *pod) stallRoom(live map[uint64]*route) float64 {
+	for q.slack.Len() > 0 && live[q.slack[0].id] == nil {
+		heap.Pop(&q.slack)
+	}
+	if q.slack.Len() == 0 {
+		return math.Inf(1)
+	}
+	return q.slack[0].key - q.stallCum
+}

@@ -1,0 +1,107 @@
+package pd
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/tandem-epp/tandem/internal/picker"
+)
+
+// TypeSLOOverflowDecider is SLO-aware use of the standard pods (and the shed).
+const TypeSLOOverflowDecider = "slo-overflow-decider"
+
+// Steps of the standard pods under the predictive chain.
+const (
+	// StepSLOOverflow: a standard pod took a request PD was predicted to serve too late.
+	StepSLOOverflow = "slo_overflow"
+	// StepStandardCheaper: a standard pod took a request it was predicted to serve at a
+	// lower cost than PD (mode cost).
+	StepStandardCheaper = "standard_cheaper"
+)
+
+// Modes of slo-overflow-decider.
+const (
+	OverflowCost = "cost"
+	OverflowMiss = "miss"
+)
+
+type sloOverflowParams struct {
+	Mode         string   `json:"mode" default:"cost" doc:"When a standard pod may take the request: cost — whenever its predicted cost (TTFT/objective + delay to later prompts + TPOT/objective) is below the best PD option's and its TPOT stays within tpotHeadroom of the objective; miss — only when the best PD option is predicted to miss the TTFT objective and the standard pod to meet it and the TPOT objective."`
+	TPOTHeadroom *float64 `json:"tpotHeadroom" default:"0.8" doc:"Mode cost: the share of the TPOT objective the standard pod's predicted TPOT may reach (0 < x ≤ 1)."`
+	Shed         *bool    `json:"shed" default:"true" doc:"Refuse (429) a sheddable request (a profile with sheddable: true, or an InferenceObjective of negative priority) when no option is predicted to meet its TTFT objective."`
+}
+
+// SLOOverflowDecider decides, after the selective decider, whether a standard pod takes
+// the request instead of the best PD option (a pair, or a decode pod running the prompt),
+// by predicted latency; in mode miss only when PD is predicted to miss the TTFT objective
+// (the overflow rule: standard pods mix prefill with decode, so PD is preferred while it
+// meets the objective), in mode cost whenever the standard pod is predicted cheaper. Either
+// way a standard pod is taken only if its prompt's stall fits the slack of the decodes
+// there. When no option meets the TTFT objective and the request is sheddable, it is shed.
+type SLOOverflowDecider struct {
+	picker.TypedName
+	c        *Cascade
+	mode     string
+	headroom float64
+	shed     bool
+}
+
+func (c *Cascade) newSLOOverflowDecider(name string, raw json.RawMessage, _ *picker.Handle) (picker.Plugin, error) {
+	p := sloOverflowParams{Mode: OverflowCost}
+	if err := picker.DecodeParams(raw, &p); err != nil {
+		return nil, err
+	}
+	if p.Mode != OverflowCost && p.Mode != OverflowMiss {
+		return nil, picker.BadParam("mode", p.Mode, "must be cost or miss")
+	}
+	h := defaultTPOTHeadroom
+	if p.TPOTHeadroom != nil {
+		if !(*p.TPOTHeadroom > 0 && *p.TPOTHeadroom <= 1) {
+			return nil, picker.BadParam("tpotHeadroom", *p.TPOTHeadroom, "must be above 0 and at most 1")
+		}
+		h = *p.TPOTHeadroom
+	}
+	return &SLOOverflowDecider{picker.NewTypedName(TypeSLOOverflowDecider, name), c, p.Mode, h, p.Shed == nil || *p.Shed}, nil
+}
+
+// Place implements PlacementDecider.
+func (d *SLOOverflowDecider) Place(p *Placement) bool {
+	if d.c.models == nil {
+		return false
+	}
+	o := p.Objective
+	pr := predictor{d.c.models}
+	miss := p.Best.TTFT > o.TTFT
+	var best Option
+	if d.mode == OverflowCost || miss {
+		for _, e := range p.Combined {
+			if d.mode == OverflowCost {
+				opt := pr.wholeOption(o, p.PromptTokens, e, nil, p.Match[e.Key()], StepStandardCheaper)
+				if opt.TPOT > d.headroom*o.TPOT || !(opt.Cost < p.Best.Cost) || (best.Destination != nil && !(opt.Cost < best.Cost)) || !pr.stallFits(opt) {
+					continue
+				}
+				best = opt
+				continue
+			}
+			opt := pr.wholeOption(o, p.PromptTokens, e, nil, p.Match[e.Key()], StepSLOOverflow)
+			if opt.TTFT > o.TTFT || opt.TPOT > o.TPOT || (best.Destination != nil && !(opt.TTFT < best.TTFT)) || !pr.stallFits(opt) {
+				continue
+			}
+			best = opt
+		}
+	}
+	changed := false
+	if best.Destination != nil {
+		p.Notes = append(p.Notes, fmt.Sprintf("%s %s: ttft %.0f ms, cost %.3f (best PD: ttft %.0f ms, cost %.3f)",
+			best.Step, best.Destination.Key(), best.TTFT*1000, best.Cost, p.Best.TTFT*1000, p.Best.Cost))
+		p.Best, changed = best, true
+	}
+	if d.shed && o.Sheddable && o.HasTTFT && p.Best.TTFT > o.TTFT {
+		p.Notes = append(p.Notes, fmt.Sprintf("shed: best predicted ttft %.0f ms > objective %.0f ms", p.Best.TTFT*1000, o.TTFT*1000))
+		p.Shed = true
+		return true
+	}
+	return changed
+}
+
+var _ PlacementDecider = (*SLOOverflowDecider)(nil)
