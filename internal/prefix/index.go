@@ -35,6 +35,47 @@ type Index struct {
 	// holders is, per endpoint, the ring of its holdings most recently warmed first; kept
 	// only when a per-endpoint bound applies.
 	holders map[string]*holding
+	// keys numbers the endpoints holding blocks, so that matching follows a prompt's runs in
+	// a slice indexed by number instead of a map hashing every holder's key at every block.
+	keys keyTable
+}
+
+// keyTable interns endpoint keys as small numbers; a number is reused once no block
+// holds its endpoint.
+type keyTable struct {
+	ids   map[string]int32
+	names []string
+	refs  []int32 // holders (block, endpoint) naming each number
+	free  []int32
+}
+
+// ref numbers key, counting one more holder of it.
+func (t *keyTable) ref(key string) int32 {
+	id, ok := t.ids[key]
+	if !ok {
+		if t.ids == nil {
+			t.ids = map[string]int32{}
+		}
+		if n := len(t.free); n > 0 {
+			id, t.free = t.free[n-1], t.free[:n-1]
+			t.names[id] = key
+		} else {
+			id = int32(len(t.names))
+			t.names, t.refs = append(t.names, key), append(t.refs, 0)
+		}
+		t.ids[key] = id
+	}
+	t.refs[id]++
+	return id
+}
+
+// unref counts one holder of id fewer, releasing the number with the last.
+func (t *keyTable) unref(id int32) {
+	if t.refs[id]--; t.refs[id] == 0 {
+		delete(t.ids, t.names[id])
+		t.names[id] = ""
+		t.free = append(t.free, id)
+	}
 }
 
 type block struct {
@@ -46,6 +87,7 @@ type block struct {
 
 type holder struct {
 	key  string
+	id   int32 // key's number in the index's keyTable
 	seen int64 // unix nanoseconds of the last warm
 	// at is this holding in the endpoint's ring (nil without a per-endpoint bound).
 	at *holding
@@ -103,34 +145,38 @@ func (ix *Index) MatchBlocks(model string, hashes []uint64, found func(key strin
 	if m == nil {
 		return
 	}
-	var run map[string]int // endpoint -> leading blocks held
-	for i, h := range hashes {
-		b := m[h]
+	b := m[hashes[0]]
+	if b == nil {
+		return
+	}
+	// first are the holders of the first block; run[id] the leading blocks endpoint id
+	// holds while it holds every block walked so far.
+	first := make([]int32, 0, len(b.holders))
+	run := make([]int32, len(ix.keys.names))
+	for _, hd := range b.holders {
+		if hd.seen >= cutoff {
+			first = append(first, hd.id)
+			run[hd.id] = 1
+		}
+	}
+	for i := 1; i < len(hashes) && len(first) > 0; i++ {
+		b := m[hashes[i]]
 		if b == nil {
 			break
 		}
-		extended := 0
+		extended := false
 		for _, hd := range b.holders {
-			if hd.seen < cutoff {
-				continue
-			}
-			if i == 0 {
-				if run == nil {
-					run = make(map[string]int, len(b.holders))
-				}
-				run[hd.key] = 1
-				extended++
-			} else if run[hd.key] == i {
-				run[hd.key] = i + 1
-				extended++
+			if hd.seen >= cutoff && run[hd.id] == int32(i) {
+				run[hd.id] = int32(i + 1)
+				extended = true
 			}
 		}
-		if extended == 0 {
+		if !extended {
 			break
 		}
 	}
-	for key, n := range run {
-		found(key, n)
+	for _, id := range first {
+		found(ix.keys.names[id], int(run[id]))
 	}
 }
 
@@ -198,13 +244,16 @@ func (ix *Index) touch(b *block, key string, now, cutoff int64, ring bool) {
 		if h.seen >= cutoff {
 			b.holders[n] = h
 			n++
-		} else if h.at != nil {
-			ix.release(h.key, h.at)
+		} else {
+			if h.at != nil {
+				ix.release(h.key, h.at)
+			}
+			ix.keys.unref(h.id)
 		}
 	}
 	b.holders = b.holders[:n]
 	if !found {
-		h := holder{key: key, seen: now}
+		h := holder{key: key, id: ix.keys.ref(key), seen: now}
 		if ring {
 			h.at = &holding{b: b}
 			ix.hold(key, h.at)
@@ -250,7 +299,7 @@ func (ix *Index) trim(key string, capacity int) {
 	for r != nil && r.n > capacity {
 		old := r.prev
 		ix.release(key, old)
-		if b := old.b; b.without(key) == 0 {
+		if b := old.b; ix.without(b, key) == 0 {
 			ix.unlink(b)
 			ix.drop(b)
 		}
@@ -259,12 +308,14 @@ func (ix *Index) trim(key string, capacity int) {
 }
 
 // without drops key from the block's holders and returns how many are left.
-func (b *block) without(key string) int {
+func (ix *Index) without(b *block, key string) int {
 	n := 0
 	for _, h := range b.holders {
 		if h.key != key {
 			b.holders[n] = h
 			n++
+		} else {
+			ix.keys.unref(h.id)
 		}
 	}
 	b.holders = b.holders[:n]
@@ -291,7 +342,9 @@ func (ix *Index) evict(b *block) {
 		if h.at != nil {
 			ix.release(h.key, h.at)
 		}
+		ix.keys.unref(h.id)
 	}
+	b.holders = nil
 	ix.drop(b)
 }
 
@@ -324,6 +377,7 @@ func (ix *Index) ForgetAll(keys map[string]struct{}) {
 				if h.at != nil {
 					ix.release(h.key, h.at)
 				}
+				ix.keys.unref(h.id)
 				continue
 			}
 			b.holders[n] = h
