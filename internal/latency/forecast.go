@@ -47,15 +47,15 @@ func (m *Models) ForecastAll(n int, key func(i int) string, out []Forecast) {
 
 func (m *Models) forecastLocked(key string, q *pod, now time.Time) Forecast {
 	f := Forecast{valid: true, backlog: q.backlog(now), wait: m.waitLocked(key, q, now),
-		n: math.Max(float64(q.requests), q.engRunning), kv: math.Max(q.kv, q.engKV),
-		rho: q.rhoAtNow(now), h: math.Max(q.decodeSecs, 0.5), arrivals: q.arrivalRate(now),
+		n: max(float64(q.requests), q.engRunning), kv: max(q.kv, q.engKV),
+		rho: q.rhoAtNow(now), h: max(q.decodeSecs, 0.5), arrivals: q.arrivalRate(now),
 		stallRoom: q.stallRoom(m.routes)}
 	for i := range f.prefill {
-		f.prefill[i] = math.Max(q.prefill.theta[i], 0)
-		f.step[i] = math.Max(q.step.theta[i], 0)
+		f.prefill[i] = max(q.prefill.theta[i], 0)
+		f.step[i] = max(q.step.theta[i], 0)
 	}
 	for i := range f.handover {
-		f.handover[i] = math.Max(q.handover.theta[i], 0)
+		f.handover[i] = max(q.handover.theta[i], 0)
 	}
 	return f
 }
@@ -66,14 +66,14 @@ func (f *Forecast) Wait() float64 { return f.wait }
 // Service is the predicted prefill seconds of p.
 func (f *Forecast) Service(p Prompt) float64 {
 	x := prefillX(p)
-	return math.Max(f.prefill[0]*x[0]+f.prefill[1]*x[1]+f.prefill[2]*x[2], minService)
+	return max(f.prefill[0]*x[0]+f.prefill[1]*x[1]+f.prefill[2]*x[2], minService)
 }
 
 // Step is the predicted decode iteration at the pod's requests and KV tokens plus a request
 // of tokens prompt tokens.
 func (f *Forecast) Step(tokens int) float64 {
 	x := stepX(f.n+1, f.kv+float64(tokens))
-	return math.Max(f.step[0]*x[0]+f.step[1]*x[1]+f.step[2]*x[2], minStep)
+	return max(f.step[0]*x[0]+f.step[1]*x[1]+f.step[2]*x[2], minStep)
 }
 
 // TPOT predicts the time per output token there of a request of tokens prompt tokens (and
@@ -81,16 +81,16 @@ func (f *Forecast) Step(tokens int) float64 {
 // the decode step stretched by the share of the pod's time prefill work is predicted to
 // take while it decodes.
 func (f *Forecast) TPOT(tokens int, extraPrefill float64) float64 {
-	rho := math.Max(f.rho, f.wait/f.h) + math.Max(extraPrefill, 0)/f.h
-	return f.Step(tokens) / (1 - math.Min(math.Max(rho, 0), maxRho))
+	rho := math.Max(f.rho, f.wait/f.h) + max(extraPrefill, 0)/f.h
+	return f.Step(tokens) / (1 - min(max(rho, 0), maxRho))
 }
 
 // Handover predicts the seconds from the end of a prefill of tokens elsewhere, after
 // seconds from now, to the pod's first byte: the prefill work booked on the pod still ahead
 // then (its decode leg queues behind it), the KV transfer, and one decode iteration.
 func (f *Forecast) Handover(tokens int, after float64) float64 {
-	transfer := math.Max(f.handover[0]+f.handover[1]*float64(tokens)/tokScale, minStep)
-	return math.Max(f.backlog-math.Max(after, 0), 0) + transfer + f.TPOT(tokens, 0)
+	transfer := max(f.handover[0]+f.handover[1]*float64(tokens)/tokScale, minStep)
+	return max(f.backlog-max(after, 0), 0) + transfer + f.TPOT(tokens, 0)
 }
 
 // Delay predicts what booking s seconds of prefill on the pod now costs the routes that will

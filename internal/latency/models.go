@@ -147,10 +147,10 @@ func (m *Models) waitLocked(key string, q *pod, now time.Time) float64 {
 		own := float64(max(q.charges, q.pending))
 		if unknown := q.engWaiting - own; unknown > 0 {
 			mean := q.service(Prompt{Tokens: int(q.uncached)})
-			extra = math.Max(extra, unknown*mean-math.Max(now.Sub(q.sampleAt).Seconds(), 0))
+			extra = math.Max(extra, unknown*mean-max(now.Sub(q.sampleAt).Seconds(), 0))
 		}
 	}
-	return w + math.Max(extra, 0)
+	return w + max(extra, 0)
 }
 
 // Handover is Forecast(key).Handover.

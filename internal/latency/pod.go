@@ -142,9 +142,9 @@ func (q *pod) service(p Prompt) float64 { return q.serviceAt(prefillX(p)) }
 func (q *pod) serviceAt(x [3]float64) float64 {
 	s := 0.0
 	for i := 0; i < 3; i++ {
-		s += math.Max(q.prefill.theta[i], 0) * x[i]
+		s += max(q.prefill.theta[i], 0) * x[i]
 	}
-	return math.Max(s, minService)
+	return max(s, minService)
 }
 
 // handoverSeconds is the predicted KV transfer and first decode step for tokens.
@@ -158,24 +158,30 @@ func (q *pod) stepSeconds(n, kv float64) float64 {
 	x := stepX(n, kv)
 	s := 0.0
 	for i := 0; i < 3; i++ {
-		s += math.Max(q.step.theta[i], 0) * x[i]
+		s += max(q.step.theta[i], 0) * x[i]
 	}
-	return math.Max(s, minStep)
+	return max(s, minStep)
 }
 
 // backlog is the prefill work, in seconds, still ahead of a prompt arriving now.
 func (q *pod) backlog(now time.Time) float64 {
-	return math.Max(q.busyUntil.Sub(now).Seconds(), 0)
+	return max(q.busyUntil.Sub(now).Seconds(), 0)
 }
 
 // rhoAtNow is the recent prefill load (seconds of prefill per second).
 func (q *pod) rhoAtNow(now time.Time) float64 {
-	return q.rho * math.Exp(-math.Max(now.Sub(q.rhoAt).Seconds(), 0)/rhoTau)
+	if q.rho == 0 { // no prefill load yet: spare the exponential
+		return q.rho
+	}
+	return q.rho * math.Exp(-max(now.Sub(q.rhoAt).Seconds(), 0)/rhoTau)
 }
 
 // arrivalRate is the recent rate of routes queueing on the pod.
 func (q *pod) arrivalRate(now time.Time) float64 {
-	return q.arrivals * math.Exp(-math.Max(now.Sub(q.arrivalsAt).Seconds(), 0)/rhoTau)
+	if q.arrivals == 0 {
+		return q.arrivals
+	}
+	return q.arrivals * math.Exp(-max(now.Sub(q.arrivalsAt).Seconds(), 0)/rhoTau)
 }
 
 // arrived counts a route queueing on the pod at now.

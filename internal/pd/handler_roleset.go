@@ -406,8 +406,10 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 
 	// Step 2: decode load imbalance, prefill aligned to the chosen roleset. The batch keeps
 	// the maxima of every decode candidate before this narrowing.
-	b := c.decodeBatch(cy, k, decEPs, decRS, pt.rolesets)
-	if s.decPol.FastPath() && h.decodeFast != nil {
+	fast := s.decPol.FastPath() && h.decodeFast != nil
+	_, drainFree := s.decPol.(DrainFree)
+	b := c.decodeBatch(cy, k, decEPs, decRS, pt.rolesets, fast || !drainFree)
+	if fast {
 		if i, step := h.decodeFast.DecodeFastPath(cy, b); i >= 0 {
 			ri := decRS[i]
 			b.Pods, decRS = b.Pods[i:i+1], decRS[i:i+1]
@@ -632,9 +634,10 @@ func (h *RolesetHandler) PostPick(_ context.Context, cy *picker.Cycle, d *picker
 	h.c.deps.WarmPrefix(cy.Req.Model, hashes, d.Destination[0].Key())
 }
 
-// decodeBatch reads each decode candidate's signals and the batch maxima. rs and rolesets
-// name each pod's roleset (nil: the pod's own label).
-func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.Endpoint, rs []int, rolesets []Roleset) *DecodeBatch {
+// decodeBatch reads each decode candidate's signals and the batch maxima (the drain rates
+// only when drain is set). rs and rolesets name each pod's roleset (nil: the pod's own
+// label).
+func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.Endpoint, rs []int, rolesets []Roleset, drain bool) *DecodeBatch {
 	b := &DecodeBatch{Pods: make([]DecodePod, len(eps)), MaxRequests: 1, MaxThroughput: 1, MaxFreeGPU: 1, Knobs: knobs}
 	for i, e := range eps {
 		p := &b.Pods[i]
@@ -659,7 +662,7 @@ func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.End
 				}
 			}
 		}
-		if c.deps.Drain != nil {
+		if drain && c.deps.Drain != nil {
 			p.Drain = c.deps.Drain.PerSecond(e.Key())
 		}
 		b.MaxRequests = math.Max(b.MaxRequests, p.Requests())

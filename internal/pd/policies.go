@@ -72,7 +72,8 @@ type DecodePod struct {
 	HasThroughput bool
 	// FreeGPU is round(100 − KV usage %), at least 0.1; 100 when KV usage is missing.
 	FreeGPU float64
-	// Drain is the pod's completed requests per second over the last minute.
+	// Drain is the pod's completed requests per second over the last minute (0, unread,
+	// when neither the decode fast path nor the policy uses it: see DrainFree).
 	Drain  float64
 	Sample *metrics.Sample
 }
@@ -109,6 +110,12 @@ type DecodePolicy interface {
 	// FastPath reports whether the decode load-imbalance fast path may decide.
 	FastPath() bool
 	Score(b *DecodeBatch, i int) float64
+}
+
+// DrainFree is implemented by decode policies that never read DecodePod.Drain: when the
+// decode fast path does not run either, a batch is built without reading the drain rates.
+type DrainFree interface {
+	DrainFree()
 }
 
 // Charger is implemented by policies that keep their own ledger (token-load policies):

@@ -75,6 +75,7 @@ func (predictedTPOT) Name() string    { return PolicyPredictedTPOT }
 func (predictedTPOT) ColdStart() bool { return false }
 func (predictedTPOT) FastPath() bool  { return false }
 func (predictedTPOT) AbsoluteCost()   {}
+func (predictedTPOT) DrainFree()      {}
 
 func (p predictedTPOT) Score(b *DecodeBatch, i int) float64 {
 	f := b.forecast(p.m, i)

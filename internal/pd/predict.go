@@ -81,7 +81,7 @@ type Objectives interface {
 // promptOn is the request's prompt as a pod holding matchPct % of it in its prefix cache
 // sees it.
 func promptOn(tokens int, matchPct float64) latency.Prompt {
-	return latency.Prompt{Tokens: tokens, Cached: int(float64(tokens) * math.Min(math.Max(matchPct, 0), 100) / 100)}
+	return latency.Prompt{Tokens: tokens, Cached: int(float64(tokens) * min(max(matchPct, 0), 100) / 100)}
 }
 
 // Option is one place a request may go, with its predicted latencies (seconds).

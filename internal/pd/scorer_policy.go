@@ -287,7 +287,8 @@ func (s *PolicyScorer) decodeCosts(ctx context.Context, cy *picker.Cycle, eps []
 		if pol == nil {
 			pol = loadBalancingPolicy{}
 		}
-		b = s.c.decodeBatch(cy, &cy.Resolved.PD, eps, nil, nil)
+		_, drainFree := pol.(DrainFree)
+		b = s.c.decodeBatch(cy, &cy.Resolved.PD, eps, nil, nil, !drainFree)
 	}
 	at := func(k int) *pool.Endpoint { return b.Pods[k].Endpoint }
 	// The cold-start rule looks at every pod scored: a first pass for "has any the metric".
