@@ -46,7 +46,8 @@ func (m *Models) ForecastAll(n int, key func(i int) string, out []Forecast) {
 }
 
 func (m *Models) forecastLocked(key string, q *pod, now time.Time) Forecast {
-	f := Forecast{valid: true, backlog: q.backlog(now), wait: m.waitLocked(key, q, now),
+	backlog := q.backlog(now)
+	f := Forecast{valid: true, backlog: backlog, wait: m.waitLocked(backlog, key, q, now),
 		n: max(float64(q.requests), q.engRunning), kv: max(q.kv, q.engKV),
 		rho: q.rhoAtNow(now), h: max(q.decodeSecs, 0.5), arrivals: q.arrivalRate(now),
 		stallRoom: q.stallRoom(m.routes)}
@@ -89,8 +90,15 @@ func (f *Forecast) TPOT(tokens int, extraPrefill float64) float64 {
 // seconds from now, to the pod's first byte: the prefill work booked on the pod still ahead
 // then (its decode leg queues behind it), the KV transfer, and one decode iteration.
 func (f *Forecast) Handover(tokens int, after float64) float64 {
+	_, h := f.TPOTAndHandover(tokens, after)
+	return h
+}
+
+// TPOTAndHandover is TPOT(tokens, 0) and Handover(tokens, after), the TPOT computed once.
+func (f *Forecast) TPOTAndHandover(tokens int, after float64) (tpot, handover float64) {
+	tpot = f.TPOT(tokens, 0)
 	transfer := max(f.handover[0]+f.handover[1]*float64(tokens)/tokScale, minStep)
-	return max(f.backlog-max(after, 0), 0) + transfer + f.TPOT(tokens, 0)
+	return tpot, max(f.backlog-max(after, 0), 0) + transfer + tpot
 }
 
 // Delay predicts what booking s seconds of prefill on the pod now costs the routes that will

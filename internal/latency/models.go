@@ -136,9 +136,9 @@ func (m *Models) Prefill(key string, p Prompt) (wait, service float64) {
 
 // waitLocked is the prefill work ahead of a prompt arriving now: this replica's ledger,
 // plus what others booked (the shared store), or, without one, the prompts the engine
-// reports waiting beyond those Tandem routed there.
-func (m *Models) waitLocked(key string, q *pod, now time.Time) float64 {
-	w := q.backlog(now)
+// reports waiting beyond those Tandem routed there; w is this replica's ledger (q.backlog at
+// now), which the caller has read.
+func (m *Models) waitLocked(w float64, key string, q *pod, now time.Time) float64 {
 	extra := 0.0
 	if m.remote != nil {
 		extra = m.remote.Backlog(key, now)

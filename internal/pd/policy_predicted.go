@@ -78,8 +78,8 @@ func (predictedTPOT) AbsoluteCost()   {}
 func (predictedTPOT) DrainFree()      {}
 
 func (p predictedTPOT) Score(b *DecodeBatch, i int) float64 {
-	f := b.forecast(p.m, i)
-	return f.TPOT(b.PromptTokens, 0)/tpotOf(b.Objective) + f.Handover(b.PromptTokens, 0)/ttftOf(b.Objective)
+	tpot, handover := b.forecast(p.m, i).TPOTAndHandover(b.PromptTokens, 0)
+	return tpot/tpotOf(b.Objective) + handover/ttftOf(b.Objective)
 }
 
 // ttftOf and tpotOf are the objectives with the reference values for a zero Objective (a

@@ -141,8 +141,8 @@ func (pr predictor) pairOption(o Objective, tokens int, pp *pool.Endpoint, fp *l
 	p := promptOn(tokens, pct)
 	svc := fp.Service(p)
 	end := fp.Wait() + svc
-	ttft := end + fd.Handover(tokens, end)
-	tpot := fd.TPOT(tokens, 0)
+	tpot, handover := fd.TPOTAndHandover(tokens, end)
+	ttft := end + handover
 	delay := fp.Delay(svc)
 	return Option{Kind: outcome.KindPD, Prefill: pp, Destination: dp, Prompt: p, Service: svc,
 		TTFT: ttft, TPOT: tpot, Delay: delay, Cost: (ttft+delay)/o.TTFT + tpot/o.TPOT}
