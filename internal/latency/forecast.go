@@ -41,16 +41,24 @@ func (m *Models) ForecastAll(n int, key func(i int) string, out []Forecast) {
 	defer m.mu.Unlock()
 	for i := 0; i < n; i++ {
 		k := key(i)
-		out[i] = m.forecastLocked(k, m.podLocked(k, now), now)
+		m.readLocked(&out[i], k, m.podLocked(k, now), now)
 	}
 }
 
 func (m *Models) forecastLocked(key string, q *pod, now time.Time) Forecast {
+	var f Forecast
+	m.readLocked(&f, key, q, now)
+	return f
+}
+
+// readLocked fills f from the pod's models at now, in place (a batch's forecasts are
+// written where they are kept, not copied there).
+func (m *Models) readLocked(f *Forecast, key string, q *pod, now time.Time) {
 	backlog := q.backlog(now)
-	f := Forecast{valid: true, backlog: backlog, wait: m.waitLocked(backlog, key, q, now),
-		n: max(float64(q.requests), q.engRunning), kv: max(q.kv, q.engKV),
-		rho: q.rhoAtNow(now), h: max(q.decodeSecs, 0.5), arrivals: q.arrivalRate(now),
-		stallRoom: q.stallRoom(m.routes)}
+	f.valid, f.backlog, f.wait = true, backlog, m.waitLocked(backlog, key, q, now)
+	f.n, f.kv = max(float64(q.requests), q.engRunning), max(q.kv, q.engKV)
+	f.rho, f.h, f.arrivals = q.rhoAtNow(now), max(q.decodeSecs, 0.5), q.arrivalRate(now)
+	f.stallRoom = q.stallRoom(m.routes)
 	for i := range f.prefill {
 		f.prefill[i] = max(q.prefill.theta[i], 0)
 		f.step[i] = max(q.step.theta[i], 0)
@@ -58,7 +66,6 @@ func (m *Models) forecastLocked(key string, q *pod, now time.Time) Forecast {
 	for i := range f.handover {
 		f.handover[i] = max(q.handover.theta[i], 0)
 	}
-	return f
 }
 
 // Wait is the prefill work ahead of a prompt arriving now, in seconds.
