@@ -5,12 +5,16 @@ import (
 	"testing"
 )
 
-// The side-by-side pick at 128 endpoints as Go benchmarks, for profiling
-// (go test -bench . -cpuprofile): the chain, and the frozen cascade.
+// The side-by-side picks at 128 endpoints as Go benchmarks, for profiling
+// (go test -bench . -cpuprofile): the chain, the frozen cascade, pd-predictive.
 func benchmarkPick(b *testing.B, frozen bool) {
+	benchmarkSetup(b, func(ctx context.Context) setup { return build(ctx, 128, 42, "", frozen) })
+}
+
+func benchmarkSetup(b *testing.B, mk func(context.Context) setup) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	r := &runner{s: build(ctx, 128, 42, "", frozen)}
+	r := &runner{s: mk(ctx)}
 	for range 1000 {
 		r.pick(ctx)
 	}
@@ -23,3 +27,6 @@ func benchmarkPick(b *testing.B, frozen bool) {
 
 func BenchmarkPickChain128(b *testing.B)   { benchmarkPick(b, false) }
 func BenchmarkPickCascade128(b *testing.B) { benchmarkPick(b, true) }
+func BenchmarkPickPredictive128(b *testing.B) {
+	benchmarkSetup(b, func(ctx context.Context) setup { return buildPredictive(ctx, 128, 42) })
+}
