@@ -203,6 +203,9 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 		m = map[uint64]*block{}
 		ix.models[model] = m
 	}
+	// The key's number, held for the walk (its holdings are compared by number).
+	id := ix.keys.ref(key)
+	defer ix.keys.unref(id)
 	// Walk backwards so the first block ends up most recent: eviction then trims a
 	// prompt from its tail, and what stays is still a usable prefix.
 	for i := len(hashes) - 1; i >= 0; i-- {
@@ -214,7 +217,7 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 		} else {
 			ix.unlink(b)
 		}
-		ix.touch(b, key, now, cutoff, capacity > 0)
+		ix.touch(b, key, id, now, cutoff, capacity > 0)
 		ix.pushFront(b)
 	}
 	if capacity > 0 {
@@ -225,12 +228,12 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 	}
 }
 
-// touch marks key as a holder of b now and drops holders past the eviction age; with
+// touch marks key (numbered id) as a holder of b now and drops holders past the eviction age; with
 // ring, the holding moves to the front of the endpoint's ring.
-func (ix *Index) touch(b *block, key string, now, cutoff int64, ring bool) {
+func (ix *Index) touch(b *block, key string, id int32, now, cutoff int64, ring bool) {
 	n, found := 0, false
 	for _, h := range b.holders {
-		if h.key == key {
+		if h.id == id {
 			h.seen, found = now, true
 			if ring {
 				if h.at == nil {
@@ -253,7 +256,8 @@ func (ix *Index) touch(b *block, key string, now, cutoff int64, ring bool) {
 	}
 	b.holders = b.holders[:n]
 	if !found {
-		h := holder{key: key, id: ix.keys.ref(key), seen: now}
+		ix.keys.refs[id]++
+		h := holder{key: key, id: id, seen: now}
 		if ring {
 			h.at = &holding{b: b}
 			ix.hold(key, h.at)
