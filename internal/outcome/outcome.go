@@ -1,0 +1,274 @@
+package outcome
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/load"
+)
+
+// Kind says how a request was routed.
+type Kind uint8
+
+const (
+	// KindPD: a prefill leg on the Prefill endpoint, then the decode on the Destination.
+	KindPD Kind = iota + 1
+	// KindWhole: the whole request on the Destination (a standard pod, a decode pod running
+	// a prompt itself, or a non-PD strategy's pick).
+	KindWhole
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindPD:
+		return "pd"
+	case KindWhole:
+		return "whole"
+	}
+	return "unknown"
+}
+
+// Phase names an event of a route.
+type Phase uint8
+
+const (
+	// PhaseStart: the route was decided (published by Recorder.Start).
+	PhaseStart Phase = iota + 1
+	// PhasePrefillEnd: the prefill leg ended. Observed when the hand-off that ran it reports
+	// it (EPP hand-off); inferred when the decode pod starts answering (a decode-side sidecar
+	// answers only once its prefill call returned). Route.PrefillObserved tells which.
+	PhasePrefillEnd
+	// PhaseFirstByte: the first response body byte from the destination arrived.
+	PhaseFirstByte
+	// PhaseEnd: the request ended, however it ended (Route.Err, Route.Status).
+	PhaseEnd
+)
+
+func (p Phase) String() string {
+	switch p {
+	case PhaseStart:
+		return "start"
+	case PhasePrefillEnd:
+		return "prefill_end"
+	case PhaseFirstByte:
+		return "first_byte"
+	case PhaseEnd:
+		return "end"
+	}
+	return "unknown"
+}
+
+// Route is what is known of one routed request after an event. Endpoints are keyed as the
+// pool keys them ("namespace/pod:port"); times are the recorder's clock, zero until the
+// event happened.
+type Route struct {
+	ID   uint64
+	Kind Kind
+	// Prefill is the prefill endpoint ("" for KindWhole); Destination the endpoint picked to
+	// answer; Served the one that did, once the response says (a fallback may serve).
+	Prefill, Destination, Served string
+	PromptTokens                 int
+
+	Picked, PrefillEnd, Headers, FirstByte, LastChunk, End time.Time
+	// PrefillObserved: PrefillEnd was reported by the hand-off that ran the leg, not
+	// inferred from the decode pod's answer.
+	PrefillObserved bool
+	PrefillErr      error
+	// Status is the destination's response status (0 until its headers arrived).
+	Status int
+	// Chunks counts response body chunks that carried bytes; Bytes their total.
+	Chunks int
+	Bytes  int64
+	// Err is how the request ended: nil for a completed response.
+	Err error
+}
+
+// TTFT is the time from the pick to the first response byte (0 before it).
+func (r *Route) TTFT() time.Duration {
+	if r.FirstByte.IsZero() {
+		return 0
+	}
+	return r.FirstByte.Sub(r.Picked)
+}
+
+// ChunkGap is the mean time between two response chunks after the first (0 with fewer
+// than two chunks): the inter-token latency a streaming client sees.
+func (r *Route) ChunkGap() time.Duration {
+	if r.Chunks < 2 {
+		return 0
+	}
+	return r.LastChunk.Sub(r.FirstByte) / time.Duration(r.Chunks-1)
+}
+
+// ServedBy is the endpoint that answered: Served when known, else Destination.
+func (r *Route) ServedBy() string {
+	if r.Served != "" {
+		return r.Served
+	}
+	return r.Destination
+}
+
+// Event is one thing that happened to a route, with the route as it stands after it.
+type Event struct {
+	Phase Phase
+	Route Route
+}
+
+// Reader receives every event of every route. Observe runs on the request path: it must be
+// quick and must not block; e is valid only during the call.
+type Reader interface {
+	Observe(e *Event)
+}
+
+// Recorder hands the events of routed requests to its readers. Safe for concurrent use; a
+// nil *Recorder records nothing.
+type Recorder struct {
+	clock   load.Clock
+	next    atomic.Uint64
+	mu      sync.Mutex               // serialises Subscribe
+	readers atomic.Pointer[[]Reader] // copy-on-write: Observe never takes a lock
+}
+
+// NewRecorder returns a recorder stamping events with clock (the system clock when nil).
+func NewRecorder(clock load.Clock) *Recorder {
+	if clock == nil {
+		clock = load.SystemClock{}
+	}
+	return &Recorder{clock: clock}
+}
+
+// Subscribe adds a reader; it sees the events recorded from now on.
+func (r *Recorder) Subscribe(rd Reader) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var cur []Reader
+	if p := r.readers.Load(); p != nil {
+		cur = *p
+	}
+	next := append(append(make([]Reader, 0, len(cur)+1), cur...), rd)
+	r.readers.Store(&next)
+}
+
+// Now is the recorder's clock.
+func (r *Recorder) Now() time.Time { return r.clock.Now() }
+
+// Start begins the record of a route decided now: kind, the prefill endpoint ("" unless
+// KindPD), the destination and the prompt's token estimate. Report the route's events to
+// the returned Tracker. A nil recorder returns a nil Tracker, whose methods do nothing.
+func (r *Recorder) Start(kind Kind, prefill, destination string, promptTokens int) *Tracker {
+	if r == nil {
+		return nil
+	}
+	t := &Tracker{rec: r, r: Route{ID: r.next.Add(1), Kind: kind, Prefill: prefill, Destination: destination,
+		PromptTokens: promptTokens, Picked: r.clock.Now()}}
+	r.publish(PhaseStart, &t.r)
+	return t
+}
+
+func (r *Recorder) publish(p Phase, route *Route) {
+	rs := r.readers.Load()
+	if rs == nil {
+		return
+	}
+	e := Event{Phase: p, Route: *route}
+	for _, rd := range *rs {
+		rd.Observe(&e)
+	}
+}
+
+// Tracker is the writer side of one route: the decision's lifecycle reports to it. Every
+// method is safe for concurrent use, records its event once, and ignores events after End.
+// Methods on a nil Tracker do nothing.
+type Tracker struct {
+	rec   *Recorder
+	mu    sync.Mutex
+	r     Route
+	ended bool
+}
+
+// ID is the route's identifier, unique in the process (0 for a nil Tracker): what a
+// reader that charged something at pick time keys it by.
+func (t *Tracker) ID() uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.r.ID // set once in Start
+}
+
+// PrefillEnd reports the end of the prefill leg: observed when the hand-off that ran it
+// says so, else inferred (the decode pod is answering). Only the first report counts.
+func (t *Tracker) PrefillEnd(err error, observed bool) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if t.ended || !t.r.PrefillEnd.IsZero() || t.r.Kind != KindPD {
+		t.mu.Unlock()
+		return
+	}
+	t.r.PrefillEnd, t.r.PrefillErr, t.r.PrefillObserved = t.rec.clock.Now(), err, observed
+	r := t.r
+	t.mu.Unlock()
+	t.rec.publish(PhasePrefillEnd, &r)
+}
+
+// Response reports the destination's response headers: its status and the endpoint key
+// that served ("" when the gateway did not say).
+func (t *Tracker) Response(status int, served string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if !t.ended && t.r.Headers.IsZero() {
+		t.r.Headers, t.r.Status = t.rec.clock.Now(), status
+		if served != "" {
+			t.r.Served = served
+		}
+	}
+	t.mu.Unlock()
+}
+
+// Chunk reports a response body chunk of size bytes; the first that carries bytes is the
+// first byte.
+func (t *Tracker) Chunk(size int) {
+	if t == nil || size <= 0 {
+		return
+	}
+	t.mu.Lock()
+	if t.ended {
+		t.mu.Unlock()
+		return
+	}
+	now := t.rec.clock.Now()
+	t.r.Chunks++
+	t.r.Bytes += int64(size)
+	t.r.LastChunk = now
+	first := t.r.FirstByte.IsZero()
+	var r Route
+	if first {
+		t.r.FirstByte = now
+		r = t.r
+	}
+	t.mu.Unlock()
+	if first {
+		t.rec.publish(PhaseFirstByte, &r)
+	}
+}
+
+// End reports how the request ended (nil: completed). Later reports are ignored.
+func (t *Tracker) End(err error) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if t.ended {
+		t.mu.Unlock()
+		return
+	}
+	t.ended = true
+	t.r.End, t.r.Err = t.rec.clock.Now(), err
+	r := t.r
+	t.mu.Unlock()
+	t.rec.publish(PhaseEnd, &r)
+}
