@@ -140,7 +140,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.interToken = m.histogramVec("tandem_inter_token_latency_seconds", "Time between response body chunks of a streamed response, by model and the serving pod's role.", itlBuckets, "model", "role")
 	m.scrapeDuration = m.histogramVec("tandem_scrape_duration_seconds", "Time to scrape and parse one model server's metrics, by engine.", scrapeBuckets, "engine")
 	m.scrapeLast = m.gaugeVec("tandem_scrape_last_duration_seconds", "Duration of the last scrape of an endpoint, successful or not.", epLabels...)
-	m.scrapeErrors = m.counterVec("tandem_scrape_errors_total", "Failed metric scrapes, by endpoint and reason (timeout, connect, http_status, too_large, parse).", append(epLabels, "reason")...)
+	m.scrapeErrors = m.counterVec("tandem_scrape_errors_total", "Failed metric scrapes, by endpoint and reason (timeout, refused, connect, http_status, too_large, parse).", append(epLabels, "reason")...)
 	m.scrapeStale = m.gaugeVec("tandem_scrape_stale", "1 while an endpoint's engine metrics are stale (no good scrape within the staleness threshold), else 0.", epLabels...)
 	m.configErrors = m.counterVec("tandem_config_errors_total", "Bad per-pod configuration (annotations, labels) that Tandem ignored, by pod and source.", "namespace", "pod_name", "source")
 	m.poolEndpoints = m.gaugeVec("tandem_pool_endpoints", "Endpoints in the pool snapshot, by role (prefill, decode, standard).", "role")
