@@ -305,7 +305,7 @@ func nonDefault(t *testing.T, v *config.Var) (string, any) {
 	case v.Type == "strategy name": // checked against the strategy registry at start, not by FromEnv
 		candidates = []string{"random", "pd"}
 	default:
-		candidates = []string{"true", "false", "7", "42", "0.25", "2", "1", "250"}
+		candidates = []string{"true", "false", "7", "42", "0.25", "2", "1", "250", "600000"}
 	}
 	for _, c := range candidates {
 		if c == v.Default() {

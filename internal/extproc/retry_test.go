@@ -243,7 +243,8 @@ func TestRetryBudget(t *testing.T) {
 	b = newRetryBudget(config.Retry{PrefillRetry: true, BudgetPercent: 20, MinRetryConcurrency: 2})
 	b.active.Add(1)
 	b.recent.Record(budgetRequests)
-	if !b.acquire() || !b.acquire() || b.acquire() {
-		t.Fatal("the floor of 2 retries")
+	got := []bool{b.acquire(), b.acquire(), b.acquire()}
+	if !got[0] || !got[1] || got[2] {
+		t.Fatalf("the floor of 2 retries: %v", got)
 	}
 }

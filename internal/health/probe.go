@@ -21,8 +21,10 @@ const SourceHealthProbe = "health_probe"
 // Run keeps the detector current until ctx ends: every interval it probes the ejected
 // endpoints whose ejection time has passed (a scrape that succeeds returns them sooner), lets
 // go of failures older than the recent-failure window, and forgets endpoints that left the pool.
+// Disabled, it only waits for ctx.
 func (d *Detector) Run(ctx context.Context) {
 	if !d.Enabled() {
+		<-ctx.Done() // nothing to do, but a component of the app runs until the end
 		return
 	}
 	changes := d.store.Changes()
