@@ -11,8 +11,8 @@
 // ejecting everything.
 //
 // The router asks Partition for every pick, so every strategy sees the same filter: an ejected
-// endpoint is never a candidate, and one whose last outcome is a recent failure is a candidate only
-// when the request cannot be served without it (failing fast is not idleness). Partition reads
-// atomics only. The package must not pick, score or speak to gateways; it probes endpoints only to
+// endpoint is never a candidate, and one demoted for its recent failures (k consecutive failures
+// demote it for k recent-failure windows) is a candidate only when the request cannot be served
+// without it (failing fast is not idleness). Partition reads atomics only. The package must not pick, score or speak to gateways; it probes endpoints only to
 // let an ejected one return.
 package health

@@ -88,9 +88,11 @@ type Detector struct {
 type endpoint struct {
 	key string
 	// Read on the pick path.
-	ejected  atomic.Bool
-	failedAt atomic.Int64           // Unix ns of the last failure no success followed; 0: none
-	reason   atomic.Pointer[string] // the ejection's reason, while ejected
+	ejected atomic.Bool
+	// demotedUntil is when the demotion of the last failures no success followed ends (Unix
+	// ns; 0: not demoted): the recent-failure window times the consecutive failures.
+	demotedUntil atomic.Int64
+	reason       atomic.Pointer[string] // the ejection's reason, while ejected
 
 	// Guarded by Detector.mu.
 	troubled       bool
@@ -158,7 +160,7 @@ func (d *Detector) stateLocked(key string) *endpoint {
 
 // retroubleLocked keeps the troubled count in step with st.
 func (d *Detector) retroubleLocked(st *endpoint) {
-	t := st.ejected.Load() || st.failedAt.Load() != 0
+	t := st.ejected.Load() || st.demotedUntil.Load() != 0
 	if t == st.troubled {
 		return
 	}
@@ -179,8 +181,8 @@ func (d *Detector) Ejected(key string) bool {
 	return st != nil && st.ejected.Load()
 }
 
-// RecentFailure reports whether the endpoint's last outcome is a failure within the
-// recent-failure window.
+// RecentFailure reports whether the endpoint is demoted for its recent failures: its last
+// outcomes are k consecutive failures, the last less than k recent-failure windows ago.
 func (d *Detector) RecentFailure(key string) bool {
 	if !d.Enabled() || d.cfg.RecentFailure <= 0 {
 		return false
@@ -190,8 +192,8 @@ func (d *Detector) RecentFailure(key string) bool {
 }
 
 func (d *Detector) recent(st *endpoint, now time.Time) bool {
-	at := st.failedAt.Load()
-	return at != 0 && d.cfg.RecentFailure > 0 && now.UnixNano()-at < int64(d.cfg.RecentFailure)
+	u := st.demotedUntil.Load()
+	return u != 0 && now.UnixNano() < u
 }
 
 // Exclusion is a candidate a pick left out, and why (StateEjected, StateRecentFailure).

@@ -494,3 +494,40 @@ func TestHealthProbeReturnsEndpoint(t *testing.T) {
 		t.Error("an endpoint refusing its probe returned")
 	}
 }
+
+// Failing fast is not idleness, and failing again and again less so: each consecutive failure
+// lengthens the demotion by one recent-failure window (2 s by default), up to the longest
+// ejection; a success ends it.
+func TestDemotionGrowsWithConsecutiveFailures(t *testing.T) {
+	cfg := testConfig()
+	cfg.Consecutive5xx, cfg.ConsecutiveGatewayFailure = 100, 100 // never eject here
+	f := newFixture(t, cfg, podSpec{"a", "", ""}, podSpec{"b", "", ""})
+	demoted := func() bool { return f.d.RecentFailure(f.key("a")) }
+	for k := 1; k <= 3; k++ {
+		f.answer("a", 500)
+		f.clock.Advance(time.Duration(k)*2*time.Second - time.Millisecond)
+		if !demoted() {
+			t.Fatalf("after %d consecutive failures, not demoted for %d×2s", k, k)
+		}
+		f.clock.Advance(2 * time.Millisecond)
+		if demoted() {
+			t.Fatalf("after %d consecutive failures, still demoted past %d×2s", k, k)
+		}
+	}
+	for range 200 {
+		f.answer("a", 503)
+	}
+	f.clock.Advance(99 * time.Second)
+	if !demoted() {
+		t.Fatal("the demotion is capped at the longest ejection (100s), not shorter")
+	}
+	f.clock.Advance(2 * time.Second)
+	if demoted() {
+		t.Fatal("the demotion outlasts the longest ejection")
+	}
+	f.answer("a", 503)
+	f.answer("a", 200)
+	if demoted() {
+		t.Fatal("a success did not end the demotion")
+	}
+}

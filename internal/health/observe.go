@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -123,8 +124,19 @@ func (d *Detector) observeProbe(p *outcome.Probe) {
 	}
 }
 
+// markFailedLocked demotes st after a failure: for the recent-failure window times its
+// consecutive failures (a pod failing again and again is tried ever less often), at most the
+// longest ejection.
 func (d *Detector) markFailedLocked(st *endpoint) {
-	st.failedAt.Store(d.clock.Now().UnixNano())
+	if d.cfg.RecentFailure <= 0 {
+		return
+	}
+	k := max(1, st.cons5xx, st.consGateway)
+	dur := time.Duration(k) * d.cfg.RecentFailure
+	if limit := d.cfg.MaxEjectionTime; limit > 0 && dur > limit {
+		dur = limit
+	}
+	st.demotedUntil.Store(d.clock.Now().Add(dur).UnixNano())
 }
 
 // fail counts a failure against key and ejects it when a threshold is crossed.
@@ -139,7 +151,6 @@ func (d *Detector) fail(key string, v verdict) {
 		d.mu.Unlock()
 		return
 	}
-	d.markFailedLocked(st)
 	if v.fiveXX {
 		st.cons5xx++
 	}
@@ -148,6 +159,7 @@ func (d *Detector) fail(key string, v verdict) {
 	} else {
 		st.consGateway = 0 // Envoy: a non-gateway 5xx ends a run of gateway failures
 	}
+	d.markFailedLocked(st)
 	var notify []func()
 	switch {
 	case st.probation:
@@ -168,7 +180,7 @@ func (d *Detector) succeed(key string) {
 	if st == nil {
 		return // never failed: nothing to clear
 	}
-	if st.failedAt.Load() == 0 && !st.ejected.Load() {
+	if st.demotedUntil.Load() == 0 && !st.ejected.Load() {
 		d.mu.Lock()
 		clean := st.cons5xx == 0 && st.consGateway == 0 && !st.probation
 		d.mu.Unlock()
@@ -178,7 +190,7 @@ func (d *Detector) succeed(key string) {
 	}
 	d.mu.Lock()
 	st.cons5xx, st.consGateway, st.probation = 0, 0, false
-	st.failedAt.Store(0)
+	st.demotedUntil.Store(0)
 	d.retroubleLocked(st)
 	d.mu.Unlock()
 }
@@ -248,7 +260,7 @@ func (d *Detector) probeSucceeded(key, source string) {
 	out := now.Sub(st.ejectedAt)
 	st.ejected.Store(false)
 	st.reason.Store(nil)
-	st.failedAt.Store(0)
+	st.demotedUntil.Store(0)
 	st.cons5xx, st.consGateway = 0, 0
 	st.probation, st.lastReturn = true, now
 	d.retroubleLocked(st)

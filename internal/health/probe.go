@@ -56,8 +56,8 @@ func (d *Detector) sweep(ctx context.Context) {
 			}
 			continue
 		}
-		if at := st.failedAt.Load(); at != 0 && !d.recent(st, now) && st.cons5xx == 0 && st.consGateway == 0 {
-			st.failedAt.Store(0)
+		if u := st.demotedUntil.Load(); u != 0 && !d.recent(st, now) {
+			st.demotedUntil.Store(0)
 			d.retroubleLocked(st)
 		}
 	}
