@@ -92,14 +92,14 @@ const DefaultResponseHeaderHold = 5 * time.Second
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	store  *pool.Store
-	sched  picker.Scheduler
-	opts   Options
-	limits Limits
+	store   *pool.Store
+	sched   picker.Scheduler
+	opts    Options
+	limits  Limits
 	adm     *admission
 	retries *retryBudget
 	obs     Observer
-	log    logr.Logger
+	log     logr.Logger
 
 	warnedMode   atomic.Bool
 	warnedFields atomic.Bool

@@ -39,18 +39,18 @@ type target struct {
 	failing  atomic.Bool  // the last scrape failed
 	lastTry  atomic.Int64 // when the last scrape was handed to a worker (Unix ns), for fairness
 
-	mu         sync.Mutex
+	mu          sync.Mutex
 	ep          *pool.Endpoint
 	cfg         *mapping
 	url         string
 	servingPort bool // the scrape goes to the endpoint's serving port
-	want       map[string]bool
-	removed    bool
-	prev       *reading // last good reading
-	prevSample *Sample
-	lastGood   time.Time
-	firstTry   time.Time
-	stale      bool
+	want        map[string]bool
+	removed     bool
+	prev        *reading // last good reading
+	prevSample  *Sample
+	lastGood    time.Time
+	firstTry    time.Time
+	stale       bool
 }
 
 // NewScraper validates the options and builds a scraper over the pool and sample stores.

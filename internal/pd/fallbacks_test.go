@@ -25,7 +25,7 @@ func TestPairFallbacksArePDSafe(t *testing.T) {
 		C("short", `"promptLenBucketMinLength": 0, "promptLenBucketMaxLength": 50`),
 		C("any", ""), C("busy", ""))
 	h.prefillInFlight("pb", 5) // the pair is rs-a
-	h.running("da1", 0) // seen, idle: the decode pick
+	h.running("da1", 0)        // seen, idle: the decode pick
 	h.running("da2", 1)
 	h.running("da3", 2)
 	h.running("busy", 3)

@@ -12,7 +12,7 @@ import (
 
 // Trace steps of the health filter.
 const (
-	StepHealthFilter   = "health_filter"    // candidates were left out (Trace.Health says which and why)
+	StepHealthFilter   = "health_filter"     // candidates were left out (Trace.Health says which and why)
 	StepHealthReadmits = "health_readmitted" // the request could not be served without recently failed endpoints
 )
 
