@@ -57,14 +57,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// podSpec is one simulated vLLM pod: role "prefill", "decode" or "" (a combined standard pod).
-type podSpec struct{ name, role, roleset string }
+// podSpec is one simulated vLLM pod: role "prefill", "decode" or "" (a combined standard pod);
+// a sidecar decode pod runs the prefill leg itself (llm-d's routing sidecar, labelled so).
+type podSpec struct {
+	name, role, roleset string
+	sidecar             bool
+}
 
 // pdPods is two rolesets, rs-a and rs-b, of one prefill and one decode pod each.
 func pdPods(rolesets ...string) []podSpec {
 	var out []podSpec
 	for _, rs := range rolesets {
-		out = append(out, podSpec{"prefill-" + rs, "prefill", "rs-" + rs}, podSpec{"decode-" + rs, "decode", "rs-" + rs})
+		out = append(out, podSpec{name: "prefill-" + rs, role: "prefill", roleset: "rs-" + rs},
+			podSpec{name: "decode-" + rs, role: "decode", roleset: "rs-" + rs})
 	}
 	return out
 }
@@ -94,6 +99,9 @@ func (p *simPod) start() {
 		"-addr", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.port)), "-default-max-tokens", "24"}
 	if p.role != "" {
 		args = append(args, "-role", p.role)
+	}
+	if p.sidecar {
+		args = append(args, "-routing-sidecar")
 	}
 	for attempt := 0; ; attempt++ {
 		cmd := exec.Command(simBin, args...)
@@ -196,10 +204,28 @@ func (p *simPod) received() int {
 	return n
 }
 
+// inFlight is how many requests the engine holds now (running and waiting, as /sim/stats says).
+func (p *simPod) inFlight() int {
+	p.t.Helper()
+	resp, err := http.Get(p.url() + "/sim/stats")
+	if err != nil {
+		p.t.Fatalf("%s stats: %v", p.name, err)
+	}
+	defer resp.Body.Close()
+	var st struct{ Running, Waiting int }
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		p.t.Fatalf("%s stats: %v", p.name, err)
+	}
+	return st.Running + st.Waiting
+}
+
 func (p *simPod) labels() map[string]string {
 	l := map[string]string{pool.LabelModelName: modelName, pool.LabelEngine: pool.EngineVLLM}
 	if p.role != "" {
 		l[pool.LabelRoleName], l[pool.LabelRolesetName] = p.role, p.roleset
+	}
+	if p.sidecar {
+		l[pool.LabelLLMDRole] = p.role // how llm-d's decode pods with the routing sidecar show it
 	}
 	return l
 }

@@ -38,6 +38,7 @@ func killDecode(t *testing.T, src source) {
 	l := s.startLoad(rate)
 	warm(t, s, l, "decode-a", "decode-b")
 	ejectedAt := s.watchEjection("decode-b")
+	onPod := s.pods["decode-b"].inFlight()
 	inFlight := l.inFlight()
 	killed := time.Now()
 	s.pods["decode-b"].kill()
@@ -49,6 +50,7 @@ func killDecode(t *testing.T, src source) {
 	late := failures(shots, killed.Add(2*time.Second), killed.Add(time.Hour))
 	after := servedBy(shots, killed.Add(2*time.Second), killed.Add(time.Hour))
 	result(t, "failed", len(failed))
+	result(t, "in_flight_on_pod_at_kill", onPod)
 	result(t, "in_flight_at_kill", inFlight)
 	result(t, "arrived_first_second", firstSecond)
 	if at := ejectedAt(); !at.IsZero() {
@@ -60,8 +62,10 @@ func killDecode(t *testing.T, src source) {
 	for _, f := range failed {
 		t.Logf("failed (sent %+dms): %s", ms(f.sent.Sub(killed)), f)
 	}
-	if len(failed) > inFlight+firstSecond {
-		t.Errorf("%d requests failed, more than the %d in flight at the kill plus the %d of the first second", len(failed), inFlight, firstSecond)
+	// The engine's count, read just before the kill, may miss a request arriving meanwhile: the
+	// client-side count of requests in flight (on any pod) bounds that.
+	if len(failed) > max(onPod, min(inFlight, onPod+2))+firstSecond {
+		t.Errorf("%d requests failed, more than the %d in flight on the pod at the kill plus the %d of the first second", len(failed), onPod, firstSecond)
 	}
 	if len(late) > 0 {
 		t.Errorf("%d requests sent more than 2 s after the kill failed, e.g. %s", len(late), late[0])
