@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tidwall/gjson"
 
@@ -49,6 +51,7 @@ type retryRig struct {
 	cascade *pd.Cascade
 	deps    *picker.Deps
 	det     *health.Detector
+	rec     *outcome.Recorder
 	obs     *retryObserver
 	client  *envoy.Client
 	eps     map[string]*pool.Endpoint
@@ -57,6 +60,17 @@ type retryRig struct {
 }
 
 func newRetryRig(t *testing.T, retry config.Retry, prefillStatus int) *retryRig {
+	t.Helper()
+	gone, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Close() // nothing listens there any more: connections are refused
+	return newRetryRigAt(t, retry, prefillStatus, gone.Addr().String())
+}
+
+// newRetryRigAt is newRetryRig with prefill-a at addr.
+func newRetryRigAt(t *testing.T, retry config.Retry, prefillStatus int, addr string) *retryRig {
 	t.Helper()
 	rg := &retryRig{obs: &retryObserver{}, eps: map[string]*pool.Endpoint{}}
 	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -71,12 +85,7 @@ func newRetryRig(t *testing.T, retry config.Retry, prefillStatus int) *retryRig 
 		_, _ = io.WriteString(w, `{"choices":[{"text":"x"}],"kv_transfer_params":{"remote_engine_id":"e-b","remote_block_ids":[1]}}`)
 	}))
 	t.Cleanup(good.Close)
-	gone, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, gonePort, _ := net.SplitHostPort(gone.Addr().String())
-	gone.Close() // nothing listens there any more: connections are refused
+	_, gonePort, _ := net.SplitHostPort(addr)
 	_, goodPort, _ := net.SplitHostPort(good.Listener.Addr().String())
 	port := func(s string) int32 { n, _ := strconv.Atoi(s); return int32(n) }
 	mk := func(name, ip string, p int32, role, rs string) *pool.Endpoint {
@@ -99,6 +108,7 @@ func newRetryRig(t *testing.T, retry config.Retry, prefillStatus int) *retryRig 
 	rg.det = health.New(health.Options{Config: config.DefaultOutlier(), Store: store})
 	rec := outcome.NewRecorder(nil)
 	rec.Subscribe(rg.det)
+	rg.rec = rec
 	res, err := config.NewResolver(gw, config.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -246,5 +256,42 @@ func TestRetryBudget(t *testing.T) {
 	got := []bool{b.acquire(), b.acquire(), b.acquire()}
 	if !got[0] || !got[1] || got[2] {
 		t.Fatalf("the floor of 2 retries: %v", got)
+	}
+}
+
+// A prefill leg in flight to a pod that outlier detection ejects meanwhile (its scrape was
+// refused) is cancelled at once and retried on another pair, instead of waiting for the
+// prefill timeout (30 s).
+func TestPrefillEjectedMidFlightIsRetried(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-r.Context().Done() // never answers
+	}))
+	defer hung.Close()
+	rg := newRetryRigAt(t, config.DefaultRetry(), http.StatusOK, hung.Listener.Addr().String())
+	go func() {
+		<-arrived
+		rg.rec.Probe(outcome.Probe{Endpoint: rg.eps["prefill-a"].Key(), Source: "scrape", Err: errors.New("refused"),
+			Refused: true, ServingPort: true})
+	}()
+	start := time.Now()
+	s, routed, err := rg.client.Route(testCtx(t), retryReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if routed.Immediate != nil || routed.Destination != rg.eps["decode-b"].HostPort() {
+		t.Fatalf("answer %+v / destination %q, want the retry on decode-b", routed.Immediate, routed.Destination)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the retry waited %s", took)
+	}
+	if _, err := s.Respond(envoy.Response{Status: 200, Chunks: [][]byte{[]byte(`{}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.CloseSend()
+	rg.held(t)
+	if got := rg.obs.got(); got != RetryRecovered {
+		t.Errorf("retry results %q", got)
 	}
 }
