@@ -27,6 +27,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/gateway"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/sim"
+	"github.com/tandem-epp/tandem/internal/tokenize"
 )
 
 const (
@@ -276,6 +277,28 @@ func prompt(marker string, tokens int) string {
 		p += "lorem ipsum dolor sit amet "
 	}
 	return p[:max(tokens*4, len(marker)+1)]
+}
+
+// promptOfTokens is a prompt starting with marker of exactly tokens cl100k_base tokens (at least
+// the marker's), the count bucketing compares with the pods' ranges.
+func promptOfTokens(t *testing.T, marker string, tokens int) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(marker)
+	n, _, err := tokenize.Count(marker, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := []string{" lorem", " ipsum", " dolor", " sit", " amet"} // one token each after a word
+	for i := 0; n < tokens; i++ {
+		b.WriteString(words[i%len(words)])
+		n++
+	}
+	p := b.String()
+	if got, _, _ := tokenize.Count(p, 0); got != max(tokens, n) {
+		t.Fatalf("prompt of %d tokens counts %d", tokens, got)
+	}
+	return p
 }
 
 // hasMarker reports whether body carries the prompt that starts with marker.

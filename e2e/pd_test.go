@@ -152,7 +152,7 @@ func TestOutOfBucketPromptsGoToStandardPod(t *testing.T) {
 	for _, tc := range cases {
 		for _, stream := range []bool{false, true} {
 			m := s.marker(fmt.Sprintf("len%d", tc.tokens))
-			r := s.post(ctx, "/v1/chat/completions", chatBody(prompt(m, tc.tokens), 4, stream), nil)
+			r := s.post(ctx, "/v1/chat/completions", chatBody(promptOfTokens(t, m, tc.tokens), 4, stream), nil)
 			if err := okCompletion(r, stream); err != nil {
 				t.Fatalf("%d tokens: %v", tc.tokens, err)
 			}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,6 +29,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/app/apptest"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/extproc"
 )
 
 const chartDir = "../charts/tandem"
@@ -207,6 +209,17 @@ func TestChartFitsTogether(t *testing.T) {
 	checkFitsTogether(t, helmTemplate(t))
 }
 
+// ruleBounds are the JSON schema bounds of internal/config's numeric rules (by their wording);
+// TestChartRejectsSettingsTandemRejects checks them against Tandem's own validation.
+var ruleBounds = map[string]map[string]any{
+	"must be positive":                 {"exclusiveMinimum": 0},
+	"must be 0 or more":                {"minimum": 0},
+	"must be 0 (disabled) or positive": {"minimum": 0},
+	"must be 0 to 1":                   {"minimum": 0, "maximum": 1},
+	"must be 0 to 100":                 {"minimum": 0, "maximum": 100},
+	"must be in [0, 1024)":             {"minimum": 0, "exclusiveMaximum": 1024},
+}
+
 // settingsSchema is the JSON schema of one setting, from its definition in internal/config.
 func settingsSchema() map[string]any {
 	props := map[string]any{}
@@ -228,6 +241,13 @@ func settingsSchema() map[string]any {
 			s["type"] = []any{"integer", "null"}
 		default:
 			s["type"] = []any{"string", "null"}
+		}
+		if s["type"] != nil && (s["type"].([]any)[0] == "number" || s["type"].([]any)[0] == "integer") {
+			b, ok := ruleBounds[v.Rule]
+			if !ok {
+				panic(fmt.Sprintf("%s: no schema bounds for the rule %q; add them to ruleBounds", v.Name, v.Rule))
+			}
+			maps.Copy(s, b)
 		}
 		props[v.Key] = s
 	}
@@ -304,6 +324,8 @@ func nonDefault(t *testing.T, v *config.Var) (string, any) {
 		candidates = strings.Split(strings.TrimPrefix(v.Type, "one of "), ", ")
 	case v.Type == "strategy name": // checked against the strategy registry at start, not by FromEnv
 		candidates = []string{"random", "pd"}
+	case strings.HasPrefix(v.Type, "list of "):
+		candidates = []string{"sglang,vllm", "vllm"}
 	default:
 		candidates = []string{"true", "false", "7", "42", "0.25", "2", "1", "250", "600000"}
 	}
@@ -320,7 +342,7 @@ func nonDefault(t *testing.T, v *config.Var) (string, any) {
 		if err := yaml.Unmarshal([]byte(c), &typed); err != nil {
 			t.Fatal(err)
 		}
-		if strings.HasPrefix(v.Type, "one of ") || v.Type == "strategy name" {
+		if strings.HasPrefix(v.Type, "one of ") || strings.HasPrefix(v.Type, "list of ") || v.Type == "strategy name" {
 			typed = c
 		}
 		return c, typed
@@ -475,6 +497,37 @@ func TestChartValuesReachTheEPP(t *testing.T) {
 	}
 }
 
+// TestChartLimitValues: the limits of what clients can make the EPP hold (README, "What one
+// client can and cannot do") are values, and they arrive as its flags; a larger maxBodyBytes
+// than the body budget, which the EPP refuses at start, fails at helm time instead.
+func TestChartLimitValues(t *testing.T) {
+	dep := typed[appsv1.Deployment](t, helmTemplate(t, "--set", "maxBodyBytes=314572800", "--set", "maxStreams=512",
+		"--set", "maxBufferedBodyBytes=629145600", "--set", "requestBodyTimeout=20s", "--set", "trustClientPDFields=true"),
+		"Deployment", "tandem-epp")
+	opts := parseArgs(t, dep.Spec.Template.Spec.Containers[0].Args)
+	if opts.MaxBodyBytes != 314572800 || opts.MaxStreams != 512 || opts.MaxBufferedBodyBytes != 629145600 ||
+		opts.RequestBodyTimeout != 20*time.Second || !opts.TrustClientPDFields {
+		t.Errorf("args %q: the limit values did not arrive", dep.Spec.Template.Spec.Containers[0].Args)
+	}
+	def := parseArgs(t, typed[appsv1.Deployment](t, helmTemplate(t), "Deployment", "tandem-epp").Spec.Template.Spec.Containers[0].Args)
+	if def.MaxStreams != extproc.DefaultMaxStreams || def.MaxBufferedBodyBytes != extproc.DefaultMaxBufferedBodyBytes ||
+		def.RequestBodyTimeout != extproc.DefaultRequestBodyTimeout || def.TrustClientPDFields {
+		t.Errorf("the defaults render Tandem's own defaults: %+v", def)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--set", "maxBodyBytes=314572800"}, "maxBufferedBodyBytes"},
+		{[]string{"--set", "maxStreams=-1"}, "maxStreams"},
+		{[]string{"--set", "requestBodyTimeout=soon"}, "requestBodyTimeout"},
+	} {
+		if _, err := runHelm(t, append([]string{"template", "tandem", chartDir}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: err = %v, want it to name %s", c.args, err, c.want)
+		}
+	}
+}
+
 // TestChartGatewayClientFlags: each preset tells Tandem what its gateway applies of the answer
 // (as its overlay does), and an explicit value wins over the preset either way.
 func TestChartGatewayClientFlags(t *testing.T) {
@@ -549,6 +602,34 @@ func TestChartRejectsBadValues(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want it to name %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestChartRejectsSettingsTandemRejects: a setting outside its range (a negative timeout, a
+// percentage over 100, a machine ID of 1024) fails at helm time, naming the setting, rather
+// than rendering a config file the EPP refuses at start (a crash-looping pod). The values are
+// the ones Tandem's own validation refuses, so the schema cannot drift from it.
+func TestChartRejectsSettingsTandemRejects(t *testing.T) {
+	tried := 0
+	for i := range config.Vars {
+		v := &config.Vars[i]
+		if strings.HasPrefix(v.Type, "one of ") || v.Type == "boolean" || v.Type == "strategy name" {
+			continue // enums and booleans: TestChartRejectsBadValues
+		}
+		for _, bad := range []string{"-1", "0", "101", "1.5", "1024"} {
+			env := map[string]string{"AIBRIX_PROMPT_LENGTH_BUCKETING": "true", v.Name: bad}
+			if _, _, err := config.FromEnv(func(k string) string { return env[k] }); err == nil {
+				continue // Tandem takes it: so must the chart
+			}
+			tried++
+			_, err := runHelm(t, "template", "tandem", chartDir, "--set-json", fmt.Sprintf("settings.%s=%s", v.Key, bad))
+			if err == nil || !strings.Contains(err.Error(), v.Key) {
+				t.Errorf("settings.%s=%s: Tandem refuses it (%s), but helm template says %v", v.Key, bad, v.Rule, err)
+			}
+		}
+	}
+	if tried == 0 {
+		t.Fatal("no out-of-range value tried")
 	}
 }
 

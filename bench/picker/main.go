@@ -16,14 +16,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/pkoukk/tiktoken-go"
+	tiktokenloader "github.com/pkoukk/tiktoken-go-loader"
 
 	"github.com/tandem-epp/tandem/bench/picker/baseline"
 	"github.com/tandem-epp/tandem/internal/app"
@@ -35,6 +39,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/prefix"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/tokenize"
 )
 
 const promptBytes = 32 << 10
@@ -54,11 +59,22 @@ type setup struct {
 // frozen builds the baseline cascade instead of the chain. seed fixes the pool's load and
 // the prompts, so two builds with one seed route the same traffic over the same state.
 func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) setup {
+	return buildWith(ctx, n, seed, policy, frozen, nil)
+}
+
+// bucketRanges are the prompt-length buckets of the bucketing runs, in tokens: roleset i
+// serves bucketRanges[i%4] (a maximum of 0 is unlimited).
+var bucketRanges = [][2]int{{0, 1023}, {1024, 2047}, {2048, 4095}, {4096, 0}}
+
+// buildWith is build with each roleset's routingConfig range set by ranges (nil: no
+// annotation) and bucketing on when ranges are given.
+func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bool, ranges [][2]int) setup {
 	rng := rand.New(rand.NewPCG(seed, 11))
 	gw := config.DefaultPD()
 	if policy != "" {
 		gw.PrefillScorePolicy, gw.DecodeScorePolicy = policy, pd.PolicyTokenLoad
 	}
+	gw.PromptLengthBucketing = ranges != nil
 	deps := picker.NewDeps(nil, gw.PrefixCache)
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 4096)
 	go deps.Warmer.Run(ctx)
@@ -87,7 +103,13 @@ func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) 
 		}
 		labels := map[string]string{pool.LabelModelName: "bench", pool.LabelRoleName: role,
 			pool.LabelRolesetName: fmt.Sprintf("rs-%d", i/4)}
-		eps[i] = pool.NewEndpoint("bench", fmt.Sprintf("pod-%d", i), fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250), 8000, 0, labels, nil)
+		var ann map[string]string
+		if ranges != nil {
+			r := ranges[(i/4)%len(ranges)]
+			ann = map[string]string{pool.AnnotationConfig: fmt.Sprintf(
+				`{"profiles":{"default":{"routingConfig":{"promptLenBucketMinLength":%d,"promptLenBucketMaxLength":%d}}}}`, r[0], r[1])}
+		}
+		eps[i] = pool.NewEndpoint("bench", fmt.Sprintf("pod-%d", i), fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250), 8000, 0, labels, ann)
 		if role == "decode" {
 			deps.Metrics.Put(eps[i].Key(), &metrics.Sample{
 				Running: float64(rng.IntN(20)), HasRunning: true, KVUsage: rng.Float64() * 0.8, HasKVUsage: true,
@@ -118,6 +140,66 @@ func requests(rng *rand.Rand) []*request.Request {
 		reqs[i] = r
 	}
 	return reqs
+}
+
+// variedRequests are prompts of 1 to 32 KiB (log-uniform), sharing 16 prefixes of 512 bytes.
+func variedRequests(rng *rand.Rand) []*request.Request {
+	prefixes := make([]string, 16)
+	for i := range prefixes {
+		prefixes[i] = randomText(rng, 512)
+	}
+	reqs := make([]*request.Request, 256)
+	for i := range reqs {
+		n := int(math.Exp(math.Log(1<<10) + rng.Float64()*math.Log(32)))
+		body, _ := json.Marshal(map[string]any{"model": "bench", "prompt": prefixes[i%len(prefixes)] + randomText(rng, n-512)})
+		r, err := request.Parse("POST", "/v1/completions", map[string]string{}, body)
+		if err != nil {
+			fail(err)
+		}
+		reqs[i] = r
+	}
+	return reqs
+}
+
+// tokenizeCost is the cost of counting whole texts of the repository's docs with cl100k_base,
+// in µs per KiB: Tandem's counter (median of 5 passes) and tiktoken-go's encoder (one pass).
+func tokenizeCost() (tandem, tiktokenGo float64) {
+	files, _ := filepath.Glob("docs/*.md")
+	files = append(files, "README.md")
+	var texts []string
+	size := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			fail(fmt.Errorf("%w (run from the repository root: make bench-picker)", err))
+		}
+		texts, size = append(texts, string(b)), size+len(b)
+	}
+	if err := tokenize.Load(); err != nil {
+		fail(err)
+	}
+	kib := float64(size) / 1024
+	var passes []float64
+	for range 5 {
+		t0 := time.Now()
+		for _, s := range texts {
+			if _, _, err := tokenize.Count(s, 0); err != nil {
+				fail(err)
+			}
+		}
+		passes = append(passes, usf(time.Since(t0))/kib)
+	}
+	slices.Sort(passes)
+	tiktoken.SetBpeLoader(tiktokenloader.NewOfflineLoader())
+	enc, err := tiktoken.GetEncoding("cl100k_base")
+	if err != nil {
+		fail(err)
+	}
+	t0 := time.Now()
+	for _, s := range texts {
+		enc.EncodeOrdinary(s)
+	}
+	return passes[2], usf(time.Since(t0)) / kib
 }
 
 // buildLLMD loads llm-d's PD config as cmd/epp does, over n endpoints labelled llm-d.ai/role
@@ -264,6 +346,36 @@ func main() {
 	fmt.Printf("RESULT pick_p50_us_128_chain=%.1f\n", usf(cp50))
 	fmt.Printf("RESULT pick_p50_us_128_cascade=%.1f\n", usf(kp50))
 	fmt.Printf("RESULT pick_ratio_chain_vs_cascade_128=%.3f\n", ratios[len(ratios)/2])
+
+	// Prompt-length bucketing against the default pick, side by side in the same way, on the
+	// same traffic: prompts of 1 to 32 KiB over rolesets bucketed at 1024, 2048 and 4096 tokens.
+	// A prompt is tokenized only while a boundary lies within what its bytes could hold.
+	runtime.LockOSThread()
+	plainR, bucketR := &runner{s: build(ctx, 128, 44, "", false)}, &runner{s: buildWith(ctx, 128, 44, "", false, bucketRanges)}
+	varied := variedRequests(rand.New(rand.NewPCG(45, 1)))
+	plainR.s.reqs, bucketR.s.reqs = varied, varied
+	interleave(ctx, plainR, bucketR, 1000)
+	var plain, bucketed []time.Duration
+	var bratios []float64
+	for range 5 {
+		runtime.GC()
+		p, b := interleave(ctx, plainR, bucketR, 2000)
+		plain, bucketed = append(plain, p...), append(bucketed, b...)
+		bratios = append(bratios, usf(pct(b, 0.5))/usf(pct(p, 0.5)))
+	}
+	runtime.UnlockOSThread()
+	plainR.prev.Lifecycle.Done(nil)
+	bucketR.prev.Lifecycle.Done(nil)
+	slices.Sort(bratios)
+	fmt.Printf("side by side, endpoints=128, prompts 1-32 KiB, picks=5×2000: default p50=%sµs p99=%sµs, bucketing p50=%sµs p99=%sµs, round ratios %.3f\n",
+		us(pct(plain, 0.5)), us(pct(plain, 0.99)), us(pct(bucketed, 0.5)), us(pct(bucketed, 0.99)), bratios)
+	fmt.Printf("RESULT pick_p50_us_128_varied=%.1f\n", usf(pct(plain, 0.5)))
+	fmt.Printf("RESULT pick_p50_us_128_bucketing=%.1f\n", usf(pct(bucketed, 0.5)))
+	fmt.Printf("RESULT pick_ratio_bucketing_vs_default_128=%.3f\n", bratios[len(bratios)/2])
+	tk, tg := tokenizeCost()
+	fmt.Printf("cl100k_base over docs/*.md and README.md: Tandem %.1fµs/KiB, tiktoken-go %.1fµs/KiB (%.0f× faster)\n", tk, tg, tg/tk)
+	fmt.Printf("RESULT tokenize_us_per_kib=%.1f\n", tk)
+	fmt.Printf("RESULT tokenize_us_per_kib_tiktoken_go=%.1f\n", tg)
 
 	results := map[int][2]float64{}
 	for i, n := range []int{16, 128, 1024} {

@@ -29,13 +29,14 @@ type failureCase struct {
 	sglangAborts int
 }
 
-// Timeouts are whole seconds (the seed's settings are integers).
+// Timeouts are whole seconds (the seed's settings are integers). The decode cases opt every
+// engine into the watchdog (by default it guards SGLang only).
 const fast = `{"prefillRequestTimeout":1}`
 
 var failureCases = []failureCase{
 	{name: "prefill 5xx", fault: "prefill-503", pd: `{"decodeAbortRetryDelay":1}`,
 		wantStatus: 503, wantHeader: "x-error-pd-prefill", wantMsg: "prefill request failed (http_status)",
-		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_prefill_http_status", "status_code": "503"},
+		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_prefill_failure", "class": "http_status", "status_code": "503"},
 		sglangAborts: 2},
 	{name: "prefill timeout", fault: "prefill-slow-5s", pd: fast, stream: true,
 		wantStatus: 503, wantHeader: "x-error-pd-prefill", wantMsg: "prefill request failed (timeout)",
@@ -46,17 +47,17 @@ var failureCases = []failureCase{
 		metric: "gateway_pd_prefill_failure_total", labels: map[string]string{"class": "timeout", "stage": "before_response"},
 		sglangAborts: 1},
 	{name: "decode hang before first token, streaming", fault: "decode-hang", stream: true,
-		pd:         `{"decodeFirstResponseTimeout":1}`,
+		pd:         `{"decodeFirstResponseTimeout":1,"decodeWatchdogEngines":"sglang,vllm,trtllm"}`,
 		wantStatus: 504, wantHeader: "x-error-pd-decode", wantMsg: "did not start responding",
 		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_decode_watchdog", "status_code": "504"},
 		sglangAborts: 1},
 	{name: "decode hang before first token, whole answer", fault: "decode-hang",
-		pd:         `{"decodeResponseTimeout":1}`,
+		pd:         `{"decodeResponseTimeout":1,"decodeWatchdogEngines":"sglang,vllm,trtllm"}`,
 		wantStatus: 504, wantHeader: "x-error-pd-decode", wantMsg: "did not finish responding",
 		metric: "gateway_pd_decode_watchdog_total", labels: map[string]string{"phase": "first_response"},
 		sglangAborts: 1},
 	{name: "decode stall mid-stream", fault: "decode-hang-after-3", stream: true,
-		pd:         `{"decodeStreamIdleTimeout":1}`,
+		pd:         `{"decodeStreamIdleTimeout":1,"decodeWatchdogEngines":"sglang,vllm,trtllm"}`,
 		wantStatus: 200, cut: true,
 		metric: "gateway_request_model_fail_total", labels: map[string]string{"status": "pd_decode_watchdog", "status_code": "504"},
 		sglangAborts: 1},

@@ -28,6 +28,9 @@ type Error struct {
 	Header string
 	// Reason is a short, bounded label for metrics (e.g. "no_endpoint", "bad_body").
 	Reason string
+	// Class, when set, refines Reason with a bounded sub-kind that metrics carry in a label of
+	// its own (a PD prefill failure's class: "timeout", "http_status", …).
+	Class string
 	// RetryAfter, when positive, is sent as the Retry-After header (seconds): the request was
 	// refused for load, not for what it says, and the same request may succeed later.
 	RetryAfter int

@@ -143,12 +143,28 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	if opts.RedisAddr != "" && gw.PD.TokenLoadSharedLedger {
+	if opts.RedisAddr != "" {
+		// Replicas share their request counts (running, pending, prefill in flight, drain rate)
+		// and, unless AIBRIX_TOKEN_LOAD_SHARED_LEDGER=false, the decode ledger, in one round trip.
+		var dec *ledger.Decode
+		if gw.PD.TokenLoadSharedLedger {
+			dec = a.tokens.Decode
+		}
+		prefill, pending := a.cascade.Trackers()
+		counts := &redisledger.RequestCounts{Running: a.deps.Running, Pending: pending, Prefill: prefill, Drain: a.deps.Drain,
+			Endpoints: func() []string {
+				eps := a.store.Load().Endpoints
+				keys := make([]string, len(eps))
+				for i, e := range eps {
+					keys[i] = e.Key()
+				}
+				return keys
+			}}
 		a.shared, err = redisledger.New(redisledger.Options{Addr: opts.RedisAddr, Password: opts.RedisPassword,
 			TLS: opts.RedisTLS, TLSSkipVerify: opts.RedisTLSSkipVerify, Clock: a.deps.Clock,
-			Logger: log.WithName("shared-ledger")}, a.tokens.Decode)
+			Logger: log.WithName("shared-ledger")}, dec, counts)
 		if err != nil {
-			return nil, fmt.Errorf("shared decode ledger (--redis-addr=%s): %w", opts.RedisAddr, err)
+			return nil, fmt.Errorf("shared request counts (--redis-addr=%s): %w", opts.RedisAddr, err)
 		}
 	}
 	sched := &observedScheduler{inner: a.router, m: tel.m}
@@ -267,9 +283,11 @@ func (a *App) Run(ctx context.Context) error {
 	run("metric scraper", a.scraper.Run)
 	run("outlier detection", func(ctx context.Context) error { a.health.Run(ctx); return nil })
 	run("prefix warmer", func(ctx context.Context) error { a.deps.Warmer.Run(ctx); return nil })
+	retire := a.deps.RetireDeparted(a.store)
+	run("prefix index retirer", func(ctx context.Context) error { retire(ctx); return nil })
 	run("token-load janitor", func(ctx context.Context) error { ledger.RunJanitor(ctx, 0, a.tokens.Sweepers()...); return nil })
 	if a.shared != nil {
-		run("shared decode ledger", func(ctx context.Context) error { a.shared.Run(ctx); return a.shared.Close() })
+		run("shared request counts and decode ledger", func(ctx context.Context) error { a.shared.Run(ctx); return a.shared.Close() })
 	}
 	run("disaggregation check", func(ctx context.Context) error {
 		warnDisaggregation(ctx, a.store, a.gw, a.opts.GatewayClient, a.log)

@@ -12,7 +12,8 @@ import (
 	"github.com/tandem-epp/tandem/internal/pool"
 )
 
-// disaggregationWarnings says why the complete prefill/decode rolesets of snap cannot
+// disaggregationWarnings says why the complete prefill/decode rolesets of snap (and its pods
+// with roles but no roleset, as llm-d labels them) cannot
 // disaggregate with these settings; nil when they can (or the pool has none). Each warning
 // names the pods and the setting to change. Per-profile routingConfig.handoff overrides are not
 // seen here: a warning about the gateway setting may not hold for a profile that overrides it.
@@ -20,9 +21,11 @@ func disaggregationWarnings(snap *pool.Snapshot, gw config.Gateway, gatewayClien
 	type sides struct{ prefill, decode []*pool.Endpoint }
 	rolesets := map[string]*sides{}
 	for _, e := range snap.Endpoints {
-		if e.Roleset == "" || (e.Role != pool.RolePrefill && e.Role != pool.RoleDecode) {
+		if e.Role != pool.RolePrefill && e.Role != pool.RoleDecode {
 			continue
 		}
+		// Pods without a roleset form one group: llm-d's pools have none, and its
+		// disagg-profile-handler pairs any of their prefill pods with any decode pod.
 		s := rolesets[e.Roleset]
 		if s == nil {
 			s = &sides{}

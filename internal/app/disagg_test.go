@@ -32,6 +32,13 @@ func TestDisaggregationWarnings(t *testing.T) {
 		{"destination-only gateway", []*pool.Endpoint{prefill, llmdDecode}, gw(config.HandoffAuto), config.ClientDestinationOnly,
 			[]string{"serve PD requests whole"}},
 		{"no complete roleset: nothing to say", []*pool.Endpoint{lonely}, gw(config.HandoffSidecar), config.ClientDestinationOnly, nil},
+		// llm-d's pools have no rolesets: its disagg-profile-handler pairs any prefill pod with
+		// any decode pod, so a destination-only gateway idles their prefill pods too.
+		{"destination-only gateway, llm-d pool without rolesets", []*pool.Endpoint{
+			ep("lp", map[string]string{pool.LabelLLMDRole: "prefill"}), ep("ld", map[string]string{pool.LabelLLMDRole: "decode"})},
+			gw(config.HandoffAuto), config.ClientDestinationOnly, []string{"the 1 decode pod(s)"}},
+		{"llm-d decode pods alone: nothing to say", []*pool.Endpoint{ep("ld", map[string]string{pool.LabelLLMDRole: "decode"})},
+			gw(config.HandoffAuto), config.ClientDestinationOnly, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -134,8 +135,8 @@ Flags:
 	fs.DurationVar(&o.DestinationOnlyHold, "destination-only-hold", DefaultDestinationOnlyHold, clientFlag("destination-only-hold"))
 	fs.BoolVar(&o.DebugTraceHeader, "debug-trace-header", false, "Return each decision's trace in the x-tandem-trace response header.")
 	fs.DurationVar(&o.GracePeriod, "grace-period", 30*time.Second, "How long open streams may run on after a shutdown signal.")
-	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis host:port for the decode ledger shared across replicas (also $TANDEM_REDIS_ADDR); empty keeps it local.")
-	fs.StringVar(&o.RedisPassword, "redis-password", "", "Redis password (prefer $TANDEM_REDIS_PASSWORD).")
+	fs.StringVar(&o.RedisAddr, "redis-addr", "", "Redis host:port through which replicas share their request counts and decode ledger (also $TANDEM_REDIS_ADDR, else AIBrix's $REDIS_HOST and $REDIS_PORT); empty keeps them local.")
+	fs.StringVar(&o.RedisPassword, "redis-password", "", "Redis password (prefer $TANDEM_REDIS_PASSWORD, else AIBrix's $REDIS_PASSWORD).")
 	fs.BoolVar(&o.RedisTLS, "redis-tls", false, "Connect to Redis over TLS (also $TANDEM_REDIS_TLS).")
 	fs.BoolVar(&o.RedisTLSSkipVerify, "redis-tls-insecure-skip-verify", false, "Do not verify the Redis server certificate.")
 	fs.BoolVar(&o.Version, "version", false, "Print the version, commit and Go version, then exit.")
@@ -188,11 +189,25 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 			o.PoolNamespace = "default"
 		}
 	}
+	// Redis: the flag, else Tandem's variable, else AIBrix's REDIS_HOST (and REDIS_PORT, default
+	// 6379) and REDIS_PASSWORD, so an AIBrix gateway Deployment's env works unchanged.
 	if o.RedisAddr == "" {
 		o.RedisAddr = getenv("TANDEM_REDIS_ADDR")
 	}
+	if o.RedisAddr == "" {
+		if host := strings.TrimSpace(getenv("REDIS_HOST")); host != "" {
+			port := strings.TrimSpace(getenv("REDIS_PORT"))
+			if port == "" {
+				port = "6379"
+			}
+			o.RedisAddr = net.JoinHostPort(host, port)
+		}
+	}
 	if o.RedisPassword == "" {
 		o.RedisPassword = getenv("TANDEM_REDIS_PASSWORD")
+	}
+	if o.RedisPassword == "" {
+		o.RedisPassword = getenv("REDIS_PASSWORD")
 	}
 	if !o.RedisTLS && getenv("TANDEM_REDIS_TLS") == "true" {
 		o.RedisTLS = true

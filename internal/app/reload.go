@@ -12,7 +12,10 @@ import (
 // watchConfig applies every new content of the --config-file until ctx ends.
 func (a *App) watchConfig(ctx context.Context) {
 	a.tel.m.ConfigFileLoaded()
-	filewatch.Watch(ctx, a.opts.ConfigFile, a.configData, filewatch.Options{Poll: a.opts.configPoll},
+	notifyFailed := func(err error) {
+		a.log.Error(err, "no change notifications for the --config-file; it is re-read on a timer")
+	}
+	filewatch.Watch(ctx, a.opts.ConfigFile, a.configData, filewatch.Options{Poll: a.opts.configPoll, NotifyFailed: notifyFailed},
 		func(data []byte) { _ = a.applyConfig(data) },
 		func(err error) { a.rejectConfig(fmt.Errorf("--config-file: %w", err)) })
 }

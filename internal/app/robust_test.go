@@ -321,6 +321,10 @@ endpoints:
 				if err != nil || int(msg.GetImmediateResponse().GetStatus().GetCode()) != tc.wantStatus {
 					t.Fatalf("got %v %v, want a %d", msg, err, tc.wantStatus)
 				}
+				// AIBrix's status and Tandem's class label (issue 16, item 6): one series per class,
+				// under the seed's status="pd_prefill_failure".
+				failed := map[string]string{"status": "pd_prefill_failure", "class": "http_status", "status_code": strconv.Itoa(tc.wantStatus)}
+				eventually(t, func() bool { return counter(t, a, "gateway_request_model_fail_total", failed) == 1 })
 			} else {
 				r, err := s.ReadRoute(req)
 				if err != nil || r.Immediate != nil {

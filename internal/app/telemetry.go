@@ -125,7 +125,7 @@ func (s *observedScheduler) Schedule(ctx context.Context, req *request.Request, 
 	d, err := s.inner.Schedule(ctx, req, snap, cands)
 	if err != nil {
 		ae := apierror.From(err)
-		s.m.RequestModelFail(s.m.ModelLabel(req.Model, declared), "gateway_req_body_fail", ae.Status)
+		s.m.RequestModelFail(s.m.ModelLabel(req.Model, declared), "gateway_req_body_fail", "", ae.Status)
 		return nil, err
 	}
 	if len(d.Prefill) > 0 && len(d.Destination) > 0 {
@@ -205,11 +205,11 @@ func (l *timedLifecycle) Done(err error) {
 		// An attempt retried on another pick is not a failed request; the retry's end counts.
 	case errors.As(err, &ae) && ae.Status >= 400:
 		// Tandem ended the request itself (PD hand-off: prefill failure, decode watchdog).
-		l.m.RequestModelFail(l.label(), ae.Reason, ae.Status)
+		l.m.RequestModelFail(l.label(), ae.Reason, ae.Class, ae.Status)
 	case l.status >= 400:
-		l.m.RequestModelFail(l.label(), "upstream_error", l.status)
+		l.m.RequestModelFail(l.label(), "upstream_error", "", l.status)
 	case err != nil && !errors.Is(err, context.Canceled):
-		l.m.RequestModelFail(l.label(), "stream_error", 500)
+		l.m.RequestModelFail(l.label(), "stream_error", "", 500)
 	}
 	if l.inner != nil {
 		l.inner.Done(err)

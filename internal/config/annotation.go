@@ -53,10 +53,10 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, n *Names) string {
 			return setName(&rc.PrefillScorePolicy, raw, n.PrefillPolicies)
 		}},
-	{"decodeScorePolicy", "policy name", "AIBRIX_DECODE_SCORE_POLICY", "must be a decode score policy",
+	{"decodeScorePolicy", "policy name (any case)", "AIBRIX_DECODE_SCORE_POLICY", "must be a decode score policy",
 		"Decode scoring policy for this profile's requests. (AIBrix fails the request on an unknown name; Tandem rejects the override and keeps the gateway policy.)",
 		func(rc *RoutingConfig, raw json.RawMessage, n *Names) string {
-			return setName(&rc.DecodeScorePolicy, raw, n.DecodePolicies)
+			return setEnum(&rc.DecodeScorePolicy, raw, n.DecodePolicies, AnyCase)
 		}},
 	{"promptLengthBucketing", "boolean", "AIBRIX_PROMPT_LENGTH_BUCKETING", "must be true or false",
 		"Turns prompt-length bucketing on or off for this profile's requests.",
@@ -68,10 +68,30 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			return setBoolPtr(&rc.BucketServe, raw)
 		}},
-	{"bucketServeMode", "one of throughput, rps", "AIBRIX_BUCKET_SERVE_MODE", "must be one of throughput, rps",
+	{"bucketServeMode", "one of throughput, rps (any case)", "AIBRIX_BUCKET_SERVE_MODE", "must be one of throughput, rps",
 		"Objective of the adaptive cut points for this profile.",
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
-			return setName(&rc.BucketServeMode, raw, []string{"throughput", "rps"})
+			return setEnum(&rc.BucketServeMode, raw, []string{"throughput", "rps"}, AnyCase)
+		}},
+	{"promptTokensGte", "integer", "none", "a whole number",
+		"`config-profile: auto` hint: the profile matches prompts of at least this many tokens (cl100k_base, as AIBrix counts).",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setHint(&rc.PromptTokensGte, raw)
+		}},
+	{"promptTokensLt", "integer", "none", "a whole number",
+		"`config-profile: auto` hint: the profile matches prompts of fewer than this many tokens.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setHint(&rc.PromptTokensLt, raw)
+		}},
+	{"maxTokensGte", "integer", "none", "a whole number",
+		"`config-profile: auto` hint: the profile matches requests whose `max_tokens` (else `max_completion_tokens`) is at least this.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setHint(&rc.MaxTokensGte, raw)
+		}},
+	{"maxTokensLt", "integer", "none", "a whole number",
+		"`config-profile: auto` hint: the profile matches requests whose `max_tokens` (else `max_completion_tokens`) is below this.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setHint(&rc.MaxTokensLt, raw)
 		}},
 	{"handoff", "one of auto, sidecar, epp", "TANDEM_PD_HANDOFF", "must be one of auto, sidecar, epp",
 		"How the prefill target is handed over for this profile's requests (`sidecar` for pods behind a decode-side routing sidecar that the auto rule does not recognise).",
@@ -84,13 +104,22 @@ var rcFields = []rcField{
 // manifests work unchanged. Any other unknown field is reported (it is likely a typo).
 var (
 	ignoredProfileFields = []string{"requestsPerSecond"}
-	ignoredRoutingFields = []string{"promptTokensGte", "promptTokensLt", "maxTokensGte", "maxTokensLt",
-		"loadBalance", "prefixCache", "preble", "vtc", "autoBlend"}
+	ignoredRoutingFields = []string{"loadBalance", "prefixCache", "preble", "vtc", "autoBlend"}
 )
 
 func jsonInt(raw json.RawMessage) (int, bool) {
 	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 32)
 	return int(n), err == nil
+}
+
+// setHint reads an auto-selection hint: a JSON integer (AIBrix decodes them as integers).
+func setHint(dst **int64, raw json.RawMessage) string {
+	n, err := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	if err != nil {
+		return "must be a whole number"
+	}
+	*dst = &n
+	return ""
 }
 
 func jsonBool(raw json.RawMessage) (bool, bool) {
@@ -118,6 +147,20 @@ func setName(dst *string, raw json.RawMessage, valid []string) string {
 		return oneOf(valid)
 	}
 	*dst = s
+	return ""
+}
+
+// setEnum is setName matching as c says (AnyCase: trimmed and lower-cased first, as AIBrix does).
+func setEnum(dst *string, raw json.RawMessage, valid []string, c Case) string {
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return oneOf(valid)
+	}
+	v, ok := matchEnum(s, valid, c)
+	if !ok {
+		return oneOf(valid)
+	}
+	*dst = v
 	return ""
 }
 
@@ -255,6 +298,8 @@ var pdOverrideFields = func() map[string][]int {
 }()
 
 // pdOverrides reads routingConfig.pd: each field is checked with its gateway variable's rule.
+// Numbers are JSON numbers; a list (decodeWatchdogEngines) is a JSON string of comma-separated
+// values or an array of strings.
 func (l *problemList) pdOverrides(path string, raw json.RawMessage) *PDOverrides {
 	fields, ok := l.object(path, raw, "pd overrides")
 	if !ok {
@@ -270,16 +315,41 @@ func (l *problemList) pdOverrides(path string, raw json.RawMessage) *PDOverrides
 			l.add(path+"."+k, v, "is not a per-profile override; ignored")
 			continue
 		}
+		field := rv.FieldByIndex(idx)
 		text := strings.TrimSpace(string(v))
+		if field.Type().Elem().Kind() == reflect.String {
+			var ok bool
+			if text, ok = jsonList(v); !ok {
+				l.add(path+"."+k, v, vr.Rule)
+				continue
+			}
+		}
 		scratch := DefaultGateway()
 		if reason := vr.set(&scratch, text); reason != "" {
 			l.add(path+"."+k, v, reason)
 			continue
 		}
+		if field.Type().Elem().Kind() == reflect.String {
+			field.Set(reflect.ValueOf(&text))
+			continue
+		}
 		f, _ := strconv.ParseFloat(text, 64)
-		rv.FieldByIndex(idx).Set(reflect.ValueOf(&f))
+		field.Set(reflect.ValueOf(&f))
 	}
 	return o
+}
+
+// jsonList reads a JSON string, or an array of strings joined with commas.
+func jsonList(raw json.RawMessage) (string, bool) {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, true
+	}
+	var xs []string
+	if json.Unmarshal(raw, &xs) == nil && len(xs) > 0 {
+		return strings.Join(xs, ","), true
+	}
+	return "", false
 }
 
 // apply returns pd with the overrides applied. Values were validated when parsed.
@@ -289,12 +359,19 @@ func (o *PDOverrides) apply(g Gateway) PD {
 	}
 	rv := reflect.ValueOf(o).Elem()
 	for key, idx := range pdOverrideFields {
-		p := rv.FieldByIndex(idx).Interface().(*float64)
-		if p == nil {
+		v, ok := varByProfileKey(key)
+		if !ok {
 			continue
 		}
-		if v, ok := varByProfileKey(key); ok {
-			v.set(&g, strconv.FormatFloat(*p, 'f', -1, 64))
+		switch p := rv.FieldByIndex(idx).Interface().(type) {
+		case *float64:
+			if p != nil {
+				v.set(&g, strconv.FormatFloat(*p, 'f', -1, 64))
+			}
+		case *string:
+			if p != nil {
+				v.set(&g, *p)
+			}
 		}
 	}
 	return g.PD

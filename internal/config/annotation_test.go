@@ -77,7 +77,8 @@ func TestSeedAnnotationExamples(t *testing.T) {
 			"pd":{"prefillRequestTimeout":10,"decodeStreamIdleTimeout":0,"tokenLoadKVWeight":0.25,"minMatchPct":40}}}}}`,
 			ModelConfig{Profiles: map[string]Profile{"fast": {RoutingConfig: &RoutingConfig{
 				PromptLengthBucketing: ptr(true), BucketServe: ptr(true), BucketServeMode: "rps", Handoff: "epp",
-				PD: &PDOverrides{PrefillRequestTimeout: ptr(10.0), DecodeStreamIdleTimeout: ptr(0.0), TokenLoadKVWeight: ptr(0.25), MinMatchPct: ptr(40.0)}}}}}},
+				PromptTokensGte: ptr(int64(100)),
+				PD:              &PDOverrides{PrefillRequestTimeout: ptr(10.0), DecodeStreamIdleTimeout: ptr(0.0), TokenLoadKVWeight: ptr(0.25), MinMatchPct: ptr(40.0)}}}}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -127,8 +128,9 @@ func TestAnnotationFieldProblems(t *testing.T) {
 				`profiles.default.routingConfig.combined="yes": must be true or false`,
 				`profiles.default.routingConfig.promptLenBucketMaxLength="2048": must be 0 (unlimited) or positive`},
 			nil},
-		{"bad pd overrides", `{"profiles":{"default":{"routingConfig":{"pd":{"tokenLoadKVWeight":-1,"minMatchPct":101,"prefillRequestTimeout":"10","decodeAbortTimeout":1.5,"decodeStreamIdleTimeout":30,"tokenLoadMaxSessions":5}}}}}`,
+		{"bad pd overrides", `{"profiles":{"default":{"routingConfig":{"pd":{"tokenLoadKVWeight":-1,"minMatchPct":101,"prefillRequestTimeout":"10","decodeAbortTimeout":1.5,"decodeStreamIdleTimeout":30,"tokenLoadMaxSessions":5,"decodeWatchdogEngines":7}}}}}`,
 			[]string{`profiles.default.routingConfig.pd.decodeAbortTimeout=1.5: must be a whole number`,
+				`profiles.default.routingConfig.pd.decodeWatchdogEngines=7: must be a comma-separated list of sglang, vllm, trtllm`,
 				`profiles.default.routingConfig.pd.minMatchPct=101: must be 0 to 100`,
 				`profiles.default.routingConfig.pd.prefillRequestTimeout="10": must be a whole number`,
 				`profiles.default.routingConfig.pd.tokenLoadKVWeight=-1: must be positive`,

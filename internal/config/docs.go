@@ -86,7 +86,9 @@ func Reference(plugins []PluginDoc) []byte {
 	p("   defaults) and the problem is reported in the log, a metric and a Kubernetes event on the pod.\n\n")
 	p("Per request, the strategy is chosen by: `lockedRoutingStrategy` > the `%s` header > the profile's\n", wire.HeaderRoutingStrategy)
 	p("`routingStrategy` > `ROUTING_ALGORITHM`. The profile is the one named by the `%s` header, else\n", wire.HeaderConfigProfile)
-	p("`defaultProfile`, else `%s`.\n\n", DefaultProfileName)
+	p("`defaultProfile`, else `%s`. `%s: auto` chooses the most specific profile whose hints match the request\n", DefaultProfileName, wire.HeaderConfigProfile)
+	p("(prompt tokens counted with cl100k_base, and `max_tokens`, else `max_completion_tokens`), else the default profile,\n")
+	p("and names it in the `%s` response header.\n\n", wire.HeaderAIBrixConfigProfile)
 
 	p("## Gateway settings\n\n")
 	p("Set each as an environment variable on the EPP Deployment, or under `gateway:` in the config file with the key\n")

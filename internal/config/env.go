@@ -115,10 +115,6 @@ func (g *Gateway) crossCheck() Errors {
 			Rule: "requires AIBRIX_PROMPT_LENGTH_BUCKETING=true (adaptive bucket serving plans over the prompt-length buckets); " +
 				"set AIBRIX_PROMPT_LENGTH_BUCKETING=true or AIBRIX_BUCKET_SERVE=false"})
 	}
-	if g.Outlier.MaxEjectionTime < g.Outlier.BaseEjectionTime {
-		errs = append(errs, &Problem{Field: "TANDEM_OUTLIER_MAX_EJECTION_TIME_MS", Value: fmt.Sprint(g.Outlier.MaxEjectionTime.Milliseconds()),
-			Rule: fmt.Sprintf("must be at least TANDEM_OUTLIER_BASE_EJECTION_TIME_MS (%d); raise it or lower the base ejection time", g.Outlier.BaseEjectionTime.Milliseconds())})
-	}
 	return errs
 }
 

@@ -31,6 +31,10 @@ type modelView struct {
 	defaultName string
 	profiles    map[string]*profileView
 	defaultPV   *profileView // profiles[defaultName], nil when absent
+	// auto are the profiles config-profile: auto chooses among; autoBounds the prompt-token
+	// boundaries of their hints.
+	auto       []autoCandidate
+	autoBounds []int
 }
 
 type profileView struct {
@@ -207,6 +211,7 @@ func (p *Profiles) build(cfg ModelConfig, problems *[]*Problem) *modelView {
 		v.profiles[name] = pv
 	}
 	v.defaultPV = v.profiles[v.defaultName]
+	v.auto, v.autoBounds = autoCandidates(cfg)
 	return v
 }
 

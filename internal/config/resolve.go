@@ -34,6 +34,9 @@ type Resolved struct {
 	// RequestedProfile is the config-profile header as sent (trimmed). PodRouting falls back
 	// to each pod's own default profile when the pod lacks it.
 	RequestedProfile string
+	// Auto says ProfileName was chosen by config-profile: auto (the response echoes it in
+	// x-aibrix-config-profile, as AIBrix does).
+	Auto bool
 	// ConfigPod is the pod key the model-wide config was read from; "" when no pod has one.
 	ConfigPod string
 	// Routing is the profile's routingConfig in the model-wide config (zero when none).
@@ -118,12 +121,17 @@ func (r *Resolver) Profiles() *Profiles { return r.profiles }
 // stable order). headers are keyed in lower case. The model-wide config comes from the first
 // endpoint with a usable model.aibrix.ai/config annotation.
 func (r *Resolver) ResolveEndpoints(headers map[string]string, endpoints []*pool.Endpoint) (Resolved, error) {
+	return r.ResolveEndpointsFor(headers, endpoints, Features{})
+}
+
+// ResolveEndpointsFor is ResolveEndpoints with the request features config-profile: auto reads.
+func (r *Resolver) ResolveEndpointsFor(headers map[string]string, endpoints []*pool.Endpoint, f Features) (Resolved, error) {
 	for _, e := range endpoints {
 		if v := r.profiles.view(e); v != nil {
-			return r.resolve(headers, v, e.PodKey())
+			return r.resolve(headers, v, e.PodKey(), f)
 		}
 	}
-	return r.resolve(headers, nil, "")
+	return r.resolve(headers, nil, "", f)
 }
 
 // Resolve is ResolveEndpoints for the endpoints of model in snap: those labelled with
@@ -131,15 +139,20 @@ func (r *Resolver) ResolveEndpoints(headers map[string]string, endpoints []*pool
 // without the label). The choice of config pod is memoised per snapshot, and a newer snapshot
 // drops the cached state of endpoints that left the pool.
 func (r *Resolver) Resolve(headers map[string]string, model string, snap *pool.Snapshot) (Resolved, error) {
+	return r.ResolveRequest(headers, model, snap, Features{})
+}
+
+// ResolveRequest is Resolve with the request features config-profile: auto reads.
+func (r *Resolver) ResolveRequest(headers map[string]string, model string, snap *pool.Snapshot, f Features) (Resolved, error) {
 	idx := r.indexFor(snap)
 	src, ok := idx.byModel[model]
 	if !ok {
 		src = idx.any
 	}
 	if src == nil {
-		return r.resolve(headers, nil, "")
+		return r.resolve(headers, nil, "", f)
 	}
-	return r.resolve(headers, idx.views[src], idx.podKeys[src])
+	return r.resolve(headers, idx.views[src], idx.podKeys[src], f)
 }
 
 // PodRouting returns the routingConfig an endpoint declares for the profile (see
@@ -153,12 +166,17 @@ func (r *Resolver) PodRouting(e *pool.Endpoint, profile string) RoutingConfig {
 	return r.profiles.PodRouting(e, profile)
 }
 
-func (r *Resolver) resolve(headers map[string]string, v *modelView, configPod string) (Resolved, error) {
+func (r *Resolver) resolve(headers map[string]string, v *modelView, configPod string, f Features) (Resolved, error) {
 	out := Resolved{RequestedProfile: strings.TrimSpace(headers[wire.HeaderConfigProfile])}
 	var pv *profileView
 	if v != nil {
 		out.ConfigPod = configPod
-		out.ProfileName, pv = v.profile(out.RequestedProfile)
+		name := out.RequestedProfile
+		if isAuto(name) {
+			name, out.Auto = v.autoProfile(f), true
+			out.RequestedProfile = name // each pod resolves its own profile of that name
+		}
+		out.ProfileName, pv = v.profile(name)
 	} else {
 		out.ProfileName = DefaultProfileName
 	}

@@ -135,7 +135,8 @@ const profilesAnn = `{
   "profiles": {
     "chat": {"routingStrategy": "pd", "routingConfig": {"promptLenBucketMaxLength": 2048, "prefillScorePolicy": "least_request"}},
     "long": {"routingStrategy": "pd", "routingConfig": {"promptLenBucketMinLength": 2048, "decodeScorePolicy": "conductor",
-             "handoff": "epp", "pd": {"prefillRequestTimeout": 120, "decodeStreamIdleTimeout": 0, "tokenLoadKVWeight": 0.5}}},
+             "handoff": "epp", "pd": {"prefillRequestTimeout": 120, "decodeStreamIdleTimeout": 0, "tokenLoadKVWeight": 0.5,
+             "decodeWatchdogEngines": ["vllm", "sglang"]}}},
     "batch": {"routingStrategy": "random"}
   }
 }`
@@ -188,6 +189,7 @@ func TestProfilePDOverrides(t *testing.T) {
 	want.PrefillRequestTimeout = 120 * time.Second
 	want.DecodeStreamIdleTimeout = 0
 	want.TokenLoadKVWeight = 0.5
+	want.DecodeWatchdogEngines = EngineSetOf("sglang", "vllm")
 	if long.PD != want || long.DecodeScorePolicy != "conductor" || long.Handoff != "epp" {
 		t.Errorf("long PD\n got %+v\nwant %+v", long.PD, want)
 	}

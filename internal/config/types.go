@@ -3,7 +3,13 @@
 // model.aibrix.ai/config pod annotation. It validates and reports; it must not route.
 package config
 
-import "time"
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/pool"
+)
 
 // PD holds every prefill/decode knob the seed names, with its gateway-wide value.
 // A profile's routingConfig.pd overrides apply on top for that profile's requests.
@@ -41,8 +47,12 @@ type PD struct {
 	DecodeFirstResponseTimeout time.Duration // AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT, 60s (0 = off)
 	DecodeResponseTimeout      time.Duration // AIBRIX_DECODE_RESPONSE_TIMEOUT, 0 (off)
 	DecodeStreamIdleTimeout    time.Duration // AIBRIX_DECODE_STREAM_IDLE_TIMEOUT, 120s (0 = off)
-	DecodeAbortTimeout         time.Duration // AIBRIX_DECODE_ABORT_TIMEOUT, 3s (0 = no abort)
-	DecodeAbortRetryDelay      time.Duration // AIBRIX_DECODE_ABORT_RETRY_DELAY, 2s
+	// DecodeWatchdogEngines are the engines whose decode legs the watchdog guards: SGLang's
+	// prefill returns only once the decode pod took the KV, so from then on the decode pod owes
+	// the answer; vLLM and TensorRT-LLM decode pods may queue legitimately (opt in per engine).
+	DecodeWatchdogEngines EngineSet     // TANDEM_DECODE_WATCHDOG_ENGINES, sglang
+	DecodeAbortTimeout    time.Duration // AIBRIX_DECODE_ABORT_TIMEOUT, 3s (0 = no abort)
+	DecodeAbortRetryDelay time.Duration // AIBRIX_DECODE_ABORT_RETRY_DELAY, 2s
 
 	PrefixCache PrefixCache
 
@@ -51,6 +61,12 @@ type PD struct {
 	// the decode pod declares a routing sidecar, else epp).
 	Handoff string // TANDEM_PD_HANDOFF, "auto"
 }
+
+// The AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE values.
+const (
+	TokenizerCharacter = "character" // four bytes of prompt text make a token
+	TokenizerTiktoken  = "tiktoken"  // cl100k_base token ids
+)
 
 // PrefixCache configures the prefix index used by prefix_cache, hybrid_cache_load and conductor.
 type PrefixCache struct {
@@ -86,6 +102,7 @@ func DefaultPD() PD {
 		TRTScheduleStyle:                   "context_first",
 		DecodeFirstResponseTimeout:         60 * time.Second,
 		DecodeStreamIdleTimeout:            120 * time.Second,
+		DecodeWatchdogEngines:              EngineSetOf(pool.EngineSGLang),
 		DecodeAbortTimeout:                 3 * time.Second,
 		DecodeAbortRetryDelay:              2 * time.Second,
 		PrefixCache: PrefixCache{
@@ -112,6 +129,12 @@ type RoutingConfig struct {
 	BucketServeMode          string       `json:"bucketServeMode,omitempty"`
 	Handoff                  string       `json:"handoff,omitempty"`
 	PD                       *PDOverrides `json:"pd,omitempty"`
+	// The config-profile: auto hints (AIBrix's names): a profile with any of them is a
+	// candidate, matching when every hint it has holds.
+	PromptTokensGte *int64 `json:"promptTokensGte,omitempty"`
+	PromptTokensLt  *int64 `json:"promptTokensLt,omitempty"`
+	MaxTokensGte    *int64 `json:"maxTokensGte,omitempty"`
+	MaxTokensLt     *int64 `json:"maxTokensLt,omitempty"`
 }
 
 // PDOverrides are the per-profile overrides of gateway variables (routingConfig.pd).
@@ -135,6 +158,8 @@ type PDOverrides struct {
 	DecodeFirstResponseTimeout         *float64 `json:"decodeFirstResponseTimeout,omitempty"`
 	DecodeResponseTimeout              *float64 `json:"decodeResponseTimeout,omitempty"`
 	DecodeStreamIdleTimeout            *float64 `json:"decodeStreamIdleTimeout,omitempty"`
+	// DecodeWatchdogEngines is a comma-separated engine list (a JSON string or array of strings).
+	DecodeWatchdogEngines *string `json:"decodeWatchdogEngines,omitempty"`
 }
 
 // Profile is one named profile of a model config.
@@ -209,6 +234,43 @@ func DefaultGateway() Gateway {
 		Outlier:               DefaultOutlier(),
 		Retry:                 DefaultRetry(),
 	}
+}
+
+// WatchdogGuards reports whether the decode watchdog is armed for a decode leg on engine.
+func (pd *PD) WatchdogGuards(engine string) bool { return pd.DecodeWatchdogEngines.Has(engine) }
+
+// Engines is every engine an EngineSet can hold, in the order it lists them.
+var Engines = []string{pool.EngineSGLang, pool.EngineVLLM, pool.EngineTRTLLM}
+
+// EngineSet is a set of Engines (a bit each), comparable so Gateway stays comparable.
+type EngineSet uint8
+
+// EngineSetOf returns the set of the named engines; unknown names are left out.
+func EngineSetOf(engines ...string) EngineSet {
+	var s EngineSet
+	for _, e := range engines {
+		if i := slices.Index(Engines, e); i >= 0 {
+			s |= 1 << i
+		}
+	}
+	return s
+}
+
+// Has reports whether engine is in the set.
+func (s EngineSet) Has(engine string) bool {
+	i := slices.Index(Engines, engine)
+	return i >= 0 && s&(1<<i) != 0
+}
+
+// String lists the set's engines comma-separated, in Engines order.
+func (s EngineSet) String() string {
+	var out []string
+	for i, e := range Engines {
+		if s&(1<<i) != 0 {
+			out = append(out, e)
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // Covers reports whether a pod with this routing config serves a prompt of n tokens, with the

@@ -128,22 +128,67 @@ func boolVar(name, key, desc string, f func(*Gateway) *bool) Var {
 
 func oneOf(values []string) string { return "must be one of " + strings.Join(values, ", ") }
 
-// enumVar accepts one of values. With keepDefault an unknown value is reported as a warning
-// and the default stays.
-func enumVar(name, key string, values []string, keepDefault bool, desc string, f func(*Gateway) *string) Var {
+// matchEnum returns the value of values raw names (trimmed; in any case when c is AnyCase).
+func matchEnum(raw string, values []string, c Case) (string, bool) {
+	raw = strings.TrimSpace(raw)
+	if c == AnyCase {
+		raw = strings.ToLower(raw)
+	}
+	if !slices.Contains(values, raw) {
+		return "", false
+	}
+	return raw, true
+}
+
+// Case says whether an enum setting matches its values exactly or in any case.
+type Case bool
+
+const (
+	Exact   Case = false // AIBrix compares the value as written
+	AnyCase Case = true  // AIBrix lower-cases the value first (it is stored lower-cased)
+)
+
+// enumVar accepts one of values, in any case when c is AnyCase. With keepDefault an unknown
+// value is reported as a warning and the default stays.
+func enumVar(name, key string, values []string, keepDefault bool, c Case, desc string, f func(*Gateway) *string) Var {
 	rule := oneOf(values)
+	if c == AnyCase {
+		desc += " Matched in any case, as AIBrix does."
+	}
 	return Var{
 		Name: name, Key: key, Type: "one of " + strings.Join(values, ", "), Rule: rule, Description: desc,
 		KeepDefault: keepDefault,
 		set: func(g *Gateway, raw string) string {
-			raw = strings.TrimSpace(raw)
-			if !slices.Contains(values, raw) {
+			v, ok := matchEnum(raw, values, c)
+			if !ok {
 				return rule
 			}
-			*f(g) = raw
+			*f(g) = v
 			return ""
 		},
 		format: func(g *Gateway) string { return *f(g) },
+	}
+}
+
+// engineListVar accepts a comma-separated list of Engines (each once, in any order; spaces
+// ignored).
+func engineListVar(name, key, profileKey, desc string, f func(*Gateway) *EngineSet) Var {
+	rule := "must be a comma-separated list of " + strings.Join(Engines, ", ")
+	return Var{
+		Name: name, Key: key, ProfileKey: profileKey, Type: "list of " + strings.Join(Engines, ", "), Rule: rule, Description: desc,
+		set: func(g *Gateway, raw string) string {
+			var set EngineSet
+			for _, part := range strings.Split(raw, ",") {
+				v, ok := matchEnum(part, Engines, Exact)
+				if !ok || set.Has(v) {
+					return rule
+				}
+				set |= EngineSetOf(v)
+			}
+			*f(g) = set
+			return ""
+		},
+		format: func(g *Gateway) string { return f(g).String() },
 	}
 }
 
@@ -172,13 +217,13 @@ var Vars = []Var{
 	boolVar("AIBRIX_BUCKET_SERVE", "bucketServe",
 		"Enable adaptive bucket serving on top of prompt-length bucketing (requires AIBRIX_PROMPT_LENGTH_BUCKETING=true).",
 		func(g *Gateway) *bool { return &g.PD.BucketServe }),
-	enumVar("AIBRIX_BUCKET_SERVE_MODE", "bucketServeMode", []string{"throughput", "rps"}, true,
+	enumVar("AIBRIX_BUCKET_SERVE_MODE", "bucketServeMode", []string{"throughput", "rps"}, true, AnyCase,
 		"Objective of the adaptive cut points: `throughput` (prompt token mass) or `rps` (request counts). An unknown value keeps the default.",
 		func(g *Gateway) *string { return &g.PD.BucketServeMode }),
 	durationVar("AIBRIX_PREFILL_REQUEST_TIMEOUT", "prefillRequestTimeout", "prefillRequestTimeout", time.Second, positive,
 		"Seconds before a prefill request to a prefill pod times out.",
 		func(g *Gateway) *time.Duration { return &g.PD.PrefillRequestTimeout }),
-	enumVar("AIBRIX_PREFILL_SCORE_POLICY", "prefillScorePolicy", docNames(prefillPolicyDocs), false,
+	enumVar("AIBRIX_PREFILL_SCORE_POLICY", "prefillScorePolicy", docNames(prefillPolicyDocs), false, Exact,
 		"Default scoring policy for selecting prefill pods.",
 		func(g *Gateway) *string { return &g.PD.PrefillScorePolicy }),
 	floatVar("AIBRIX_TOKEN_LOAD_KV_WEIGHT", "tokenLoadKVWeight", "tokenLoadKVWeight", positive,
@@ -208,10 +253,10 @@ var Vars = []Var{
 	boolVar("AIBRIX_TOKEN_LOAD_SHARED_LEDGER", "tokenLoadSharedLedger",
 		"`token_load` decode policy only, with Redis configured. Shares the decode ledger across gateway replicas. `false` keeps it local to each replica.",
 		func(g *Gateway) *bool { return &g.PD.TokenLoadSharedLedger }),
-	enumVar("AIBRIX_DECODE_SCORE_POLICY", "decodeScorePolicy", docNames(decodePolicyDocs), false,
+	enumVar("AIBRIX_DECODE_SCORE_POLICY", "decodeScorePolicy", docNames(decodePolicyDocs), false, AnyCase,
 		"Default scoring policy for selecting decode pods.",
 		func(g *Gateway) *string { return &g.PD.DecodeScorePolicy }),
-	enumVar("AIBRIX_KV_CONNECTOR_TYPE", "kvConnectorType", []string{"shfs", "nixl"}, false,
+	enumVar("AIBRIX_KV_CONNECTOR_TYPE", "kvConnectorType", []string{"shfs", "nixl"}, false, Exact,
 		"vLLM KV transfer adapter: `shfs` for GPU, `nixl` for Neuron. The pod label `model.aibrix.ai/kv-connector-type` overrides it per pod.",
 		func(g *Gateway) *string { return &g.PD.KVConnectorType }),
 	floatVar("AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD", "prefillLoadImbalanceMinSpread", "prefillLoadImbalanceMinSpread", nonNegative,
@@ -235,7 +280,7 @@ var Vars = []Var{
 	intVar("AIBRIX_TRT_MACHINE_ID", "trtMachineID", "", machineID,
 		"10-bit machine ID in the Snowflake-style TensorRT-LLM `disagg_request_id`. Must differ between gateway processes sharing TRT workers.",
 		func(g *Gateway) *int { return &g.PD.TRTMachineID }),
-	enumVar("AIBRIX_TRT_SCHEDULE_STYLE", "trtScheduleStyle", []string{"context_first", "generation_first"}, true,
+	enumVar("AIBRIX_TRT_SCHEDULE_STYLE", "trtScheduleStyle", []string{"context_first", "generation_first"}, true, AnyCase,
 		"TensorRT-LLM dispatch mode. `generation_first` needs the Python KV-cache transceiver on both roles. An unrecognized value is logged and falls back to `context_first`.",
 		func(g *Gateway) *string { return &g.PD.TRTScheduleStyle }),
 	durationVar("AIBRIX_DECODE_FIRST_RESPONSE_TIMEOUT", "decodeFirstResponseTimeout", "decodeFirstResponseTimeout", time.Second, offOrPos,
@@ -247,13 +292,16 @@ var Vars = []Var{
 	durationVar("AIBRIX_DECODE_STREAM_IDLE_TIMEOUT", "decodeStreamIdleTimeout", "decodeStreamIdleTimeout", time.Second, offOrPos,
 		"SGLang decode watchdog, streaming only: longest gap between two chunks after the first token. `0` disables.",
 		func(g *Gateway) *time.Duration { return &g.PD.DecodeStreamIdleTimeout }),
+	engineListVar("TANDEM_DECODE_WATCHDOG_ENGINES", "decodeWatchdogEngines", "decodeWatchdogEngines",
+		"Engines whose decode legs the decode watchdog guards (`epp` hand-off). The seed defines it for SGLang, whose prefill returns only once the decode pod took the KV; a vLLM or TensorRT-LLM decode pod may keep a request queued legitimately, so add them only to bound that wait.",
+		func(g *Gateway) *EngineSet { return &g.PD.DecodeWatchdogEngines }),
 	durationVar("AIBRIX_DECODE_ABORT_TIMEOUT", "decodeAbortTimeout", "decodeAbortTimeout", time.Second, offOrPos,
 		"SGLang: per-attempt timeout of the `/abort_request` sent to the decode pod when a PD request fails. `0` sends no abort.",
 		func(g *Gateway) *time.Duration { return &g.PD.DecodeAbortTimeout }),
 	durationVar("AIBRIX_DECODE_ABORT_RETRY_DELAY", "decodeAbortRetryDelay", "decodeAbortRetryDelay", time.Second, nonNegative,
 		"SGLang: delay before the second `/abort_request` attempt (skipped once the decode leg responds).",
 		func(g *Gateway) *time.Duration { return &g.PD.DecodeAbortRetryDelay }),
-	enumVar("AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE", "prefixCacheTokenizerType", []string{"character", "tiktoken"}, false,
+	enumVar("AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE", "prefixCacheTokenizerType", []string{"character", "tiktoken"}, false, Exact,
 		"Tokenizer of the prefix index used by `prefix_cache`, `hybrid_cache_load` and `conductor`.",
 		func(g *Gateway) *string { return &g.PD.PrefixCache.TokenizerType }),
 	intVar("AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "prefixCacheBlockSize", "", positive,
@@ -287,7 +335,7 @@ var Vars = []Var{
 		"Envoy's `base_ejection_time`: an ejection lasts this times the number of times the endpoint was ejected (less those forgiven), at most `TANDEM_OUTLIER_MAX_EJECTION_TIME_MS`; then the endpoint returns at its next successful scrape or probe, never on time alone.",
 		func(g *Gateway) *time.Duration { return &g.Outlier.BaseEjectionTime }),
 	durationVar("TANDEM_OUTLIER_MAX_EJECTION_TIME_MS", "outlierMaxEjectionTimeMs", "", time.Millisecond, positive,
-		"Envoy's `max_ejection_time`: the longest one ejection lasts. Must be at least `TANDEM_OUTLIER_BASE_EJECTION_TIME_MS`.",
+		"Envoy's `max_ejection_time`: the longest one ejection lasts. As in Envoy, a value below `TANDEM_OUTLIER_BASE_EJECTION_TIME_MS` takes the base ejection time.",
 		func(g *Gateway) *time.Duration { return &g.Outlier.MaxEjectionTime }),
 	floatVar("TANDEM_OUTLIER_MAX_EJECTION_PERCENT", "outlierMaxEjectionPercent", "", pctRange,
 		"Envoy's `max_ejection_percent`, per model and role group (prefill pods; the pods that serve requests: decode and standard): the most of a group that may be ejected at once, rounded down but always allowing one. Beyond it, and whenever an ejection would leave a model no complete roleset and no standard pod, the endpoint stays (counted in `tandem_outlier_ejections_overflow_total`): Tandem never ejects everything.",
@@ -307,7 +355,7 @@ var Vars = []Var{
 	strategyVar("ROUTING_ALGORITHM", "routingAlgorithm",
 		"Gateway default routing strategy, used when neither the model config nor the `routing-strategy` header names one. Unset: the `--config-file`'s scheduling when it has one, else `pd` when the model's endpoints carry prefill/decode roles, else `least-request`.",
 		func(g *Gateway) *string { return &g.DefaultStrategy }),
-	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffAuto, HandoffSidecar, HandoffEPP}, false,
+	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffAuto, HandoffSidecar, HandoffEPP}, false, Exact,
 		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy), `epp` (Tandem runs the prefill leg itself, so plain engine pods disaggregate), or `auto`: per request, `sidecar` when the decode pod declares a routing sidecar (it carries llm-d's `llm-d.ai/role` label, as llm-d's decode pods with the routing sidecar do), else `epp`. The prefill target also travels as `envoy.lb` metadata in every mode.",
 		func(g *Gateway) *string { return &g.PD.Handoff }),
 }

@@ -160,7 +160,7 @@ func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands [
 	if err != nil {
 		return nil, apierror.From(err)
 	}
-	st.ho = eppHandoff{h: h, model: req.Model, wd: handoff.NewWatchdog(d.PD, decode.PodKey(), req.Stream)}
+	st.ho = eppHandoff{h: h, model: req.Model, wd: handoff.NewWatchdog(d.PD, decode.PodKey(), decode.Engine, req.Stream)}
 	d.Trace.Add("handoff_epp:" + h.Engine())
 	ctx, ejected, stop := st.watchEjection(h, prefill)
 	body, aerr := h.Start(ctx)
@@ -168,7 +168,7 @@ func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands [
 	if aerr != nil {
 		if ejected() {
 			aerr = &apierror.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Header: apierror.HeaderPDPrefill,
-				Reason: ReasonPrefillEjected, Message: "prefill request failed: outlier detection ejected the prefill pod " + prefill.Key() + " while its leg was in flight"}
+				Reason: handoff.ReasonPrefillFailure, Class: ClassPrefillEjected, Message: "prefill request failed: outlier detection ejected the prefill pod " + prefill.Key() + " while its leg was in flight"}
 		}
 		return nil, aerr
 	}
@@ -225,6 +225,21 @@ func (st *stream) failRouted(e *apierror.Error) (bool, error) {
 		return true, err
 	}
 	return st.reqEnded, nil
+}
+
+// served tells the hand-off which decode pod the gateway sent the leg to, when it reports one
+// among the decision's destinations: aborts and the watchdog's answer name that pod.
+func (st *stream) served(hostPort string) {
+	if hostPort == "" || st.decision == nil {
+		return
+	}
+	for _, e := range st.decision.Destination {
+		if e.HostPort() == hostPort {
+			st.ho.h.Served(e)
+			st.ho.wd.Served(e.PodKey())
+			return
+		}
+	}
 }
 
 // onPrefillFailed handles an async prefill leg's failure: an error answer while the client

@@ -45,9 +45,10 @@ const (
 // attempt held, and is not a failed request.
 var ErrAttemptRetried = errors.New("the prefill leg failed and the request was retried on another pick")
 
-// ReasonPrefillEjected is the apierror reason of a prefill leg cancelled because outlier
-// detection ejected its pod while it was in flight.
-const ReasonPrefillEjected = "pd_prefill_ejected"
+// ClassPrefillEjected is the failure class (the apierror Class beside
+// handoff.ReasonPrefillFailure) of a prefill leg cancelled because outlier detection ejected its
+// pod while it was in flight.
+const ClassPrefillEjected = "ejected"
 
 // retryBudget is Envoy's retry budget for pair-level retries: a retry may start while the
 // retries in flight stay under budget_percent of the routed requests in flight, and the retries
@@ -123,20 +124,17 @@ func (st *stream) leaveRetry() {
 // error, a timeout, a 5xx or unusable answer, or the pod ejected mid-flight. A 4xx is the
 // request's fault, and a cancelled leg means the client left.
 func retryable(e *apierror.Error) bool {
-	if e.Header != apierror.HeaderPDPrefill {
+	if e.Header != apierror.HeaderPDPrefill || e.Reason != handoff.ReasonPrefillFailure {
 		return false
 	}
-	switch e.Reason {
-	case prefillReason(handoff.ClassTransport), prefillReason(handoff.ClassTimeout), prefillReason(handoff.ClassBadResponse),
-		ReasonPrefillEjected:
+	switch e.Class {
+	case string(handoff.ClassTransport), string(handoff.ClassTimeout), string(handoff.ClassBadResponse), ClassPrefillEjected:
 		return true
-	case prefillReason(handoff.ClassHTTPStatus):
+	case string(handoff.ClassHTTPStatus):
 		return e.Status >= 500
 	}
 	return false
 }
-
-func prefillReason(c handoff.FailureClass) string { return "pd_prefill_" + string(c) }
 
 func (st *stream) retryObserved(result string) {
 	if o, ok := st.srv.obs.(RetryObserver); ok {

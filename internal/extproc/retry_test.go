@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -263,12 +264,25 @@ func TestRetryBudget(t *testing.T) {
 // refused) is cancelled at once and retried on another pair, instead of waiting for the
 // prefill timeout (30 s).
 func TestPrefillEjectedMidFlightIsRetried(t *testing.T) {
-	arrived := make(chan struct{}, 1)
+	arrived, cancelled, stop := make(chan struct{}, 1), make(chan struct{}, 1), make(chan struct{})
+	var legs atomic.Int32
 	hung := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
-		arrived <- struct{}{}
-		<-r.Context().Done() // never answers
+		legs.Add(1)
+		// Read the body: only then does net/http watch the connection and cancel r.Context()
+		// when Tandem gives the leg up.
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
+		select { // never answers
+		case <-r.Context().Done():
+			cancelled <- struct{}{}
+		case <-stop:
+		}
 	}))
 	defer hung.Close()
+	defer close(stop) // before Close, even when the leg was not cancelled
 	rg := newRetryRigAt(t, config.DefaultRetry(), http.StatusOK, hung.Listener.Addr().String())
 	go func() {
 		<-arrived
@@ -285,6 +299,14 @@ func TestPrefillEjectedMidFlightIsRetried(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the retry waited %s", took)
+	}
+	select {
+	case <-cancelled:
+	case <-time.After(5 * time.Second):
+		t.Error("the leg to the ejected prefill pod was not cancelled")
+	}
+	if n := legs.Load(); n != 1 {
+		t.Errorf("%d legs reached the ejected pod, want 1", n)
 	}
 	if _, err := s.Respond(envoy.Response{Status: 200, Chunks: [][]byte{[]byte(`{}`)}}); err != nil {
 		t.Fatal(err)

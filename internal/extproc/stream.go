@@ -516,6 +516,7 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 	}
 	answer := responseHeadersAnswer(set)
 	if st.ho.active() && !st.ho.sent && st.ho.held == nil {
+		st.served(served)
 		st.ho.h.DecodeResponded()
 		if hold := st.srv.opts.ResponseHeaderHold; hold > 0 && !h.GetEndOfStream() {
 			// Until the first body chunk, at most hold: see eppHandoff.held.

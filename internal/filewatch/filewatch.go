@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -23,11 +24,16 @@ type Options struct {
 	Settle time.Duration
 	// NoNotify relies on polling alone (tests, filesystems without notifications).
 	NoNotify bool
+	// NotifyFailed hears why change notifications could not be set up or were lost (an
+	// exhausted inotify limit, a directory that cannot be watched); polling carries on. It is
+	// not a failure to read the file. nil ignores them.
+	NotifyFailed func(error)
 }
 
 // Watch calls changed with the file's content each time it differs from the content last
 // passed (initial is the content the caller already applied, nil for none), and failed with
-// every error reading it (a vanished file once, until it comes back), until ctx ends. An
+// every error reading it (a vanished file once, until it comes back), until ctx ends.
+// Trouble with change notifications goes to Options.NotifyFailed, never to failed. An
 // empty file is taken for one caught mid-write and waited out.
 func Watch(ctx context.Context, path string, initial []byte, o Options, changed func([]byte), failed func(error)) {
 	if o.Poll <= 0 {
@@ -56,15 +62,19 @@ func Watch(ctx context.Context, path string, initial []byte, o Options, changed 
 		last = data
 		changed(data)
 	}
+	notifyFailed := o.NotifyFailed
+	if notifyFailed == nil {
+		notifyFailed = func(error) {}
+	}
 	var events <-chan fsnotify.Event
 	var errs <-chan error
 	if !o.NoNotify {
 		if n, err := fsnotify.NewWatcher(); err != nil {
-			failed(err)
+			notifyFailed(fmt.Errorf("watching %s: %w; polling every %v only", path, err, o.Poll))
 		} else {
 			defer n.Close()
 			if err := n.Add(filepath.Dir(path)); err != nil {
-				failed(err)
+				notifyFailed(fmt.Errorf("watching %s: %w; polling every %v only", filepath.Dir(path), err, o.Poll))
 			} else {
 				events, errs = n.Events, n.Errors
 			}
@@ -87,7 +97,7 @@ func Watch(ctx context.Context, path string, initial []byte, o Options, changed 
 				settle.Reset(o.Settle)
 				continue
 			}
-			failed(err)
+			notifyFailed(err)
 		case <-settle.C:
 			read()
 		case <-poll.C:

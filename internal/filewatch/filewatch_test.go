@@ -2,6 +2,8 @@ package filewatch
 
 import (
 	"context"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -72,4 +74,58 @@ func TestWatchReportsEachNewContentOnce(t *testing.T) {
 	waitFor([]string{"v2", "v3"}, 1)
 	cancel()
 	<-done
+}
+
+// A failure to set up change notifications (an exhausted inotify limit, a directory that cannot
+// be watched) is not a failed read of the file: failed hears only about reading it, the
+// notifier's trouble goes to NotifyFailed, and polling carries on. (The config-file reload
+// counted a notification failure as a rejected configuration and set
+// tandem_config_file_applied to 0 while the file was fine.)
+func TestNotificationFailureIsNotAFailedRead(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "later", "epp.yaml") // its directory does not exist yet: no watch
+	var mu sync.Mutex
+	var reads, notifies []error
+	var got []string
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Watch(ctx, path, nil, Options{Poll: 20 * time.Millisecond, NotifyFailed: func(err error) { mu.Lock(); notifies = append(notifies, err); mu.Unlock() }},
+			func(b []byte) { mu.Lock(); got = append(got, string(b)); mu.Unlock() },
+			func(err error) { mu.Lock(); reads = append(reads, err); mu.Unlock() })
+	}()
+	until := func(cond func() bool) {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			ok := cond()
+			mu.Unlock()
+			if ok || time.Now().After(deadline) {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	until(func() bool { return len(reads) > 0 }) // the watch has started and found no file
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("v1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	until(func() bool { return len(got) == 1 })
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "v1" {
+		t.Errorf("contents %q, want the file found by polling", got)
+	}
+	if len(notifies) != 1 {
+		t.Errorf("NotifyFailed got %v, want the watch's one failure", notifies)
+	}
+	if len(reads) != 1 || !errors.Is(reads[0], fs.ErrNotExist) {
+		t.Errorf("failed got %v, want only the missing file", reads)
+	}
 }

@@ -3,6 +3,7 @@ package handoff
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,6 +118,7 @@ func (a *Adapters) For(prefill *pool.Endpoint) (Engine, error) {
 	switch prefill.Engine {
 	case pool.EngineVLLM:
 		c, ok := prefill.Labels[pool.LabelKVConnector]
+		c = strings.ToLower(c) // AIBrix matches the label in any case
 		if !ok || c == "" {
 			return a.vllm[a.connector], nil
 		}

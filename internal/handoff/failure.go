@@ -37,6 +37,10 @@ func (f *Failure) Error() string {
 
 func (f *Failure) Unwrap() error { return f.Err }
 
+// ReasonPrefillFailure is the apierror reason of a request its prefill leg failed: the seed's
+// (and AIBrix's) gateway_request_model_fail_total status label; the class goes in the class label.
+const ReasonPrefillFailure = "pd_prefill_failure"
+
 // Status is what the client receives: the engine's own status when it is an error status
 // (400-599), 502 for any other status, and 503 for every other class.
 func (f *Failure) Status() int {
@@ -59,5 +63,5 @@ func (f *Failure) APIError() *apierror.Error {
 	}
 	return &apierror.Error{Status: f.Status(), Type: typ, Header: apierror.HeaderPDPrefill,
 		Message: fmt.Sprintf("prefill request failed (%s): %s", f.Class, msg),
-		Reason:  "pd_prefill_" + string(f.Class)}
+		Reason:  ReasonPrefillFailure, Class: string(f.Class)}
 }

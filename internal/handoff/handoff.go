@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
 )
 
@@ -35,7 +36,8 @@ type Handoff struct {
 	failed          chan *apierror.Error
 	succeeded       chan struct{}
 	responded       atomic.Bool
-	completed       atomic.Bool // the request completed: an async leg is left to end on its own
+	completed       atomic.Bool                   // the request completed: an async leg is left to end on its own
+	served          atomic.Pointer[pool.Endpoint] // the decode pod answering, when not Input.Decode
 	finished        atomic.Bool
 	bg              sync.WaitGroup
 	legDone         sync.Once // Input.PrefillDone runs once, even when a panic interrupts the leg
@@ -230,6 +232,22 @@ func (h *Handoff) DecodeResponded() {
 	h.stopAbortCancel()
 }
 
+// Served records the decode pod the gateway actually sent the decode leg to (a fallback named
+// by x-gateway-destination-endpoint-served): it holds the rid, so aborts go there from now on.
+func (h *Handoff) Served(decode *pool.Endpoint) {
+	if decode != nil {
+		h.served.Store(decode)
+	}
+}
+
+// decodeTarget is the pod an abort goes to: the one that served, else the planned one.
+func (h *Handoff) decodeTarget() *pool.Endpoint {
+	if e := h.served.Load(); e != nil {
+		return e
+	}
+	return h.in.Decode
+}
+
 // AbortDecode asks the decode pod to drop the request with a single /abort_request (SGLang only;
 // reason is e.g. the watchdog's Verdict.AbortReason). It returns at once.
 func (h *Handoff) AbortDecode(reason string) { h.abort(reason, false) }
@@ -247,10 +265,11 @@ func (h *Handoff) abort(reason string, retry bool) {
 				h.recovered("handoff_abort", r)
 			}
 		}()
-		res := h.a.opts.Aborter.Abort(h.stopAbort, h.in.Decode, h.plan.RID, policy, retry)
+		target := h.decodeTarget()
+		res := h.a.opts.Aborter.Abort(h.stopAbort, target, h.plan.RID, policy, retry)
 		h.a.opts.Observer.DecodeAbort(reason, res)
 		if res == AbortError {
-			h.a.opts.Log.Info("decode abort failed", "requestID", h.in.RequestID, "decode", h.in.Decode.PodKey(), "rid", h.plan.RID)
+			h.a.opts.Log.Info("decode abort failed", "requestID", h.in.RequestID, "decode", target.PodKey(), "rid", h.plan.RID)
 		}
 	}()
 }

@@ -415,6 +415,7 @@ func TestAdaptersSelection(t *testing.T) {
 		{name: "vLLM default connector", engine: pool.EngineVLLM, want: "vllm/shfs"},
 		{name: "gateway nixl", mutate: func(p *config.PD) { p.KVConnectorType = "nixl" }, engine: pool.EngineVLLM, want: "vllm/nixl"},
 		{name: "pod label overrides", engine: pool.EngineVLLM, label: "nixl", want: "vllm/nixl"},
+		{name: "pod label in any case (as AIBrix)", engine: pool.EngineVLLM, label: "NIXL", want: "vllm/nixl"},
 		{name: "unknown pod label: the gateway's", mutate: func(p *config.PD) { p.KVConnectorType = "nixl" }, engine: pool.EngineVLLM, label: "mooncake", want: "vllm/nixl"},
 		{name: "unknown gateway connector: shfs", mutate: func(p *config.PD) { p.KVConnectorType = "tcp" }, engine: pool.EngineVLLM, want: "vllm/shfs"},
 		{name: "sglang", engine: pool.EngineSGLang, want: "sglang"},

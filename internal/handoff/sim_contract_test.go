@@ -334,7 +334,7 @@ func TestSimContractSGLangDecodeStallWatchdog(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	h.DecodeResponded()
-	w := NewWatchdog(pd, "ns/decode-0", true)
+	w := NewWatchdog(pd, "ns/decode-0", pool.EngineSGLang, true)
 	w.Headers()
 	select {
 	case <-h.PrefillSucceeded():

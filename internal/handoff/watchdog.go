@@ -38,15 +38,25 @@ type Watchdog struct {
 	deadline                        time.Time // zero: no deadline in this phase
 }
 
-// NewWatchdog builds the watchdog for a request to decodePod with the effective (profile-
-// overridden) PD config. 0 disables a phase.
-func NewWatchdog(pd config.PD, decodePod string, stream bool) *Watchdog {
-	w := &Watchdog{decodePod: decodePod, stream: stream, firstTimeout: pd.DecodeResponseTimeout}
+// NewWatchdog builds the watchdog for a request to decodePod, an engine pod, with the
+// effective (profile-overridden) PD config. 0 disables a phase; an engine outside
+// pd.DecodeWatchdogEngines (TANDEM_DECODE_WATCHDOG_ENGINES, SGLang by default) disables both:
+// only SGLang's prefill leg proves the decode pod took the request, so only there does the decode
+// pod owe an answer within a bound; a vLLM or TensorRT-LLM decode pod may queue it legitimately.
+func NewWatchdog(pd config.PD, decodePod, engine string, stream bool) *Watchdog {
+	w := &Watchdog{decodePod: decodePod, stream: stream}
+	if !pd.WatchdogGuards(engine) {
+		return w
+	}
+	w.firstTimeout = pd.DecodeResponseTimeout
 	if stream {
 		w.firstTimeout, w.idleTimeout = pd.DecodeFirstResponseTimeout, pd.DecodeStreamIdleTimeout
 	}
 	return w
 }
+
+// Served records the decode pod that is answering (the gateway served a fallback): the 504 names it.
+func (w *Watchdog) Served(decodePod string) { w.decodePod = decodePod }
 
 // Arm starts the watchdog: the prefill leg succeeded at now. Chunks seen before arming count.
 func (w *Watchdog) Arm(now time.Time) {

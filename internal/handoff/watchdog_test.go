@@ -6,6 +6,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // wdEvent happens at t seconds after the start.
@@ -64,7 +65,7 @@ func TestWatchdog(t *testing.T) {
 			pd.DecodeFirstResponseTimeout, pd.DecodeResponseTimeout, pd.DecodeStreamIdleTimeout = sec(c.first), sec(c.resp), sec(c.idle)
 			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			at := func(s float64) time.Time { return t0.Add(sec(s)) }
-			w := NewWatchdog(pd, "ns/decode-0", c.stream)
+			w := NewWatchdog(pd, "ns/decode-0", pool.EngineSGLang, c.stream)
 			for _, e := range c.events {
 				switch e.kind {
 				case "arm":
@@ -110,5 +111,32 @@ func TestWatchdog(t *testing.T) {
 				t.Error("fired twice")
 			}
 		})
+	}
+}
+
+// TestWatchdogGuardsOnlyTheConfiguredEngines: armed for SGLang by default; a vLLM or
+// TensorRT-LLM decode leg gets no deadline unless TANDEM_DECODE_WATCHDOG_ENGINES names it.
+func TestWatchdogGuardsOnlyTheConfiguredEngines(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, c := range []struct {
+		engine  string
+		engines config.EngineSet
+		armed   bool
+	}{
+		{pool.EngineSGLang, config.DefaultPD().DecodeWatchdogEngines, true},
+		{pool.EngineVLLM, config.DefaultPD().DecodeWatchdogEngines, false},
+		{pool.EngineTRTLLM, config.DefaultPD().DecodeWatchdogEngines, false},
+		{pool.EngineVLLM, config.EngineSetOf(pool.EngineVLLM), true},
+		{pool.EngineSGLang, config.EngineSetOf(pool.EngineVLLM), false},
+	} {
+		pd := config.DefaultPD()
+		pd.DecodeWatchdogEngines = c.engines
+		w := NewWatchdog(pd, "ns/d", c.engine, true)
+		w.Arm(t0)
+		_, ok := w.Deadline()
+		_, fired := w.Expired(t0.Add(time.Hour))
+		if ok != c.armed || fired != c.armed {
+			t.Errorf("%s with engines %s: deadline %v, fired %v; want armed=%v", c.engine, c.engines, ok, fired, c.armed)
+		}
 	}
 }

@@ -310,9 +310,10 @@ func (d *Detector) EjectedKeys() []string {
 	return out
 }
 
-// ejectionTime is base × multiplier, at most the maximum.
+// ejectionTime is base × multiplier, at most the maximum; a maximum below base takes base, as
+// Envoy's max_ejection_time does.
 func (d *Detector) ejectionTime(multiplier int) time.Duration {
-	base, limit := d.cfg.BaseEjectionTime, d.cfg.MaxEjectionTime
+	base, limit := d.cfg.BaseEjectionTime, max(d.cfg.MaxEjectionTime, d.cfg.BaseEjectionTime)
 	if multiplier < 1 {
 		multiplier = 1
 	}

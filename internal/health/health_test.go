@@ -238,6 +238,20 @@ func TestEjectionTimeGrows(t *testing.T) {
 	}
 }
 
+// A maximum below the base ejection time takes the base, as Envoy's max_ejection_time does:
+// Tandem accepts the pair rather than refusing to start.
+func TestMaxEjectionTimeBelowBase(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxEjectionTime = time.Second // base is 10s
+	f := newFixture(t, cfg, podSpec{"a", "", ""}, podSpec{"b", "", ""})
+	for range 5 {
+		f.answer("a", 500)
+	}
+	if got := f.d.Status(f.key("a")).Until.Sub(f.clock.Now()); got != 10*time.Second {
+		t.Fatalf("ejection lasts %s, want the base 10s", got)
+	}
+}
+
 // A refused connection on the serving port ejects at once; on another port (a metrics port) it
 // says nothing about where requests go. A scrape timeout is a gateway failure.
 func TestRefusedServingPortEjectsAtOnce(t *testing.T) {

@@ -1,7 +1,9 @@
 package load
 
 import (
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +23,8 @@ type window struct {
 	mu    sync.Mutex
 	slot  [rateSlots]uint32
 	stamp [rateSlots]int64 // the unix second each slot holds
+	// remote is the other replicas' rate for the key (float64 bits), as last read.
+	remote atomic.Uint64
 }
 
 // NewRate returns an empty rate reading clock (the system clock when nil).
@@ -54,8 +58,8 @@ func (r *Rate) Record(key string) {
 	w.mu.Unlock()
 }
 
-// PerSecond is the number of events for key in the last 60 seconds divided by 60.
-// A key never recorded reads 0.
+// PerSecond is the number of events for key in the last 60 seconds divided by 60, this
+// replica's and the other replicas' (SetRemote). A key never recorded reads 0.
 func (r *Rate) PerSecond(key string) float64 {
 	r.mu.RLock()
 	w := r.keys[key]
@@ -63,15 +67,49 @@ func (r *Rate) PerSecond(key string) float64 {
 	if w == nil {
 		return 0
 	}
-	now := r.clock.Now().Unix()
+	return w.local(r.clock.Now().Unix()) + math.Float64frombits(w.remote.Load())
+}
+
+// Local is this replica's own rate for key (what it publishes).
+func (r *Rate) Local(key string) float64 {
+	r.mu.RLock()
+	w := r.keys[key]
+	r.mu.RUnlock()
+	if w == nil {
+		return 0
+	}
+	return w.local(r.clock.Now().Unix())
+}
+
+// SetRemote replaces the other replicas' rates: remote[key] for the keys it holds, 0 for every
+// other key (nil: none).
+func (r *Rate) SetRemote(remote map[string]float64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, w := range r.keys {
+		if _, ok := remote[k]; !ok {
+			w.remote.Store(0)
+		}
+	}
+	for k, v := range remote {
+		w := r.keys[k]
+		if w == nil {
+			w = &window{}
+			r.keys[k] = w
+		}
+		w.remote.Store(math.Float64bits(v))
+	}
+}
+
+func (w *window) local(now int64) float64 {
 	var n uint64
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for i := range w.slot {
 		if now-w.stamp[i] < rateSlots && w.stamp[i] <= now {
 			n += uint64(w.slot[i])
 		}
 	}
-	w.mu.Unlock()
 	return float64(n) / rateSlots
 }
 

@@ -9,53 +9,103 @@ import (
 	"sync/atomic"
 )
 
-// Tracker counts requests in flight per endpoint key. Safe for concurrent use.
+// Tracker counts requests in flight per endpoint key: this replica's own, plus, when several
+// replicas share their counts (SetRemote), the other replicas'. Safe for concurrent use.
 type Tracker struct {
-	counts sync.Map // endpoint key -> *atomic.Int64
+	counts   sync.Map // endpoint key -> *counter
+	onChange atomic.Pointer[func(key string)]
+}
+
+type counter struct {
+	local  atomic.Int64
+	remote atomic.Int64 // the other replicas' requests, as last read
 }
 
 // NewTracker returns an empty tracker.
 func NewTracker() *Tracker { return &Tracker{} }
 
-func (t *Tracker) counter(key string) *atomic.Int64 {
+func (t *Tracker) counter(key string) *counter {
 	if c, ok := t.counts.Load(key); ok {
-		return c.(*atomic.Int64)
+		return c.(*counter)
 	}
-	c, _ := t.counts.LoadOrStore(key, new(atomic.Int64))
-	return c.(*atomic.Int64)
+	c, _ := t.counts.LoadOrStore(key, new(counter))
+	return c.(*counter)
+}
+
+// OnChange makes the tracker call f(key) after each change of a local count (nil: none). f must
+// not block: it runs on the request path.
+func (t *Tracker) OnChange(f func(key string)) {
+	if f == nil {
+		t.onChange.Store(nil)
+		return
+	}
+	t.onChange.Store(&f)
+}
+
+func (t *Tracker) changed(key string) {
+	if f := t.onChange.Load(); f != nil {
+		(*f)(key)
+	}
 }
 
 // Start records one more request in flight on the endpoint and returns the function that
 // ends it. The returned function is idempotent: calling it twice releases once.
 func (t *Tracker) Start(key string) (done func()) {
 	c := t.counter(key)
-	c.Add(1)
+	c.local.Add(1)
+	t.changed(key)
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			if c.Add(-1) < 0 {
-				c.Store(0)
+			if c.local.Add(-1) < 0 {
+				c.local.Store(0)
 			}
+			t.changed(key)
 		})
 	}
 }
 
-// InFlight is the number of requests currently in flight on the endpoint.
+// InFlight is the number of requests currently in flight on the endpoint, this replica's and
+// the other replicas'.
 func (t *Tracker) InFlight(key string) int64 {
 	if c, ok := t.counts.Load(key); ok {
-		return c.(*atomic.Int64).Load()
+		c := c.(*counter)
+		return c.local.Load() + c.remote.Load()
 	}
 	return 0
 }
 
-// Lookup is InFlight plus whether the endpoint was ever counted. The seed's policies treat
-// an endpoint the gateway never saw ("no RealtimeNumRequestsRunning metric") differently
-// from one at zero.
+// Local is this replica's own requests in flight on the endpoint (what it publishes).
+func (t *Tracker) Local(key string) int64 {
+	if c, ok := t.counts.Load(key); ok {
+		return c.(*counter).local.Load()
+	}
+	return 0
+}
+
+// Lookup is InFlight plus whether the endpoint was ever counted (by any replica). The seed's
+// policies treat an endpoint the gateway never saw ("no RealtimeNumRequestsRunning metric")
+// differently from one at zero.
 func (t *Tracker) Lookup(key string) (n int64, ok bool) {
 	if c, ok := t.counts.Load(key); ok {
-		return c.(*atomic.Int64).Load(), true
+		c := c.(*counter)
+		return c.local.Load() + c.remote.Load(), true
 	}
 	return 0, false
+}
+
+// SetRemote replaces the other replicas' counts: remote[key] for the keys it holds, 0 for every
+// other key (nil: no remote counts at all, e.g. while Redis does not answer).
+func (t *Tracker) SetRemote(remote map[string]int64) {
+	t.counts.Range(func(k, c any) bool {
+		if _, ok := remote[k.(string)]; !ok {
+			c.(*counter).remote.Store(0)
+		}
+		return true
+	})
+	for k, n := range remote {
+		t.counter(k).remote.Store(n)
+	}
 }
 
 // Keys lists the endpoints with a counter.

@@ -23,13 +23,14 @@ func (b *BucketServe) Prefer(cy *picker.Cycle, rolesets []string) (string, bool)
 	if len(groups) == 0 {
 		return "", false
 	}
-	band, ok := b.Planner.Band(cy.Req.Model, bucketserve.ParseMode(cy.Resolved.PD.BucketServeMode), cy.Req.PromptTokens, groups)
+	n := promptLength(cy)
+	band, ok := b.Planner.Band(cy.Req.Model, bucketserve.ParseMode(cy.Resolved.PD.BucketServeMode), n, groups)
 	if !ok {
 		return "", false
 	}
 	for _, rs := range rolesets {
 		if rs == band.Roleset {
-			b.Planner.Routed(band, cy.Req.PromptTokens)
+			b.Planner.Routed(band, n)
 			return rs, true
 		}
 	}

@@ -142,6 +142,10 @@ func (c *Cascade) Deps() *picker.Deps { return c.deps }
 // PrefillInFlight is the number of prefill requests in flight on an endpoint.
 func (c *Cascade) PrefillInFlight(key string) int64 { return c.prefill.InFlight(key) }
 
+// Trackers are the cascade's own request counters, prefill requests in flight and pending
+// decodes per endpoint (to share them across replicas).
+func (c *Cascade) Trackers() (prefill, pending *load.Tracker) { return c.prefill, c.pending }
+
 // PendingDecode is the number of picked requests whose decode has not started on an endpoint.
 func (c *Cascade) PendingDecode(key string) int64 { return c.pending.InFlight(key) }
 

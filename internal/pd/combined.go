@@ -32,7 +32,7 @@ func (c *Cascade) noPair(cy *picker.Cycle, s *selection, fallbacks int) (*picker
 	if s.pt.bucketed && (s.pt.nPrefill > 0 && s.pt.nDecode > 0) {
 		return nil, apierror.Unavailable("no_bucket_match",
 			"no prompt-length bucket matches prompt length %d tokens and no combined pod covers it; "+
-				"widen promptLenBucketMinLength/promptLenBucketMaxLength or add a combined: true pod", cy.Req.PromptTokens)
+				"widen promptLenBucketMinLength/promptLenBucketMaxLength or add a combined: true pod", promptLength(cy))
 	}
 	return nil, apierror.Unavailable("no_pd_pair",
 		"no complete prefill/decode roleset among %d candidates (prefill pods %d, decode pods %d, incomplete rolesets %d) "+

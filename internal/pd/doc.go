@@ -20,7 +20,12 @@
 //  2. policy_<name>_test.go: a table of PrefillBatch/DecodeBatch inputs and the scores worked
 //     out by hand.
 //
-// Nothing else changes: the policy is accepted by name in AIBRIX_PREFILL_SCORE_POLICY /
+// One line elsewhere: its name and score formula in internal/config's prefillPolicyDocs (or
+// decodePolicyDocs). The variables' accepted values, the generated reference and the chart's
+// schema are made from that list, so AIBRIX_PREFILL_SCORE_POLICY refuses a name missing there
+// ("must be one of …"); regenerate them with `go generate ./internal/config` and
+// `go test ./manifests/ -run TestChartSettings -update`. Nothing else changes: the policy is
+// accepted by name in AIBRIX_PREFILL_SCORE_POLICY /
 // AIBRIX_DECODE_SCORE_POLICY, in a model config's prefillScorePolicy / decodeScorePolicy, and
 // in a --config-file's prefill-policy-scorer or decode-policy-scorer (parameter policy), and
 // the roleset handler pairs on its raw score exactly as on the seed's own. A policy that needs

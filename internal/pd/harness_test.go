@@ -177,9 +177,10 @@ func (h *harness) sample(name string, s metrics.Sample) {
 	h.deps.Metrics.Put(h.key(name), &s)
 }
 
-// warm makes pod hold the first blocks of text (blocks of the gateway block size).
+// warm makes pod hold the first blocks of text (blocks of the gateway block size, in the PD
+// policies' layout).
 func (h *harness) warm(name, text string, blocks int) {
-	hs := prefix.Hash(nil, text, prefix.BlockBytes(h.gw.PrefixCache.BlockSize))
+	hs, _ := prefix.HashHead(nil, text, prefix.BlockBytes(h.gw.PrefixCache.BlockSize), prefix.HeadSplit(h.gw.PrefixCache.BlockSize))
 	h.deps.Prefix.Add("m", hs[:blocks], h.key(name))
 }
 

@@ -161,15 +161,16 @@ func (c *Cascade) matchPrefix(cy *picker.Cycle, sel *selection) {
 	if c.deps.Prefix == nil {
 		return
 	}
-	sel.hashes = picker.PromptHashes(cy, sel.knobs.PrefixCache.BlockSize)
+	b := picker.PromptBlocks(cy, sel.knobs.PrefixCache.BlockSize)
+	sel.hashes = b.Hashes
 	if len(sel.hashes) == 0 {
 		return
 	}
-	c.deps.Prefix.Match(cy.Req.Model, sel.hashes, func(key string, pct float64) {
+	c.deps.Prefix.MatchBlocks(cy.Req.Model, sel.hashes, func(key string, n int) {
 		if sel.match == nil {
 			sel.match = make(map[string]float64)
 		}
-		sel.match[key] = pct
+		sel.match[key] = b.Pct(n)
 	})
 }
 
@@ -342,7 +343,7 @@ func (s *PolicyScorer) PostPick(ctx context.Context, cy *picker.Cycle, d *picker
 	if p := s.resolve(ctx, cy); p.prefill == nil || !p.prefill.UsesPrefix() {
 		return
 	}
-	hashes := picker.PromptHashes(cy, cy.Resolved.PD.PrefixCache.BlockSize)
+	hashes := picker.PromptBlocks(cy, cy.Resolved.PD.PrefixCache.BlockSize).Hashes
 	if sel := selectionOf(cy); sel != nil {
 		hashes = sel.hashes
 	}

@@ -1,6 +1,7 @@
 package picker
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/tandem-epp/tandem/internal/config"
@@ -65,6 +66,47 @@ func (d *Deps) ForgetGone(snap *pool.Snapshot) {
 		for _, k := range d.Drain.Keys() {
 			if _, ok := live[k]; !ok {
 				d.Drain.Forget(k)
+			}
+		}
+	}
+}
+
+// RetireDeparted keeps the prefix index to the pool, off the request path: it watches store from
+// now on and returns the loop to run (until ctx ends), which on every snapshot forgets the
+// endpoints that left, and those that came back at another address (the same name and port,
+// another pod: a restart must not inherit its predecessor's affinity). Without it an endpoint's
+// blocks stay until they age out (AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS).
+func (d *Deps) RetireDeparted(store *pool.Store) (run func(ctx context.Context)) {
+	changes := store.Changes()
+	seen := map[string]string{} // endpoint key -> address, as last seen
+	look := func() {
+		snap := store.Load()
+		now := make(map[string]string, len(snap.Endpoints))
+		for _, e := range snap.Endpoints {
+			now[e.Key()] = e.HostPort()
+		}
+		var gone map[string]struct{}
+		for k, addr := range seen {
+			if cur, ok := now[k]; !ok || cur != addr {
+				if gone == nil {
+					gone = map[string]struct{}{}
+				}
+				gone[k] = struct{}{}
+			}
+		}
+		if d.Prefix != nil {
+			d.Prefix.ForgetAll(gone)
+		}
+		seen = now
+	}
+	look()
+	return func(ctx context.Context) {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changes:
+				look()
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/tandem-epp/tandem/internal/config"
 )
@@ -80,10 +81,11 @@ func FromFile(f *config.File, reg *Registry, deps *Deps, taken []string) (*FileR
 		used[t] = true
 	}
 	if handler != nil && handler.Type() != TypeSingleProfileHandler {
-		if used[handler.Name()] {
+		name := strategyName(handler.Name())
+		if used[name] {
 			return nil, fmt.Errorf("%s: profile handler %q has the name of a built-in strategy (the file's strategy takes the handler's name); rename it", f.Name, handler.Name())
 		}
-		c, err := NewChain(handler.Name(), handler, profiles, deps, producers...)
+		c, err := NewChain(name, handler, profiles, deps, producers...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: profile handler %q: %w", f.Name, handler.Name(), err)
 		}
@@ -94,21 +96,23 @@ func FromFile(f *config.File, reg *Registry, deps *Deps, taken []string) (*FileR
 		handler = NewSingleProfileHandler()
 	}
 	for i, prof := range profiles {
-		if used[prof.Name] {
-			return nil, fmt.Errorf("%s:%d: scheduling profile %q has the name of a built-in strategy; rename it", f.Name, profileLine(f, i), prof.Name)
+		name := strategyName(prof.Name)
+		if used[name] {
+			return nil, fmt.Errorf("%s:%d: scheduling profile %q has the name of a built-in strategy or of another profile (strategy names are compared in lower case); rename it",
+				f.Name, profileLine(f, i), prof.Name)
 		}
-		used[prof.Name] = true
-		c, err := NewChain(prof.Name, handler, []*Profile{prof}, deps, producers...)
+		used[name] = true
+		c, err := NewChain(name, handler, []*Profile{prof}, deps, producers...)
 		if err != nil {
 			return nil, fmt.Errorf("%s: scheduling profile %q: %w", f.Name, prof.Name, err)
 		}
 		out.Strategies = append(out.Strategies, c)
-		if prof.Name == config.DefaultProfileName {
-			out.Default = prof.Name
+		if name == config.DefaultProfileName {
+			out.Default = name
 		}
 	}
 	if out.Default == "" && len(profiles) == 1 {
-		out.Default = profiles[0].Name
+		out.Default = strategyName(profiles[0].Name)
 	}
 	if out.Default == "" && len(profiles) > 1 {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("%s: %d scheduling profiles and none named %q: each runs only when a request names it (routing-strategy header, model config or ROUTING_ALGORITHM)",
@@ -116,6 +120,11 @@ func FromFile(f *config.File, reg *Registry, deps *Deps, taken []string) (*FileR
 	}
 	return out, nil
 }
+
+// strategyName is the routing strategy a file's profile (or profile handler) becomes: its name
+// in lower case, because every way a request names a strategy (the routing-strategy header,
+// ROUTING_ALGORITHM) is matched in lower case; a profile "Fast" would be unreachable otherwise.
+func strategyName(name string) string { return strings.ToLower(name) }
 
 // buildPlugins builds every declared plugin, retrying those that wait for another.
 func buildPlugins(f *config.File, reg *Registry, h *Handle) error {

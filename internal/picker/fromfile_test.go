@@ -73,6 +73,43 @@ schedulingProfiles:
 	d.Lifecycle.Done(nil)
 }
 
+// A profile's name is matched as every strategy name is, in lower case: a profile named
+// "Fast" is run by the header routing-strategy: Fast (or fast, or ROUTING_ALGORITHM=fast). It
+// used to be unreachable: the header was lowered to "fast", refused with a 400 whose list of
+// valid strategies named "Fast". A second profile differing only in case, or one named like a
+// built-in strategy in another case, collides as an exact duplicate does.
+func TestConfigFileProfileNamesMatchInAnyCase(t *testing.T) {
+	f := parseFile(t, `
+plugins:
+- type: random-picker
+  parameters: {maxNumOfEndpoints: 1}
+schedulingProfiles:
+- name: Fast
+  plugins:
+  - pluginRef: random-picker
+- name: default
+  plugins:
+  - pluginRef: random-picker
+`)
+	deps := NewDeps(nil, config.PrefixCache{})
+	r := routerOver(t, f, deps)
+	snap := snapOf(ep("a", "", ""), ep("b", "", ""))
+	for _, h := range []string{"Fast", "fast", "FAST"} {
+		d, err := r.Schedule(context.Background(), parse(t, map[string]string{"routing-strategy": h}, "hi"), snap, snap.Endpoints)
+		if err != nil || d.Strategy != "fast" {
+			t.Fatalf("routing-strategy: %s: %+v %v; want the file's profile Fast", h, d, err)
+		}
+		d.Lifecycle.Done(nil)
+	}
+	for _, profiles := range []string{"- name: Fast\n  plugins: [{pluginRef: random-picker}]\n- name: fast\n  plugins: [{pluginRef: random-picker}]\n",
+		"- name: Random\n  plugins: [{pluginRef: random-picker}]\n"} {
+		_, err := FromFile(parseFile(t, "plugins:\n- type: random-picker\nschedulingProfiles:\n"+profiles), NewRegistry(), deps, []string{"random"})
+		if err == nil || !strings.Contains(err.Error(), "rename it") {
+			t.Errorf("%q: err = %v, want a collision", profiles, err)
+		}
+	}
+}
+
 // Which strategy a file makes the default: its "default" profile, its only profile, or —
 // with several and none named default — none (they run when named).
 func TestConfigFileDefaultStrategy(t *testing.T) {

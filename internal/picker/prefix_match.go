@@ -4,8 +4,10 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/prefix"
+	"github.com/tandem-epp/tandem/internal/tokenize"
 )
 
 // PrefixMatch is one request's prompt matched against a prefix index: how many leading
@@ -44,6 +46,58 @@ func (m *PrefixMatch) Total() int {
 	return len(m.Hashes)
 }
 
+// Blocks are a prompt's prefix blocks as the PD prefix policies (prefix_cache, hybrid_cache_load,
+// conductor) match them: the first block hashed in finer sub-blocks (prefix.HashHead), so short
+// shared prefixes have affinity too.
+type Blocks struct {
+	Hashes      []uint64
+	Head, Split int
+}
+
+// Pct is the match percentage of n leading blocks.
+func (b *Blocks) Pct(n int) float64 { return prefix.HeadPct(n, b.Head, b.Split, len(b.Hashes)) }
+
+var blocksKeys sync.Map // int -> StateKey[*Blocks]
+
+// PromptBlocks returns the request's Blocks for blocks of blockTokens tokens, computing them
+// once per cycle.
+func PromptBlocks(c *Cycle, blockTokens int) *Blocks {
+	k, ok := blocksKeys.Load(blockTokens)
+	if !ok {
+		k, _ = blocksKeys.LoadOrStore(blockTokens, NewStateKey[*Blocks]("prefix.blocks/"+strconv.Itoa(blockTokens)))
+	}
+	key := k.(StateKey[*Blocks])
+	if b, ok := key.Read(c.State); ok {
+		return b
+	}
+	b := &Blocks{Split: prefix.HeadSplit(blockTokens)}
+	b.Hashes, b.Head = prefix.HashHead(nil, PrefixText(c), prefix.BlockBytes(blockTokens), b.Split)
+	key.Write(c.State, b)
+	return b
+}
+
+var tokenIDsKey = NewStateKey[string]("prefix.tokenIDs")
+
+// PrefixText is what prefix blocks are cut from: the prompt's bytes (a token is four of them),
+// or with AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE=tiktoken its cl100k_base token ids, four bytes
+// each, as AIBrix hashes them. Tokenizing costs tens of microseconds per KiB: it is done once per
+// cycle, and only when that tokenizer is configured.
+func PrefixText(c *Cycle) string {
+	if c.Resolved.PD.PrefixCache.TokenizerType != config.TokenizerTiktoken || c.Req.Prompt == "" {
+		return c.Req.Prompt
+	}
+	if s, ok := tokenIDsKey.Read(c.State); ok {
+		return s
+	}
+	ids, err := tokenize.AppendIDs(nil, c.Req.Prompt)
+	if err != nil {
+		return c.Req.Prompt // the vocabulary is embedded: this cannot fail but on a broken build
+	}
+	s := string(ids)
+	tokenIDsKey.Write(c.State, s)
+	return s
+}
+
 // hashKeys holds the state key of each block size asked for (a handful per process).
 var hashKeys sync.Map // int -> StateKey[[]uint64]
 
@@ -58,7 +112,7 @@ func PromptHashes(c *Cycle, blockTokens int) []uint64 {
 	if h, ok := key.Read(c.State); ok {
 		return h
 	}
-	h := prefix.Hash(nil, c.Req.Prompt, prefix.BlockBytes(blockTokens))
+	h := prefix.Hash(nil, PrefixText(c), prefix.BlockBytes(blockTokens))
 	key.Write(c.State, h)
 	return h
 }

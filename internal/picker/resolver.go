@@ -12,7 +12,8 @@ type Resolved = config.Resolved
 // Resolver turns a request's headers and model into a Resolved configuration and reads
 // per-pod routing configuration. *config.Resolver implements it.
 type Resolver interface {
-	Resolve(headers map[string]string, model string, snap *pool.Snapshot) (Resolved, error)
+	// ResolveRequest resolves with the request features config-profile: auto reads.
+	ResolveRequest(headers map[string]string, model string, snap *pool.Snapshot, f config.Features) (Resolved, error)
 	// PodRouting is the routingConfig the endpoint declares for the profile (its default
 	// profile when it has no such profile; zero when it declares nothing).
 	PodRouting(e *pool.Endpoint, profile string) config.RoutingConfig

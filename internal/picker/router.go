@@ -98,7 +98,8 @@ func (r *Router) Strategy(name string) Strategy { return r.routes.Load().strateg
 // Schedule implements Scheduler.
 func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.Snapshot, cands []*pool.Endpoint) (*Decision, error) {
 	t := r.routes.Load()
-	res, err := t.resolver.Resolve(req.Headers, req.Model, snap)
+	res, err := t.resolver.ResolveRequest(req.Headers, req.Model, snap,
+		config.Features{Prompt: req.PromptLength, MaxTokens: req.MaxTokens, HasMaxTokens: req.HasMaxTokens})
 	if err != nil {
 		return nil, apierror.From(err)
 	}
@@ -139,6 +140,9 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 		d.ResponseHeaders = map[string]string{}
 	}
 	d.ResponseHeaders[ResponseHeaderStrategy] = name
+	if res.Auto {
+		d.ResponseHeaders[wire.HeaderAIBrixConfigProfile] = res.ProfileName
+	}
 	if log.V(1).Enabled() {
 		trace, _ := json.Marshal(d.Trace)
 		log.V(1).Info("decision", "request", req.ID, "strategy", name, "source", res.StrategySource,

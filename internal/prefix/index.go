@@ -306,15 +306,36 @@ func (ix *Index) drop(b *block) {
 }
 
 // Forget removes an endpoint from every block (it left the pool). O(blocks).
-func (ix *Index) Forget(key string) {
+func (ix *Index) Forget(key string) { ix.ForgetAll(map[string]struct{}{key: {}}) }
+
+// ForgetAll removes the endpoints from every block in one pass over the index, O(blocks)
+// whatever their number: a pool change that retires many endpoints costs one walk.
+func (ix *Index) ForgetAll(keys map[string]struct{}) {
+	if len(keys) == 0 {
+		return
+	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for b := ix.lru.next; b != &ix.lru; {
 		next := b.next
-		if b.without(key) == 0 {
+		n := 0
+		for _, h := range b.holders {
+			if _, gone := keys[h.key]; gone {
+				if h.at != nil {
+					ix.release(h.key, h.at)
+				}
+				continue
+			}
+			b.holders[n] = h
+			n++
+		}
+		b.holders = b.holders[:n]
+		if n == 0 {
 			ix.evict(b)
 		}
 		b = next
 	}
-	delete(ix.holders, key)
+	for k := range keys {
+		delete(ix.holders, k)
+	}
 }

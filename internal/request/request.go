@@ -7,12 +7,15 @@ package request
 
 import (
 	"bytes"
+	"mime"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/tidwall/gjson"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/tokenize"
 	"github.com/tandem-epp/tandem/internal/wire"
 )
 
@@ -45,6 +48,13 @@ type Request struct {
 	Prompt string // text used for prefix hashing and the prompt-length estimate
 	// PromptTokens estimates the prompt length: one token per four bytes of prompt text.
 	PromptTokens int
+	// PromptLength is the prompt's length in cl100k_base tokens, counted only as far as the
+	// decisions that compare it with a boundary need (bucketing, config-profile: auto), each
+	// token at most once per request. Never nil for a parsed request.
+	PromptLength *tokenize.Length
+	// MaxTokens is max_tokens, else max_completion_tokens, when the body has one as an integer.
+	MaxTokens    int64
+	HasMaxTokens bool
 	// BodyTokens is the seed's token-load estimate: one token per four bytes of request body.
 	BodyTokens int
 	Stream     bool
@@ -92,7 +102,9 @@ type Options struct {
 // client input becomes what the rest of Tandem reads:
 //   - the headers Tandem reads (ReadHeaders) are made valid UTF-8 and bounded, in headers
 //     itself, so every later reader (labels, logs, upstream requests) sees the safe value;
-//   - the ControlFields are removed from the body, whatever the route, unless trusted;
+//   - the ControlFields are removed from the body, whatever the route, unless trusted; a JSON
+//     body in an encoding the engines decode but Tandem's scan does not (a byte-order mark,
+//     UTF-16, UTF-32) is a 400 on every route for that reason;
 //   - completions and chat completions are validated as vLLM's OpenAI server validates the
 //     fields Tandem reads (model, messages or prompt and their shapes, stream, max_tokens,
 //     max_completion_tokens, duplicates of them): what it refuses is a 400 naming the field,
@@ -105,13 +117,19 @@ type Options struct {
 func ParseWith(method, path string, headers map[string]string, raw []byte, o Options) (*Request, error) {
 	sessionKey := headers[HeaderSessionKey] // the seed's length rule is about the key as sent
 	cleanHeaders(headers)
-	r := &Request{Method: method, Path: path, Headers: headers, Body: raw, BodyTokens: len(raw) / 4}
+	r := &Request{Method: method, Path: path, Headers: headers, Body: raw, BodyTokens: len(raw) / 4, PromptLength: tokenize.NewLength("")}
 	r.ID = headers[wire.HeaderRequestID]
 	if sessionKey != "" && len(sessionKey) <= maxSessionKeyBytes {
 		r.SessionKey = headers[HeaderSessionKey]
 	}
 	api := APIFromPath(path)
 	inference := api == APIChatCompletions || api == APICompletions
+	if !o.TrustPDFields && engineReadsAsJSON(headers["content-type"]) && foreignEncoding(raw) {
+		// Before the control fields are looked for: Tandem's scan reads UTF-8 without a mark,
+		// so the fields of such a body would reach a pod on every route Tandem does not validate.
+		return nil, apierror.BadRequest("bad_body", "",
+			"request body is not plain UTF-8 JSON (it starts with a byte-order mark or is UTF-16 or UTF-32); send it UTF-8 encoded, without a byte-order mark")
+	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		switch {
 		case inference:
@@ -217,8 +235,48 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	if err != nil {
 		return nil, err
 	}
-	r.PromptTokens = (len(r.Prompt) + 3) / 4
+	r.PromptLength = tokenize.NewLength(r.Prompt)
+	r.PromptTokens = r.PromptLength.Estimate()
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		if v := f(k); v.Type == gjson.Number {
+			if n, err := strconv.ParseInt(v.Raw, 10, 64); err == nil {
+				r.MaxTokens, r.HasMaxTokens = n, true
+				break
+			}
+		}
+	}
 	return r, nil
+}
+
+// engineReadsAsJSON reports whether the engines' OpenAI servers parse a body of this
+// content type as JSON: FastAPI does when there is none, for application/json and for
+// application/*+json, and for no other type.
+func engineReadsAsJSON(contentType string) bool {
+	if contentType == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		mt, _, _ = strings.Cut(strings.ToLower(contentType), ";")
+		mt = strings.TrimSpace(mt)
+	}
+	sub, ok := strings.CutPrefix(mt, "application/")
+	return ok && (sub == "json" || strings.HasSuffix(sub, "+json"))
+}
+
+// foreignEncoding reports a body Python's json.loads, which the engines read bodies with,
+// decodes as something other than plain UTF-8 (json.detect_encoding): a UTF-8, UTF-16 or
+// UTF-32 byte-order mark, or a NUL in one of the first two bytes (UTF-16 or UTF-32 without
+// one). RFC 8259 forbids all of them in JSON sent between systems.
+func foreignEncoding(raw []byte) bool {
+	switch {
+	case bytes.HasPrefix(raw, []byte("\xef\xbb\xbf")), bytes.HasPrefix(raw, []byte{0xfe, 0xff}),
+		bytes.HasPrefix(raw, []byte{0xff, 0xfe}): // the last is also UTF-32LE's mark
+		return true
+	case len(raw) >= 2 && (raw[0] == 0 || raw[1] == 0): // UTF-32BE's mark starts with NULs too
+		return true
+	}
+	return false
 }
 
 // noPathBody refuses a request without :path whose body names no inference API: an InferencePool

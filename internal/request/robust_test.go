@@ -201,3 +201,64 @@ func FuzzTopLevel(f *testing.F) {
 		}
 	})
 }
+
+// TestControlFieldsCannotHideBehindAnEncoding: the engines' OpenAI servers (FastAPI, Python's
+// json.loads on the raw bytes) read a JSON body with a UTF-8 byte-order mark, and UTF-16 or
+// UTF-32 bodies, as the object they encode (json.detect_encoding). Tandem's scan does not take
+// such a body for an object, so on a route it does not validate (SGLang's native /generate
+// reads bootstrap_host) it used to forward bootstrap_host, kv_transfer_params and the like
+// untouched. Such a body is now a 400 on every route, unless its content type says it is not
+// JSON (FastAPI parses no other).
+func TestControlFieldsCannotHideBehindAnEncoding(t *testing.T) {
+	const obj = `{"model":"m","prompt":"p","bootstrap_host":"10.9.9.9","bootstrap_port":1,"bootstrap_room":7,` +
+		`"kv_transfer_params":{"remote_host":"10.9.9.9","remote_port":1}}`
+	widen := func(width int, bigEndian bool, bom []byte) []byte {
+		out := append([]byte(nil), bom...)
+		for _, c := range []byte(obj) {
+			unit := make([]byte, width)
+			if bigEndian {
+				unit[width-1] = c
+			} else {
+				unit[0] = c
+			}
+			out = append(out, unit...)
+		}
+		return out
+	}
+	bodies := map[string][]byte{
+		"UTF-8 with a byte-order mark": append([]byte("\xef\xbb\xbf"), obj...),
+		"UTF-16LE with a BOM":          widen(2, false, []byte{0xff, 0xfe}),
+		"UTF-16BE with a BOM":          widen(2, true, []byte{0xfe, 0xff}),
+		"UTF-16LE":                     widen(2, false, nil),
+		"UTF-16BE":                     widen(2, true, nil),
+		"UTF-32LE":                     widen(4, false, nil),
+		"UTF-32BE with a BOM":          widen(4, true, []byte{0, 0, 0xfe, 0xff}),
+	}
+	for name, body := range bodies {
+		for _, path := range []string{"/generate", "/v1/completions", ""} {
+			for _, ct := range []string{"", "application/json", "Application/JSON; charset=utf-16", "application/vnd.api+json"} {
+				h := map[string]string{}
+				if ct != "" {
+					h["content-type"] = ct
+				}
+				r, err := Parse("POST", path, h, body)
+				var ae *apierror.Error
+				if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+					t.Errorf("%s to %q as %q: forwarded (%v), want a 400", name, path, ct, err)
+					continue
+				}
+				if r != nil || !strings.Contains(ae.Message, "UTF-8") {
+					t.Errorf("%s to %q: message %q does not say to send UTF-8", name, path, ae.Message)
+				}
+			}
+		}
+	}
+	// A body whose content type is not JSON is never parsed as JSON by the engines: an upload
+	// that happens to start with a NUL or a BOM is routed as before.
+	for _, ct := range []string{"application/octet-stream", "multipart/form-data; boundary=x", "text/plain"} {
+		r, err := Parse("POST", "/v1/files", map[string]string{"content-type": ct}, []byte("\x00\x01binary"))
+		if err != nil || r.API != APIOther {
+			t.Errorf("%s upload: %v, want it routed", ct, err)
+		}
+	}
+}

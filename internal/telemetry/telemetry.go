@@ -122,7 +122,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	podLabels := []string{"namespace", "pod_name"}
 	epLabels := []string{"namespace", "pod_name", "port"}
 
-	m.requestModelFail = m.counterVec("gateway_request_model_fail_total", "Requests that failed, by model, failure status and HTTP status code (the seed's name).", "model", "status", "status_code")
+	m.requestModelFail = m.counterVec("gateway_request_model_fail_total", "Requests that failed, by model, failure status, failure class (a PD prefill failure's: timeout, http_status, …; empty otherwise) and HTTP status code (the seed's name).", "model", "status", "class", "status_code")
 	m.prefillSuccess = m.counterVec("gateway_prefill_request_success_total", "Prefill legs that succeeded (the seed's name).", "status", "status_code")
 	m.prefillFail = m.counterVec("gateway_prefill_request_fail_total", "Prefill legs or pair selections that failed, by failure status and HTTP status code (the seed's name).", "status", "status_code")
 	m.pdPrefillFailure = m.counterVec("gateway_pd_prefill_failure_total", "Terminal prefill-leg failures in PD fail-fast, by failure class and whether the decode leg had responded (stage).", "class", "stage")
@@ -396,9 +396,13 @@ func (t *ResponseTimer) BodyChunk(now time.Time, size int) {
 }
 
 // RequestModelFail counts a failed request (gateway_request_model_fail_total), e.g.
-// ("m", "pd_decode_watchdog", 504).
-func (m *Metrics) RequestModelFail(model, status string, code int) {
-	m.requestModelFail.WithLabelValues(m.bound("model", model), m.bound("status", status), strconv.Itoa(code)).Inc()
+// ("m", "pd_decode_watchdog", "", 504) or ("m", "pd_prefill_failure", "timeout", 503): status is
+// the seed's (AIBrix's) label value, class the failure's bounded sub-kind ("" when none).
+func (m *Metrics) RequestModelFail(model, status, class string, code int) {
+	if class != "" { // no class: the label stays empty (absent), not "unknown"
+		class = m.bound("class", class)
+	}
+	m.requestModelFail.WithLabelValues(m.bound("model", model), m.bound("status", status), class, strconv.Itoa(code)).Inc()
 }
 
 // PrefillRequestSuccess counts a successful prefill leg, with the seed's labels

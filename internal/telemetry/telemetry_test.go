@@ -44,7 +44,7 @@ func exercise(m *Metrics) {
 	m.PluginLatency("prefill-scorer", 50*time.Microsecond)
 	m.TimeToFirstToken("m", pool.RoleDecode, 200*time.Millisecond)
 	m.InterTokenLatency("m", pool.RoleDecode, 20*time.Millisecond)
-	m.RequestModelFail("m", "pd_decode_watchdog", 504)
+	m.RequestModelFail("m", "pd_decode_watchdog", "", 504)
 	m.PrefillRequestSuccess()
 	m.PrefillRequestFail("pd-do-prefill-request-error", 500)
 	m.PrefillFailure("timeout", "before_response")
@@ -408,7 +408,7 @@ func TestModelLabelsAreBoundedByThePool(t *testing.T) {
 	if got := m.ModelLabel("served-by-an-unnamed-pool", false); got != "served-by-an-unnamed-pool" {
 		t.Errorf("a model the pool answered: %q", got)
 	}
-	m.RequestModelFail("sim\xff", "upstream_error", 500) // used to panic
+	m.RequestModelFail("sim\xff", "upstream_error", "", 500) // used to panic
 	m.PanicRecovered("where\xff")
 	fams := gather(t, reg)
 	if _, ok := fams["gateway_request_model_fail_total"]; !ok {

@@ -55,6 +55,8 @@ const (
 	HeaderRoutingStrategy = "routing-strategy"
 	// HeaderConfigProfile selects a profile of the model's model.aibrix.ai/config.
 	HeaderConfigProfile = "config-profile"
+	// HeaderAIBrixConfigProfile echoes, on the response, the profile config-profile: auto chose.
+	HeaderAIBrixConfigProfile = "x-aibrix-config-profile"
 	// HeaderSessionKey is the caller-owned session key of the token-load session-delta rule.
 	HeaderSessionKey = "x-aibrix-session-key"
 	// HeaderTrace carries the decision trace (JSON) on the response when debug tracing is on.

@@ -13,6 +13,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
@@ -172,7 +173,9 @@ func (c *Cascade) Pick(ctx context.Context, cy *picker.Cycle) (*picker.Decision,
 	s.trace.Note = fmt.Sprintf("%sprefill_policy=%s decode_policy=%s prompt_tokens=%d", note, s.prefPol.Name(), s.decPol.Name(), cy.Req.PromptTokens)
 
 	// Outside the critical section: partition, bucketing, prompt hashing, prefix match.
-	s.pt = partitionCandidates(cy.Candidates, cy.PodRouting, s.knobs.PromptLengthBucketing, cy.Req.PromptTokens)
+	// The chain's bucket length (cl100k_base tokens near a boundary): the decisions compared
+	// side by side must bucket alike.
+	s.pt = partitionCandidates(cy.Candidates, cy.PodRouting, s.knobs.PromptLengthBucketing, pd.BucketLength(cy))
 	if s.pt.bucketed {
 		s.trace.Add("bucketing")
 	}

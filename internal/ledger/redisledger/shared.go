@@ -109,11 +109,13 @@ type quietLogger struct{}
 func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // Shared publishes a decode ledger's charges and serves the other replicas' charges to it
-// (it is the ledger's Remote). Safe for concurrent use.
+// (it is the ledger's Remote), and does the same for every Signal (request counts), in the same
+// round trips. Safe for concurrent use.
 type Shared struct {
-	o   Options
-	rdb *redis.Client
-	dec *ledger.Decode
+	o       Options
+	rdb     *redis.Client
+	dec     *ledger.Decode // nil: the decode ledger stays local (signals only)
+	signals []*signalState
 
 	dirtyMu sync.Mutex
 	dirty   map[ledger.Pod]struct{}
@@ -134,9 +136,10 @@ type view struct {
 	pods map[ledger.Pod]ledger.RemoteLoad
 }
 
-// New connects dec to Redis (lazily: nothing is dialled until the first round trip) and
-// makes it add the other replicas' charges. Call Run to publish and read in the background.
-func New(o Options, dec *ledger.Decode) (*Shared, error) {
+// New connects dec (nil: none) and the signals to Redis (lazily: nothing is dialled until the
+// first round trip) and makes them add the other replicas' values. Call Run to publish and read
+// in the background.
+func New(o Options, dec *ledger.Decode, signals ...Signal) (*Shared, error) {
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
@@ -152,18 +155,34 @@ func New(o Options, dec *ledger.Decode) (*Shared, error) {
 	s := &Shared{o: o, rdb: redis.NewClient(ro), dec: dec, dirty: map[ledger.Pod]struct{}{}, kick: make(chan struct{}, 1),
 		watched: map[ledger.Pod]time.Time{}, prune: map[string][]string{}}
 	s.healthy.Store(true)
-	dec.OnChange(s.markDirty)
-	dec.SetRemote(s)
+	if dec != nil {
+		dec.OnChange(s.markDirty)
+		dec.SetRemote(s)
+	}
+	for _, sig := range signals {
+		st := &signalState{Signal: sig, dirty: map[string]struct{}{}, held: map[string]bool{}}
+		sig.OnChange(func(key string) {
+			st.markDirty(key)
+			s.kickPublish()
+		})
+		s.signals = append(s.signals, st)
+	}
 	return s, nil
 }
 
 // ReplicaID is this replica's field name in Redis.
 func (s *Shared) ReplicaID() string { return s.o.ReplicaID }
 
-// Close detaches the ledger (back to local scoring) and closes the connection.
+// Close detaches the ledger and the signals (back to local scoring) and closes the connection.
 func (s *Shared) Close() error {
-	s.dec.SetRemote(nil)
-	s.dec.OnChange(nil)
+	if s.dec != nil {
+		s.dec.SetRemote(nil)
+		s.dec.OnChange(nil)
+	}
+	for _, st := range s.signals {
+		st.OnChange(nil)
+		st.SetRemote(nil)
+	}
 	return s.rdb.Close()
 }
 
@@ -171,9 +190,21 @@ func (s *Shared) markDirty(p ledger.Pod) {
 	s.dirtyMu.Lock()
 	s.dirty[p] = struct{}{}
 	s.dirtyMu.Unlock()
+	s.kickPublish()
+}
+
+func (s *Shared) kickPublish() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
+	}
+}
+
+// dropRemote makes the ledger and the signals local-only (an outage).
+func (s *Shared) dropRemote() {
+	s.view.Store(nil)
+	for _, st := range s.signals {
+		st.SetRemote(nil)
 	}
 }
 
@@ -244,9 +275,9 @@ func (s *Shared) health(err error, what string) {
 	}
 }
 
-// Refresh reads the live replicas and the other replicas' charges on every watched pod in
-// one pipelined round trip bounded by ReadTimeout. On failure the view is dropped (local
-// scoring) and the error returned.
+// Refresh reads the live replicas, the other replicas' charges on every watched pod and every
+// signal's values in one pipelined round trip bounded by ReadTimeout. On failure the view is
+// dropped (local scoring) and the error returned.
 func (s *Shared) Refresh(ctx context.Context) error {
 	now := s.o.Clock.Now()
 	s.watchMu.Lock()
@@ -269,9 +300,10 @@ func (s *Shared) Refresh(ctx context.Context) error {
 	for i, p := range pods {
 		hcmds[i] = pipe.HGetAll(ctx, s.podKey(p))
 	}
+	sigKeys, sigCmds := s.queueSignalReads(ctx, pipe)
 	_, err := pipe.Exec(ctx)
 	if err != nil && !errors.Is(err, redis.Nil) {
-		s.view.Store(nil)
+		s.dropRemote()
 		s.health(err, "read")
 		return fmt.Errorf("shared decode ledger read: %w", err)
 	}
@@ -309,6 +341,7 @@ func (s *Shared) Refresh(ctx context.Context) error {
 		}
 	}
 	s.view.Store(&view{at: now, pods: out})
+	s.applySignalReads(sigKeys, sigCmds, live)
 	return nil
 }
 
@@ -341,7 +374,7 @@ func (s *Shared) Publish(ctx context.Context, all bool) error {
 	}
 	clear(s.dirty)
 	s.dirtyMu.Unlock()
-	if all {
+	if all && s.dec != nil {
 		seen := make(map[ledger.Pod]bool, len(pods))
 		for _, p := range pods {
 			seen[p] = true
@@ -372,17 +405,30 @@ func (s *Shared) Publish(ctx context.Context, all bool) error {
 		pipe.Eval(ctx, publishScript, []string{key}, s.o.ReplicaID,
 			strconv.FormatFloat(tokens, 'f', -1, 64), count, strconv.FormatFloat(elapsed, 'f', 6, 64), ttlMs)
 	}
+	written, deleted := s.queueSignalWrites(ctx, pipe, all, ttlMs)
 	for key, fields := range prune {
 		pipe.HDel(ctx, key, fields...)
 	}
 	_, err := pipe.Exec(ctx)
 	s.health(err, "publish")
+	if err == nil {
+		for i, st := range s.signals {
+			for _, k := range deleted[i] {
+				delete(st.held, k)
+			}
+		}
+	}
 	if err != nil {
 		s.dirtyMu.Lock()
 		for _, p := range pods {
 			s.dirty[p] = struct{}{}
 		}
 		s.dirtyMu.Unlock()
+		for i, st := range s.signals {
+			for _, k := range append(written[i], deleted[i]...) {
+				st.markDirty(k)
+			}
+		}
 		return fmt.Errorf("shared decode ledger publish: %w", err)
 	}
 	return nil

@@ -3,15 +3,13 @@ package file
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 
+	"github.com/tandem-epp/tandem/internal/filewatch"
 	"github.com/tandem-epp/tandem/internal/pool"
 )
 
@@ -66,6 +64,11 @@ func (w *Watcher) Load() error {
 		return err
 	}
 	w.missing = false
+	return w.apply(data)
+}
+
+// apply parses one content of the file and publishes it unless it is the last one acted on.
+func (w *Watcher) apply(data []byte) error {
 	if w.last != nil && bytes.Equal(data, w.last) {
 		return nil
 	}
@@ -92,52 +95,19 @@ func (w *Watcher) fail(err error) {
 }
 
 // Run watches the file's directory (so atomic renames and ConfigMap symlink swaps are seen) and
-// polls it, reloading on change until ctx ends. Call Load first.
+// polls it, reloading on change until ctx ends (internal/filewatch). Call Load first.
 func (w *Watcher) Run(ctx context.Context) error { return w.run(ctx) }
 
 func (w *Watcher) run(ctx context.Context) error {
-	var events <-chan fsnotify.Event
-	var errs <-chan error
-	if !w.noNotify {
-		n, err := fsnotify.NewWatcher()
-		if err != nil {
-			w.fail(fmt.Errorf("watching %s: %w; polling only", w.Path, err))
-		} else {
-			defer n.Close()
-			if err := n.Add(filepath.Dir(w.Path)); err != nil {
-				w.fail(fmt.Errorf("watching %s: %w; polling only", filepath.Dir(w.Path), err))
-			} else {
-				events, errs = n.Events, n.Errors
-			}
-		}
-	}
-	// The file may have changed between the caller's Load and the watch being set up.
-	_ = w.Load()
 	interval := w.PollInterval
 	if interval <= 0 {
 		interval = DefaultPollInterval
 	}
-	poll := time.NewTicker(interval)
-	defer poll.Stop()
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-events:
-			debounce.Reset(settle)
-		case err := <-errs:
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				debounce.Reset(settle)
-				continue
-			}
-			w.Logger.Error(err, "file notification error", "path", w.Path)
-		case <-debounce.C:
-			_ = w.Load() // reported inside
-		case <-poll.C:
-			_ = w.Load()
-		}
-	}
+	filewatch.Watch(ctx, w.Path, w.last, filewatch.Options{Poll: interval, Settle: settle, NoNotify: w.noNotify,
+		NotifyFailed: func(err error) {
+			w.Logger.Error(err, "no change notifications for the endpoints file; it is re-read on a timer")
+		}},
+		func(data []byte) { _ = w.apply(data) }, // reported inside
+		func(err error) { w.fail(fmt.Errorf("endpoints file: %w", err)) })
+	return nil
 }
