@@ -1,6 +1,7 @@
 package outliere2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +23,9 @@ func TestRolesetDecodePodsGone(t *testing.T) {
 				podSpec{name: "standard-1"}, podSpec{name: "standard-2"})
 			l := s.startLoad(rate)
 			warm(t, s, l, "decode-a1", "decode-a2")
+			ejected1, ejected2 := s.watchEjection("decode-a1"), s.watchEjection("decode-a2")
 			inFlight := l.inFlight()
+			onPods := s.pods["decode-a1"].inFlight() + s.pods["decode-a2"].inFlight()
 			killed := time.Now()
 			s.pods["decode-a1"].kill()
 			s.pods["decode-a2"].kill()
@@ -34,6 +37,12 @@ func TestRolesetDecodePodsGone(t *testing.T) {
 			after := servedBy(shots, killed.Add(2*time.Second), killed.Add(time.Hour))
 			result(t, "failed", len(failed))
 			result(t, "in_flight_at_kill", inFlight)
+			result(t, "in_flight_on_pods_at_kill", onPods)
+			for i, at := range []time.Time{ejected1(), ejected2()} {
+				if !at.IsZero() {
+					result(t, fmt.Sprintf("decode_a%d_ejected_after_ms", i+1), ms(at.Sub(killed)))
+				}
+			}
 			result(t, "served_after_2s", formatCounts(after))
 			if lf := lastFailure(shots); !lf.IsZero() {
 				result(t, "last_failure_after_ms", ms(lf.Sub(killed)))
@@ -55,6 +64,9 @@ func TestRolesetDecodePodsGone(t *testing.T) {
 					t.Errorf("%s is not ejected: %+v", n, s.tandem.Health().Status(s.key(n)))
 				}
 			}
+			for _, n := range []string{"decode-a1", "decode-a2"} {
+				result(t, n+"_readmitted_after_restart_ms", ms(s.readmitted(n)))
+			}
 		})
 	}
 }
@@ -67,6 +79,7 @@ func TestEveryPodFailing(t *testing.T) {
 	s := newStack(t, stackOptions{source: fileSource}, pdPods("a", "b")...)
 	l := s.startLoad(rate)
 	warm(t, s, l, "decode-a", "decode-b")
+	result(t, "in_flight_at_kill", l.inFlight())
 	killed := time.Now()
 	for _, n := range s.order {
 		s.pods[n].kill()

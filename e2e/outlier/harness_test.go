@@ -397,6 +397,7 @@ func (s *stack) checkReleased() {
 	for {
 		last = s.held()
 		if last == "" {
+			result(s.t, "trackers_and_ledgers_at_end", 0)
 			return
 		}
 		if time.Now().After(deadline) {
@@ -654,6 +655,17 @@ func (s *stack) watchEjection(name string) func() time.Time {
 		defer mu.Unlock()
 		return at
 	}
+}
+
+// readmitted restarts the named (killed) pod on its port and returns how long Tandem took to
+// take it back into rotation (its ejection time passed and a scrape or probe succeeded).
+func (s *stack) readmitted(name string) time.Duration {
+	s.t.Helper()
+	key := s.key(name)
+	s.pods[name].start()
+	restarted := time.Now()
+	eventually(s.t, name+" to return", func() (bool, string) { return !s.tandem.Health().Ejected(key), "still ejected" })
+	return time.Since(restarted)
 }
 
 // result prints one measured value in the RESULT format (go test -v shows it).

@@ -76,6 +76,7 @@ func killDecode(t *testing.T, src source) {
 	if st := s.tandem.Health().Status(s.key("decode-b")); !st.Ejected {
 		t.Errorf("decode-b is not ejected: %+v", st)
 	}
+	result(t, "readmitted_after_restart_ms", ms(s.readmitted("decode-b")))
 }
 
 func TestKillDecodeFilePool(t *testing.T) { killDecode(t, fileSource) }
@@ -92,6 +93,7 @@ func TestKillPrefillEPPHandoff(t *testing.T) {
 	l := s.startLoad(rate)
 	warm(t, s, l, "decode-a", "decode-b")
 	ejectedAt := s.watchEjection("prefill-b")
+	onPod := s.pods["prefill-b"].inFlight()
 	killed := time.Now()
 	s.pods["prefill-b"].kill()
 	time.Sleep(6 * time.Second)
@@ -99,6 +101,7 @@ func TestKillPrefillEPPHandoff(t *testing.T) {
 
 	failed := failures(shots, killed.Add(-time.Minute), killed.Add(time.Hour))
 	result(t, "failed", len(failed))
+	result(t, "in_flight_on_pod_at_kill", onPod)
 	result(t, "retries_recovered", s.counter("tandem_pd_prefill_retries_total", map[string]string{"result": "recovered"}))
 	if at := ejectedAt(); !at.IsZero() {
 		result(t, "ejected_after_ms", ms(at.Sub(killed)))
@@ -115,4 +118,5 @@ func TestKillPrefillEPPHandoff(t *testing.T) {
 	if after := servedBy(shots, killed.Add(2*time.Second), killed.Add(time.Hour)); after["decode-a"] < 20 {
 		t.Errorf("after the kill the pods served %s", formatCounts(after))
 	}
+	result(t, "readmitted_after_restart_ms", ms(s.readmitted("prefill-b")))
 }

@@ -74,6 +74,7 @@ func TestPodAnswering500(t *testing.T) {
 	warm(t, s, l, "decode-a", "decode-b")
 	ejectedAt := s.watchEjection("decode-b")
 	inFlight := l.inFlight()
+	onPod := s.pods["decode-b"].inFlight()
 	sick := time.Now()
 	s.pods["decode-b"].faults(`{"error_rate":1,"error_status":500}`)
 	eventually(t, "decode-b to be ejected", func() (bool, string) { return !ejectedAt().IsZero(), "not yet" })
@@ -84,7 +85,11 @@ func TestPodAnswering500(t *testing.T) {
 	failed := failures(shots, sick.Add(-time.Minute), sick.Add(time.Hour))
 	result(t, "failed", len(failed))
 	result(t, "in_flight_at_fault", inFlight)
+	result(t, "in_flight_on_pod_at_fault", onPod)
 	result(t, "ejected_after_ms", ms(ejected.Sub(sick)))
+	if lf := lastFailure(shots); !lf.IsZero() {
+		result(t, "last_failure_after_ms", ms(lf.Sub(sick)))
+	}
 	for _, f := range failed {
 		t.Logf("failed (sent %+dms): %s", ms(f.sent.Sub(sick)), f)
 	}
@@ -97,6 +102,13 @@ func TestPodAnswering500(t *testing.T) {
 	if st := s.tandem.Health().Status(s.key("decode-b")); !st.Ejected || st.Reason != "consecutive_5xx" {
 		t.Errorf("decode-b: %+v, want ejected for consecutive_5xx", st)
 	}
+	// Cured: it returns once its ejection time passed and a scrape succeeded.
+	cured := time.Now()
+	s.pods["decode-b"].faults("")
+	eventually(t, "decode-b to return", func() (bool, string) {
+		return !s.tandem.Health().Ejected(s.key("decode-b")), "still ejected"
+	})
+	result(t, "readmitted_after_cure_ms", ms(time.Since(cured)))
 }
 
 // A pod that flaps: the decode pod crash-loops (SIGKILL, restarted on its port a second later,
@@ -114,6 +126,7 @@ func TestFlappingPod(t *testing.T) {
 	var ejectedFor, back []time.Duration
 	key := s.key("decode-b")
 	for range 3 {
+		result(t, "in_flight_on_pod_at_crash", s.pods["decode-b"].inFlight())
 		inFlight += l.inFlight()
 		crashes++
 		s.pods["decode-b"].kill()
