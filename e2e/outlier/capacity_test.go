@@ -84,6 +84,7 @@ func TestEveryPodFailing(t *testing.T) {
 	for _, n := range s.order {
 		s.pods[n].kill()
 	}
+	allDead := time.Now() // a request sent before may have been on a pod as it died
 	time.Sleep(4 * time.Second)
 	h := s.tandem.Health()
 	ejected := map[string]bool{}
@@ -135,6 +136,8 @@ func TestEveryPodFailing(t *testing.T) {
 	kinds := map[string]int{}
 	for _, f := range failed {
 		switch {
+		case f.status != 503 && f.sent.Before(allDead):
+			kinds["in_flight_on_dying_pod"]++
 		case f.status != 503:
 			t.Errorf("a failure is not a 503: %s", f)
 		case strings.Contains(f.body, "prefill request failed"):
@@ -147,6 +150,7 @@ func TestEveryPodFailing(t *testing.T) {
 			t.Errorf("a 503 that does not say why: %s", f)
 		}
 	}
+	result(t, "sent_while_down", sentIn(shots, killed, restarted))
 	result(t, "failed_while_down", len(failed))
 	result(t, "failures_by_kind", formatCounts(kinds))
 	result(t, "ejected_while_down", formatCounts(boolCounts(ejected)))
