@@ -327,7 +327,7 @@ func nonDefault(t *testing.T, v *config.Var) (string, any) {
 	case strings.HasPrefix(v.Type, "list of "):
 		candidates = []string{"sglang,vllm", "vllm"}
 	default:
-		candidates = []string{"true", "false", "7", "42", "0.25", "2", "1", "250"}
+		candidates = []string{"true", "false", "7", "42", "0.25", "2", "1", "250", "600000"}
 	}
 	for _, c := range candidates {
 		if c == v.Default() {

@@ -37,6 +37,7 @@ func run(args []string) error {
 	subsetHeader := fs.String("subset-header", "", "if set, a client header whose comma-separated ip[:port] list is sent to the EPP as the subset hint")
 	decision := fs.Duration("decision-timeout", 60*time.Second, "longest wait for the EPP's routing decision")
 	connect := fs.Duration("connect-timeout", 2*time.Second, "TCP connect timeout per endpoint before the next fallback")
+	upstream := fs.Duration("upstream-timeout", 0, "longest wait for an endpoint's response headers once the request was sent, answered 504 (Envoy's route timeout); 0: none")
 	verbosity := fs.Int("v", 0, "log verbosity: 1 logs every request")
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, then exit")
 	clientKind := fs.String("client", gateway.ClientEnvoy, "ext_proc client to play: envoy, or nginx (NGINX Gateway Fabric's shim; needs --default-endpoints, the pool's pods)")
@@ -54,7 +55,7 @@ func run(args []string) error {
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: *verbosity})
 	opts := gateway.Options{
 		EPPAddr: *epp, TLS: *eppTLS, FailOpen: *failOpen, Logger: log,
-		DecisionTimeout: *decision, ConnectTimeout: *connect, Client: *clientKind,
+		DecisionTimeout: *decision, ConnectTimeout: *connect, UpstreamTimeout: *upstream, Client: *clientKind,
 	}
 	for _, h := range strings.Split(*strip, ",") {
 		if h = strings.TrimSpace(h); h != "" {

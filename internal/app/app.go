@@ -24,9 +24,11 @@ import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
 	"github.com/tandem-epp/tandem/internal/handoff"
+	"github.com/tandem-epp/tandem/internal/health"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger"
 	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -77,6 +79,8 @@ type App struct {
 	tokens   *pd.TokenLoad
 	shared   *redisledger.Shared
 	scraper  *metrics.Scraper
+	outcomes *outcome.Recorder
+	health   *health.Detector
 	serving  *serving.Server
 	metricsL net.Listener
 	source   func(ctx context.Context) error
@@ -119,8 +123,13 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Outcomes of routed requests and probes, and passive health reading them.
+	a.outcomes = outcome.NewRecorder(nil)
+	a.health = health.New(health.Options{Config: gw.Outlier, Store: a.store, Observer: healthObserver{tel.m},
+		Logger: log.WithName("outlier-detection"), Recorder: a.outcomes})
+	a.outcomes.Subscribe(a.health)
 	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile,
-		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m, Predictions: tel.m})
+		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m, Predictions: tel.m, Health: a.health})
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +173,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 
 	// Engine metrics scraped into the picker's sample store.
 	a.scraper, err = metrics.NewScraper(a.store, a.deps.Metrics, metrics.ScrapeOptions{
-		Interval: gw.MetricRefreshInterval, Observer: tel.scrapeObserver(),
+		Interval: gw.MetricRefreshInterval, Observer: scrapeProbes{Metrics: tel.m, rec: a.outcomes},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("metric scraping: %w", err)
@@ -216,6 +225,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		DebugTraceHeader: opts.DebugTraceHeader, Logger: log, Observer: tel.extprocObserver(),
 		Handoff: a.handoff, TrustClientPDFields: opts.TrustClientPDFields,
 		Client: opts.GatewayClient, Fallbacks: opts.DestinationFallbacks, DestinationOnlyHold: opts.DestinationOnlyHold,
+		Outcomes: a.outcomes, Health: a.health, Retry: gw.Retry,
 		Limits: extproc.Limits{MaxStreams: opts.MaxStreams, MaxBufferedBodyBytes: opts.MaxBufferedBodyBytes,
 			RequestBodyTimeout: bodyTimeout},
 	})
@@ -273,6 +283,7 @@ func (a *App) Run(ctx context.Context) error {
 		run("config file watcher", func(ctx context.Context) error { a.watchConfig(ctx); return nil })
 	}
 	run("metric scraper", a.scraper.Run)
+	run("outlier detection", func(ctx context.Context) error { a.health.Run(ctx); return nil })
 	run("prefix warmer", func(ctx context.Context) error { a.deps.Warmer.Run(ctx); return nil })
 	retire := a.deps.RetireDeparted(a.store)
 	run("prefix index retirer", func(ctx context.Context) error { retire(ctx); return nil })

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tandem-epp/tandem/internal/handoff"
+	"github.com/tandem-epp/tandem/internal/health"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 )
@@ -52,6 +53,9 @@ var _ pd.PrefillObserver = (*timedLifecycle)(nil)
 // Deps are the picker's shared counters (requests running per endpoint), for tests that
 // check every path releases what it took.
 func (a *App) Deps() *picker.Deps { return a.deps }
+
+// Health is passive health (outlier detection).
+func (a *App) Health() *health.Detector { return a.health }
 
 // Cascade is the PD strategy: its prefill and pending-decode trackers.
 func (a *App) Cascade() *pd.Cascade { return a.cascade }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/bucketserve"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/health"
 	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/load"
@@ -32,6 +33,9 @@ type PickerOptions struct {
 	Predictions   latency.Observer
 	// Objectives resolves InferenceObjectives by name (sheddable requests); may be nil.
 	Objectives pd.Objectives
+	// Health is passive health: every strategy picks among the candidates it admits. Nil
+	// admits every candidate.
+	Health *health.Detector
 }
 
 // Picker is the assembled picker: the router the ext_proc server calls, its dependencies and
@@ -85,7 +89,7 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 		return nil, err
 	}
 	p.Warnings = warnings
-	table.Logger = o.Logger.WithName("picker")
+	table.Logger, table.Health = o.Logger.WithName("picker"), o.Health
 	if p.Router, err = picker.NewRouter(table); err != nil {
 		return nil, err
 	}

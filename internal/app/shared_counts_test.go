@@ -27,8 +27,10 @@ func startPair(t *testing.T, poolYAML string, env map[string]string, addrFlag bo
 	redis := redistest.Start(t)
 	path := writePool(t, poolYAML)
 	start := func() *App {
-		// The pods are bare listeners: the sidecar hand-off routes without a prefill leg.
-		e := map[string]string{"TANDEM_PD_HANDOFF": "sidecar"}
+		// The pods are bare listeners: the sidecar hand-off routes without a prefill leg. Their
+		// scrapes fail, so passive health would eject them (as many as its cap allows) and route
+		// around them: it is off here, where only the shared counts decide.
+		e := map[string]string{"TANDEM_PD_HANDOFF": "sidecar", "TANDEM_OUTLIER_DETECTION": "false"}
 		for k, v := range env {
 			e[k] = v
 		}

@@ -17,7 +17,6 @@ import (
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
-	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
@@ -56,8 +55,6 @@ func (t *tel) annotationReporter() config.Reporter {
 		}
 	})
 }
-
-func (t *tel) scrapeObserver() metrics.Observer { return t.m }
 
 func (t *tel) sourceError(kind string, err error) {
 	t.log.Error(err, "pool source rejected an update; keeping the last good pool", "source", kind)
@@ -134,6 +131,7 @@ func (s *observedScheduler) Schedule(ctx context.Context, req *request.Request, 
 	if len(d.Prefill) > 0 && len(d.Destination) > 0 {
 		s.m.SelectedPair(d.Prefill[0], d.Destination[0])
 	}
+	countFiltered(s.m, d.Trace)
 	if len(d.Destination) > 0 {
 		d.Lifecycle = &timedLifecycle{inner: d.Lifecycle, m: s.m, model: req.Model, declared: declared,
 			learn: !named, role: d.Destination[0].Role, start: start}
@@ -202,12 +200,15 @@ func (l *timedLifecycle) ResponseBody(size int, eos bool) {
 
 func (l *timedLifecycle) Done(err error) {
 	var ae *apierror.Error
-	if errors.As(err, &ae) && ae.Status >= 400 {
+	switch {
+	case errors.Is(err, extproc.ErrAttemptRetried):
+		// An attempt retried on another pick is not a failed request; the retry's end counts.
+	case errors.As(err, &ae) && ae.Status >= 400:
 		// Tandem ended the request itself (PD hand-off: prefill failure, decode watchdog).
 		l.m.RequestModelFail(l.label(), ae.Reason, ae.Class, ae.Status)
-	} else if l.status >= 400 {
+	case l.status >= 400:
 		l.m.RequestModelFail(l.label(), "upstream_error", "", l.status)
-	} else if err != nil && !errors.Is(err, context.Canceled) {
+	case err != nil && !errors.Is(err, context.Canceled):
 		l.m.RequestModelFail(l.label(), "stream_error", "", 500)
 	}
 	if l.inner != nil {

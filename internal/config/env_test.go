@@ -58,6 +58,20 @@ var seedDefaults = map[string]string{
 	// Issue 18's predictive policies: no objective unless the operator or the request sets one.
 	"TANDEM_SLO_TTFT_MS": "0",
 	"TANDEM_SLO_TPOT_MS": "0",
+	// Passive health and the pair-level retry (issue 12): Envoy's outlier-detection and
+	// retry-budget defaults, except max_ejection_percent (Envoy: 10; PD pools have a handful of
+	// pods per role) and Tandem's own recent-failure window.
+	"TANDEM_OUTLIER_DETECTION":                   "true",
+	"TANDEM_OUTLIER_CONSECUTIVE_5XX":             "5",
+	"TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE": "5",
+	"TANDEM_OUTLIER_INTERVAL_MS":                 "10000",
+	"TANDEM_OUTLIER_BASE_EJECTION_TIME_MS":       "30000",
+	"TANDEM_OUTLIER_MAX_EJECTION_TIME_MS":        "300000",
+	"TANDEM_OUTLIER_MAX_EJECTION_PERCENT":        "50",
+	"TANDEM_OUTLIER_RECENT_FAILURE_MS":           "2000",
+	"TANDEM_PD_PREFILL_RETRY":                    "true",
+	"TANDEM_PD_RETRY_BUDGET_PERCENT":             "20",
+	"TANDEM_PD_RETRY_MIN_CONCURRENCY":            "3",
 }
 
 func TestDefaultsMatchTheSeed(t *testing.T) {
@@ -132,6 +146,17 @@ func TestEnvValidValues(t *testing.T) {
 		{"TANDEM_DECODE_WATCHDOG_ENGINES", " vllm, sglang", func(g Gateway) any { return g.PD.DecodeWatchdogEngines.String() }, "sglang,vllm"},
 		{"TANDEM_SLO_TTFT_MS", "800", func(g Gateway) any { return g.PD.SLOTTFT }, 800 * time.Millisecond},
 		{"TANDEM_SLO_TPOT_MS", "0", func(g Gateway) any { return g.PD.SLOTPOT }, time.Duration(0)},
+		{"TANDEM_OUTLIER_DETECTION", "false", func(g Gateway) any { return g.Outlier.Enabled }, false},
+		{"TANDEM_OUTLIER_CONSECUTIVE_5XX", "0", func(g Gateway) any { return g.Outlier.Consecutive5xx }, 0},
+		{"TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE", "2", func(g Gateway) any { return g.Outlier.ConsecutiveGatewayFailure }, 2},
+		{"TANDEM_OUTLIER_INTERVAL_MS", "500", func(g Gateway) any { return g.Outlier.Interval }, 500 * time.Millisecond},
+		{"TANDEM_OUTLIER_BASE_EJECTION_TIME_MS", "1500", func(g Gateway) any { return g.Outlier.BaseEjectionTime }, 1500 * time.Millisecond},
+		{"TANDEM_OUTLIER_MAX_EJECTION_TIME_MS", "60000", func(g Gateway) any { return g.Outlier.MaxEjectionTime }, time.Minute},
+		{"TANDEM_OUTLIER_MAX_EJECTION_PERCENT", "100", func(g Gateway) any { return g.Outlier.MaxEjectionPercent }, 100.0},
+		{"TANDEM_OUTLIER_RECENT_FAILURE_MS", "0", func(g Gateway) any { return g.Outlier.RecentFailure }, time.Duration(0)},
+		{"TANDEM_PD_PREFILL_RETRY", "false", func(g Gateway) any { return g.Retry.PrefillRetry }, false},
+		{"TANDEM_PD_RETRY_BUDGET_PERCENT", "0", func(g Gateway) any { return g.Retry.BudgetPercent }, 0.0},
+		{"TANDEM_PD_RETRY_MIN_CONCURRENCY", "10", func(g Gateway) any { return g.Retry.MinRetryConcurrency }, 10},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {
@@ -204,6 +229,17 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"TANDEM_PD_HANDOFF", "proxy", "TANDEM_PD_HANDOFF=proxy: must be one of auto, sidecar, epp"},
 		{"TANDEM_SLO_TTFT_MS", "-1", "TANDEM_SLO_TTFT_MS=-1: must be 0 (disabled) or positive"},
 		{"TANDEM_SLO_TPOT_MS", "12.5", "TANDEM_SLO_TPOT_MS=12.5: must be a whole number"},
+		{"TANDEM_OUTLIER_DETECTION", "on", "TANDEM_OUTLIER_DETECTION=on: must be true or false"},
+		{"TANDEM_OUTLIER_CONSECUTIVE_5XX", "-1", "TANDEM_OUTLIER_CONSECUTIVE_5XX=-1: must be 0 or more"},
+		{"TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE", "2.5", "TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE=2.5: must be a whole number"},
+		{"TANDEM_OUTLIER_INTERVAL_MS", "0", "TANDEM_OUTLIER_INTERVAL_MS=0: must be positive"},
+		{"TANDEM_OUTLIER_BASE_EJECTION_TIME_MS", "10s", "TANDEM_OUTLIER_BASE_EJECTION_TIME_MS=10s: must be a whole number"},
+		{"TANDEM_OUTLIER_MAX_EJECTION_TIME_MS", "0", "TANDEM_OUTLIER_MAX_EJECTION_TIME_MS=0: must be positive"},
+		{"TANDEM_OUTLIER_MAX_EJECTION_PERCENT", "101", "TANDEM_OUTLIER_MAX_EJECTION_PERCENT=101: must be 0 to 100"},
+		{"TANDEM_OUTLIER_RECENT_FAILURE_MS", "-1", "TANDEM_OUTLIER_RECENT_FAILURE_MS=-1: must be 0 or more"},
+		{"TANDEM_PD_PREFILL_RETRY", "yes", "TANDEM_PD_PREFILL_RETRY=yes: must be true or false"},
+		{"TANDEM_PD_RETRY_BUDGET_PERCENT", "-5", "TANDEM_PD_RETRY_BUDGET_PERCENT=-5: must be 0 to 100"},
+		{"TANDEM_PD_RETRY_MIN_CONCURRENCY", "-1", "TANDEM_PD_RETRY_MIN_CONCURRENCY=-1: must be 0 or more"},
 	}
 	covered := map[string]bool{}
 	for _, c := range cases {

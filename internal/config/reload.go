@@ -2,7 +2,8 @@ package config
 
 // restartOnly are the gateway settings Tandem reads once, when it builds the components
 // that hold them (the prefix index, the scraper, the hand-off adapters, the token-load
-// session table, the shared ledger): a --config-file reload cannot change them. Every other
+// session table, the shared ledger, passive health, the retry budget): a --config-file reload
+// cannot change them. Every other
 // setting is read per request, through the resolver a reload replaces.
 var restartOnly = []string{
 	"AIBRIX_KV_CONNECTOR_TYPE",
@@ -14,6 +15,18 @@ var restartOnly = []string{
 	"AIBRIX_TOKEN_LOAD_SHARED_LEDGER",
 	"AIBRIX_TRT_MACHINE_ID",
 	"AIBRIX_TRT_SCHEDULE_STYLE",
+	// Passive health and the retry budget are built once with the ext_proc server.
+	"TANDEM_OUTLIER_DETECTION",
+	"TANDEM_OUTLIER_CONSECUTIVE_5XX",
+	"TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE",
+	"TANDEM_OUTLIER_INTERVAL_MS",
+	"TANDEM_OUTLIER_BASE_EJECTION_TIME_MS",
+	"TANDEM_OUTLIER_MAX_EJECTION_TIME_MS",
+	"TANDEM_OUTLIER_MAX_EJECTION_PERCENT",
+	"TANDEM_OUTLIER_RECENT_FAILURE_MS",
+	"TANDEM_PD_PREFILL_RETRY",
+	"TANDEM_PD_RETRY_BUDGET_PERCENT",
+	"TANDEM_PD_RETRY_MIN_CONCURRENCY",
 }
 
 // RestartOnly lists the settings, by variable name, that differ between the running

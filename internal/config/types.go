@@ -196,6 +196,44 @@ type Gateway struct {
 	// MetricRefreshInterval is how often engine metrics are scraped
 	// (AIBRIX_POD_METRIC_REFRESH_INTERVAL_MS).
 	MetricRefreshInterval time.Duration
+	// Outlier is passive health (outlier detection, internal/health).
+	Outlier Outlier
+	// Retry is the epp hand-off's pair-level retry and its budget.
+	Retry Retry
+}
+
+// Outlier configures passive health, modelled on Envoy's outlier detection (the names in
+// comments are Envoy's). Durations are wall time.
+type Outlier struct {
+	Enabled                   bool          // TANDEM_OUTLIER_DETECTION, true
+	Consecutive5xx            int           // TANDEM_OUTLIER_CONSECUTIVE_5XX, 5 (consecutive_5xx; 0 = off)
+	ConsecutiveGatewayFailure int           // TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE, 5 (consecutive_gateway_failure; 0 = off)
+	Interval                  time.Duration // TANDEM_OUTLIER_INTERVAL_MS, 10s (interval)
+	BaseEjectionTime          time.Duration // TANDEM_OUTLIER_BASE_EJECTION_TIME_MS, 30s (base_ejection_time)
+	MaxEjectionTime           time.Duration // TANDEM_OUTLIER_MAX_EJECTION_TIME_MS, 300s (max_ejection_time)
+	MaxEjectionPercent        float64       // TANDEM_OUTLIER_MAX_EJECTION_PERCENT, 50 (max_ejection_percent)
+	RecentFailure             time.Duration // TANDEM_OUTLIER_RECENT_FAILURE_MS, 2s (0 = off; Tandem's own)
+}
+
+// Retry configures the epp hand-off's pair-level retry: one more attempt on another pair when
+// the prefill leg fails before anything reached the client, within a budget modelled on
+// Envoy's retry_budget.
+type Retry struct {
+	PrefillRetry        bool    // TANDEM_PD_PREFILL_RETRY, true
+	BudgetPercent       float64 // TANDEM_PD_RETRY_BUDGET_PERCENT, 20 (budget_percent)
+	MinRetryConcurrency int     // TANDEM_PD_RETRY_MIN_CONCURRENCY, 3 (min_retry_concurrency)
+}
+
+// DefaultOutlier returns passive health's defaults.
+func DefaultOutlier() Outlier {
+	return Outlier{Enabled: true, Consecutive5xx: 5, ConsecutiveGatewayFailure: 5, Interval: 10 * time.Second,
+		BaseEjectionTime: 30 * time.Second, MaxEjectionTime: 300 * time.Second, MaxEjectionPercent: 50,
+		RecentFailure: 2 * time.Second}
+}
+
+// DefaultRetry returns the pair-level retry's defaults.
+func DefaultRetry() Retry {
+	return Retry{PrefillRetry: true, BudgetPercent: 20, MinRetryConcurrency: 3}
 }
 
 // DefaultGateway returns the seed's defaults for every gateway setting.
@@ -203,6 +241,8 @@ func DefaultGateway() Gateway {
 	return Gateway{
 		PD:                    DefaultPD(),
 		MetricRefreshInterval: time.Second, // cost grows with endpoints ÷ interval: 1 s keeps 1024 pods under 0.2 cores
+		Outlier:               DefaultOutlier(),
+		Retry:                 DefaultRetry(),
 	}
 }
 

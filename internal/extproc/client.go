@@ -87,6 +87,8 @@ func (st *stream) holdUnobserved() bool {
 		return false
 	}
 	st.finished = true
+	st.endRoute(errUnobserved)
+	st.leaveRetry()
 	lc, srv := st.lifecycle, st.srv
 	time.AfterFunc(hold, func() {
 		defer func() {

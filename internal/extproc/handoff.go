@@ -1,6 +1,8 @@
 package extproc
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -146,8 +148,13 @@ func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands [
 			Prefill: prefill, Decode: decode},
 		Headers: st.headers, PD: d.PD,
 	}
-	if po, ok := d.Lifecycle.(pd.PrefillObserver); ok {
-		in.PrefillDone = po.PrefillDone
+	po, _ := d.Lifecycle.(pd.PrefillObserver)
+	route := st.route
+	in.PrefillDone = func(err error) {
+		if po != nil {
+			po.PrefillDone(err)
+		}
+		route.PrefillEnd(legOutcome(err), true)
 	}
 	h, err := adapters.New(st.ctx, in)
 	if err != nil {
@@ -155,12 +162,55 @@ func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands [
 	}
 	st.ho = eppHandoff{h: h, model: req.Model, wd: handoff.NewWatchdog(d.PD, decode.PodKey(), decode.Engine, req.Stream)}
 	d.Trace.Add("handoff_epp:" + h.Engine())
-	body, aerr := h.Start(st.ctx)
+	ctx, ejected, stop := st.watchEjection(h, prefill)
+	body, aerr := h.Start(ctx)
+	stop()
 	if aerr != nil {
+		if ejected() {
+			aerr = &apierror.Error{Status: http.StatusServiceUnavailable, Type: "service_unavailable", Header: apierror.HeaderPDPrefill,
+				Reason: handoff.ReasonPrefillFailure, Class: ClassPrefillEjected, Message: "prefill request failed: outlier detection ejected the prefill pod " + prefill.Key() + " while its leg was in flight"}
+		}
 		return nil, aerr
 	}
 	st.ho.failed, st.ho.succeeded = h.Failed(), h.PrefillSucceeded()
 	return body, nil
+}
+
+// watchEjection gives a sync prefill leg a context that outlier detection cancels when it
+// ejects the prefill pod mid-flight, so the pair-level retry need not wait for the leg's
+// timeout. An async leg outlives the call and keeps the stream's context.
+func (st *stream) watchEjection(h *handoff.Handoff, prefill *pool.Endpoint) (ctx context.Context, ejected func() bool, stop func()) {
+	if h.Async() || st.srv.opts.Health == nil {
+		return st.ctx, func() bool { return false }, func() {}
+	}
+	ctx, cancel := context.WithCancelCause(st.ctx)
+	unwatch := st.srv.opts.Health.OnEject(prefill.Key(), func() { cancel(errPrefillEjected) })
+	return ctx, func() bool { return errors.Is(context.Cause(ctx), errPrefillEjected) }, func() {
+		unwatch()
+		cancel(nil)
+	}
+}
+
+var errPrefillEjected = errors.New("the prefill pod was ejected by outlier detection")
+
+// eppFallbacks keeps, of a PD decision's destinations, the decode pod and the fallbacks that
+// can take the decode body the epp hand-off forwards: decode pods of its roleset and engine (the
+// body carries one prefill leg's kv_transfer_params, bootstrap_* or generation-only
+// disaggregated_params, which only they can use). Combined fallbacks stay for the sidecar
+// hand-off, whose body is the client's.
+func eppFallbacks(dest []*pool.Endpoint) []*pool.Endpoint {
+	if len(dest) < 2 {
+		return dest
+	}
+	primary := dest[0]
+	out := make([]*pool.Endpoint, 1, len(dest))
+	out[0] = primary
+	for _, e := range dest[1:] {
+		if e.Role == pool.RoleDecode && e.Roleset == primary.Roleset && e.Engine == primary.Engine {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // failRouted answers a request that was routed (the decision holds resources) but cannot be

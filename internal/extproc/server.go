@@ -15,8 +15,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/handoff"
+	"github.com/tandem-epp/tandem/internal/health"
 	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 )
@@ -69,6 +72,14 @@ type Options struct {
 	// its decision's trackers and ledger charges after its stream ended (such a client never
 	// sends the response phase). Zero releases them at the end of the stream.
 	DestinationOnlyHold time.Duration
+	// Outcomes records what happens to every routed request (internal/outcome), for passive
+	// health and the latency models; nil records nothing.
+	Outcomes *outcome.Recorder
+	// Health, when set, cancels a sync prefill leg whose pod is ejected while it runs, so
+	// the pair-level retry can try another pick at once.
+	Health *health.Detector
+	// Retry is the epp hand-off's pair-level retry and its budget; the zero value retries nothing.
+	Retry config.Retry
 }
 
 // DefaultResponseHeaderHold is Options.ResponseHeaderHold when zero: well under the 60s ext_proc
@@ -81,13 +92,14 @@ const DefaultResponseHeaderHold = 5 * time.Second
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	store  *pool.Store
-	sched  picker.Scheduler
-	opts   Options
-	limits Limits
-	adm    *admission
-	obs    Observer
-	log    logr.Logger
+	store   *pool.Store
+	sched   picker.Scheduler
+	opts    Options
+	limits  Limits
+	adm     *admission
+	retries *retryBudget
+	obs     Observer
+	log     logr.Logger
 
 	warnedMode   atomic.Bool
 	warnedFields atomic.Bool
@@ -113,7 +125,7 @@ func NewServer(store *pool.Store, sched picker.Scheduler, opts Options) *Server 
 	}
 	limits := opts.Limits.withDefaults()
 	return &Server{store: store, sched: sched, opts: opts, limits: limits, adm: &admission{limits: limits},
-		obs: obs, log: opts.Logger.WithName("extproc")}
+		retries: newRetryBudget(opts.Retry), obs: obs, log: opts.Logger.WithName("extproc")}
 }
 
 // BufferedBodyBytes is how many request-body bytes the open streams hold now.
@@ -213,6 +225,7 @@ func (st *stream) close(err error) {
 	}()
 	st.stopBodyTimer()
 	st.releaseBody()
+	defer st.leaveActive()
 	if err == nil && st.holdUnobserved() {
 		st.endHandoff()
 		return

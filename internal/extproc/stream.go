@@ -18,6 +18,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
@@ -67,6 +68,15 @@ type stream struct {
 	finished    bool
 
 	ho eppHandoff // the "epp" hand-off, when the decision has one
+
+	// route records the decision's outcome (internal/outcome); nil records nothing.
+	route *outcome.Tracker
+	// retrying: this stream's second attempt holds one of the retry budget's slots;
+	// firstFailure is the failure of the attempt it retries.
+	retrying     bool
+	firstFailure *apierror.Error
+	// active: the stream counts among the routed requests in flight (the retry budget's base).
+	active bool
 }
 
 // violation is a gRPC error for a gateway that breaks the ext_proc protocol: not a
@@ -311,6 +321,8 @@ func (st *stream) candidates(snap *pool.Snapshot) ([]*pool.Endpoint, *apierror.E
 // decide answers the complete request: parse, pick, hand-off, answer. hasBody says body chunks
 // are expected back; bodyEOS whether the last carries end_of_stream (false when trailers
 // follow). Whatever happens, the body's share of the budget is returned before it returns.
+// In the epp hand-off a prefill leg that fails before anything reached the client may be
+// retried once on another pick (retryPrefill).
 func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 	defer st.releaseBody()
 	start := time.Now()
@@ -318,22 +330,45 @@ func (st *stream) decide(hasBody, bodyEOS bool) (bool, error) {
 	if aerr != nil {
 		return st.reject(aerr)
 	}
-	d, cands, aerr := st.pick(req)
+	d, cands, aerr := st.pick(req, nil)
 	if aerr != nil {
 		return st.reject(aerr)
 	}
+	parsed := st.body
+	for attempt := 1; ; attempt++ {
+		mode, body, aerr := st.routeDecision(req, d, cands, hasBody, start)
+		if aerr == nil {
+			if attempt > 1 {
+				st.retryObserved(RetryRecovered)
+			}
+			return st.answer(req, d, mode, body, hasBody, bodyEOS)
+		}
+		next, nextCands := st.retryPrefill(req, d, cands, aerr, attempt)
+		if next == nil {
+			return st.failRouted(st.bothAttempts(aerr))
+		}
+		d, cands, start = next, nextCands, time.Now()
+		st.body = parsed
+	}
+}
+
+// routeDecision adopts a decision and prepares its answer: the destination-only client's
+// whole route, the hand-off mode, PD-safe fallbacks, the outcome record, and the hand-off.
+func (st *stream) routeDecision(req *request.Request, d *picker.Decision, cands []*pool.Endpoint, hasBody bool, start time.Time) (string, []byte, *apierror.Error) {
 	if st.destOnly {
 		routeWhole(d)
 	}
-	st.decision, st.lifecycle = d, d.Lifecycle
+	st.decision, st.lifecycle, st.finished = d, d.Lifecycle, false
 	st.srv.obs.Decided(DecisionEvent{Strategy: d.Strategy, Outcome: d.Outcome, Step: d.Step,
 		Latency: time.Since(start), Candidates: len(cands)})
+	st.enterActive()
 	mode := st.srv.handoffMode(d, hasBody)
-	body, aerr := st.handOff(req, d, cands, mode, hasBody)
-	if aerr != nil {
-		return st.failRouted(aerr)
+	if mode == config.HandoffEPP {
+		d.Destination = eppFallbacks(d.Destination)
 	}
-	return st.answer(req, d, mode, body, hasBody, bodyEOS)
+	st.startRoute(req, d, mode)
+	body, aerr := st.handOff(req, d, cands, mode, hasBody)
+	return mode, body, aerr
 }
 
 // parse reads the whole request (request.ParseWith: validation, safe strings, client PD
@@ -360,12 +395,19 @@ func (st *stream) parse(hasBody bool) (*request.Request, *apierror.Error) {
 	return req, nil
 }
 
-// pick schedules the request among its candidates.
-func (st *stream) pick(req *request.Request) (*picker.Decision, []*pool.Endpoint, *apierror.Error) {
+// pick schedules the request among its candidates, but for those in exclude (a retry's
+// failed prefill pod).
+func (st *stream) pick(req *request.Request, exclude map[*pool.Endpoint]bool) (*picker.Decision, []*pool.Endpoint, *apierror.Error) {
 	snap := st.srv.store.Load()
 	cands, aerr := st.candidates(snap)
 	if aerr != nil {
 		return nil, nil, aerr
+	}
+	if len(exclude) > 0 {
+		cands = slices.DeleteFunc(slices.Clone(cands), func(e *pool.Endpoint) bool { return exclude[e] })
+		if len(cands) == 0 {
+			return nil, nil, apierror.Unavailable("no_endpoint", "no candidate is left once the failed prefill pod is excluded")
+		}
 	}
 	d, err := st.srv.sched.Schedule(st.ctx, req, snap, cands)
 	if err == nil && (d == nil || len(d.Destination) == 0) {
@@ -455,6 +497,9 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 		if st.lifecycle != nil && !st.respHeaders && !st.finished {
 			st.lifecycle.ResponseHeaders(code, served)
 		}
+		if !st.respHeaders {
+			st.routeResponse(code, served)
+		}
 		st.respHeaders = true
 		set = headerOptions(set, d.ResponseHeaders)
 		if st.srv.opts.DebugTraceHeader && d.Trace != nil {
@@ -485,13 +530,15 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 			st.ho.stop() // no body: the response is complete
 		}
 	}
+	if h.GetEndOfStream() {
+		// The response is complete: release what the request holds before the client can see
+		// the answer (a client that reads the pool's counters right after must find them free).
+		st.finish(nil)
+	}
 	if err := st.send(answer); err != nil {
 		return err
 	}
 	st.respSent = true
-	if h.GetEndOfStream() {
-		st.finish(nil)
-	}
 	return nil
 }
 
@@ -502,20 +549,20 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 			return err
 		}
 	}
-	if err := st.send(streamedBody(true, b.GetBody(), b.GetEndOfStream())); err != nil {
-		return err
-	}
+	eos := b.GetEndOfStream()
 	if st.ho.active() {
-		st.ho.wd.Chunk(time.Now(), b.GetEndOfStream())
+		st.ho.wd.Chunk(time.Now(), eos)
 		st.ho.rearm()
 	}
 	if st.lifecycle != nil && !st.finished {
-		st.lifecycle.ResponseBody(len(b.GetBody()), b.GetEndOfStream())
+		st.lifecycle.ResponseBody(len(b.GetBody()), eos)
 	}
-	if b.GetEndOfStream() {
+	st.route.Chunk(len(b.GetBody()))
+	if eos {
+		// The last chunk: release what the request holds before the client can see it.
 		st.finish(nil)
 	}
-	return nil
+	return st.send(streamedBody(true, b.GetBody(), eos))
 }
 
 // finish ends the decision's lifecycle, exactly once whatever path the stream takes.
@@ -524,9 +571,14 @@ func (st *stream) finish(err error) {
 		return
 	}
 	st.finished = true
+	if err == nil && st.ho.active() {
+		st.ho.h.Completed() // an async prefill leg may still report its (certain) success
+	}
 	if st.lifecycle != nil {
 		st.lifecycle.Done(err)
 	}
+	st.endRoute(err)
+	st.leaveRetry()
 }
 
 // joinHeaders maps lower-cased header names to their values, joining repeated names with ","

@@ -48,10 +48,12 @@ func newEnginePod(t *testing.T) *enginePod {
 	return p
 }
 
-func (p *enginePod) endpoint(name, engine string) *pool.Endpoint {
+// endpoint is the pod in roleset rs with role (prefill, decode), as the epp hand-off's pairs are.
+func (p *enginePod) endpoint(name, role, engine string) *pool.Endpoint {
 	host, port, _ := net.SplitHostPort(p.srv.Listener.Addr().String())
 	n, _ := strconv.Atoi(port)
-	return pool.NewEndpoint("ns", name, host, int32(n), 0, map[string]string{pool.LabelEngine: engine}, nil)
+	return pool.NewEndpoint("ns", name, host, int32(n), 0, map[string]string{pool.LabelEngine: engine,
+		pool.LabelRoleName: role, pool.LabelRolesetName: "rs"}, nil)
 }
 
 func (p *enginePod) abortCount() int {
@@ -66,7 +68,8 @@ func (p *enginePod) abortCount() int {
 func watchdogStack(t *testing.T, engine string, pd config.PD) (*envoy.Client, []*enginePod, []*pool.Endpoint) {
 	t.Helper()
 	pods := []*enginePod{newEnginePod(t), newEnginePod(t), newEnginePod(t)}
-	eps := []*pool.Endpoint{pods[0].endpoint("prefill", engine), pods[1].endpoint("decode-a", engine), pods[2].endpoint("decode-b", engine)}
+	eps := []*pool.Endpoint{pods[0].endpoint("prefill", "prefill", engine), pods[1].endpoint("decode-a", "decode", engine),
+		pods[2].endpoint("decode-b", "decode", engine)}
 	store := pool.NewStore()
 	store.Publish(pool.Info{Name: "p"}, eps, true)
 	adapters, err := handoff.NewAdapters(pd, handoff.Options{})

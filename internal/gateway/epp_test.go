@@ -49,6 +49,7 @@ type record struct {
 	bodyEOS     bool
 	trailers    map[string]string
 	served      string
+	respStatus  string
 	respChunks  int
 	respEOS     bool
 	respTrailer bool
@@ -198,6 +199,7 @@ func (e *scriptedEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) 
 			}
 		case *extprocv3.ProcessingRequest_ResponseHeaders:
 			r.served = req.GetMetadataContext().GetFilterMetadata()[destinationNamespace].GetFields()[servedKey].GetStringValue()
+			r.respStatus = headerMap(v.ResponseHeaders.GetHeaders())[":status"]
 			if e.immediateAt == "respHeaders" {
 				return srv.Send(immediate(typev3.StatusCode_ServiceUnavailable, "decode pod unhealthy"))
 			}

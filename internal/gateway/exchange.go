@@ -172,15 +172,29 @@ func (x *exchange) route(decision *extprocv3.ProcessingResponse) bool {
 	}
 	results := make(chan upstreamResult, 1)
 	next := 0
+	var (
+		timeout       <-chan time.Time // UpstreamTimeout of the attempt in flight, until its headers
+		cancelAttempt context.CancelFunc
+	)
 	try := func() {
 		i := next
 		next++
+		ctx, cancel := context.WithCancel(x.ctx)
+		cancelAttempt = cancel
+		if t := x.g.opts.UpstreamTimeout; t > 0 {
+			timeout = time.After(t)
+		}
 		go func() {
-			resp, connectFailed, err := x.roundTrip(dests[i], ub, x.reqHeaders)
+			resp, connectFailed, err := x.roundTrip(ctx, dests[i], ub, x.reqHeaders)
 			results <- upstreamResult{i, resp, connectFailed, err}
 		}()
 	}
 	try()
+	defer func() {
+		if cancelAttempt != nil && timeout != nil {
+			cancelAttempt() // a timed-out attempt still waiting for its headers
+		}
+	}()
 
 	var (
 		respHeaders   fields
@@ -209,6 +223,9 @@ func (x *exchange) route(decision *extprocv3.ProcessingResponse) bool {
 		select {
 		case <-x.ctx.Done():
 			return false
+		case <-timeout:
+			return x.localReply(http.StatusGatewayTimeout, fmt.Sprintf("upstream request timeout: %s sent no response headers within %s",
+				dests[next-1], x.g.opts.UpstreamTimeout))
 		case res := <-results:
 			if res.err != nil {
 				if res.connectFailed {
@@ -218,11 +235,12 @@ func (x *exchange) route(decision *extprocv3.ProcessingResponse) bool {
 						try()
 						continue
 					}
-					return x.fail(http.StatusServiceUnavailable, fmt.Sprintf("upstream connect error: none of the %d endpoint(s) accepted a connection: %s",
+					return x.localReply(http.StatusServiceUnavailable, fmt.Sprintf("upstream connect error: none of the %d endpoint(s) accepted a connection: %s",
 						len(dests), strings.Join(connectErrors, "; ")))
 				}
-				return x.fail(http.StatusBadGateway, fmt.Sprintf("upstream %s: %v", dests[res.i], res.err))
+				return x.localReply(http.StatusBadGateway, fmt.Sprintf("upstream %s: %v", dests[res.i], res.err))
 			}
+			timeout = nil
 			x.served = dests[res.i]
 			respHeaders = responseFields(res.resp)
 			respNoBody = res.resp.Body == http.NoBody || res.resp.ContentLength == 0
@@ -329,9 +347,9 @@ func (x *exchange) route(decision *extprocv3.ProcessingResponse) bool {
 
 // roundTrip sends the request to one endpoint; connectFailed tells a refused or timed-out
 // connect (try the next fallback) from any later failure.
-func (x *exchange) roundTrip(endpoint string, ub *replayBody, h fields) (*http.Response, bool, error) {
+func (x *exchange) roundTrip(ctx context.Context, endpoint string, ub *replayBody, h fields) (*http.Response, bool, error) {
 	a := &attempt{}
-	ctx := context.WithValue(x.ctx, attemptKey{}, a)
+	ctx = context.WithValue(ctx, attemptKey{}, a)
 	path, _ := h.get(":path")
 	if path == "" {
 		path = x.r.URL.RequestURI()

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -239,7 +240,34 @@ func TestFallbacksOnConnectFailure(t *testing.T) {
 			if c.wantServed != "" && res.header.Get("X-Epp-Served") != c.wantServed {
 				t.Errorf("served %q, want %q", res.header.Get("X-Epp-Served"), c.wantServed)
 			}
+			// As Envoy's, the gateway's local reply passes through the EPP's response phase:
+			// the EPP learns the request it routed found no endpoint.
+			if rec := epp.records(); len(rec) != 1 || rec[0].respStatus != strconv.Itoa(c.wantStatus) {
+				t.Errorf("the EPP saw response status %q, want %d", rec[0].respStatus, c.wantStatus)
+			}
+			if _, applied := res.header["X-Epp-Served"]; !applied {
+				t.Error("the EPP's answer to the response headers was not applied")
+			}
 		})
+	}
+}
+
+// An endpoint that accepts the request but sends no response headers within UpstreamTimeout
+// gets the client a 504, which the EPP sees first (Envoy's route timeout and local reply).
+func TestUpstreamTimeoutIsALocalReply(t *testing.T) {
+	hung := startUpstream(t, func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	epp := &scriptedEPP{dest: hung.addr}
+	gw := startGateway(t, Options{EPPAddr: startEPP(t, epp, nil), UpstreamTimeout: 200 * time.Millisecond})
+	start := time.Now()
+	res := do(t, post(t, gw+"/v1/completions", `{"prompt":"x"}`))
+	if res.status != http.StatusGatewayTimeout || !strings.Contains(res.body, "upstream request timeout") {
+		t.Fatalf("status %d %q, want 504 upstream request timeout", res.status, res.body)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("answered after %s", took)
+	}
+	if rec := epp.records(); len(rec) != 1 || rec[0].respStatus != "504" {
+		t.Errorf("the EPP saw %+v, want a 504 response", rec)
 	}
 }
 

@@ -34,6 +34,10 @@ type Options struct {
 	// ConnectTimeout bounds one TCP connect to an endpoint before the next fallback is
 	// tried. Default 2s.
 	ConnectTimeout time.Duration
+	// UpstreamTimeout bounds the wait for an endpoint's response headers once the request was
+	// sent, as Envoy's route timeout does for a response that has not started: expiry answers
+	// 504 (through the EPP's response phase, as every local reply). Zero: no bound.
+	UpstreamTimeout time.Duration
 	// Client is the ext_proc client the gateway plays: ClientEnvoy ("" too) or ClientNGINX
 	// (NGINX Gateway Fabric: see nginx.go). ClientNGINX needs DefaultEndpoints, the pool's
 	// pods, which it falls back to at random whenever the EPP gives no endpoint.
@@ -68,8 +72,8 @@ func (o *Options) validate() error {
 	if o.FailOpen && len(o.DefaultEndpoints) == 0 {
 		return fmt.Errorf("gateway: FailOpen needs DefaultEndpoints (the ip:port to route to when the EPP is down)")
 	}
-	if o.DecisionTimeout < 0 || o.ConnectTimeout < 0 {
-		return fmt.Errorf("gateway: DecisionTimeout and ConnectTimeout must not be negative")
+	if o.DecisionTimeout < 0 || o.ConnectTimeout < 0 || o.UpstreamTimeout < 0 {
+		return fmt.Errorf("gateway: DecisionTimeout, ConnectTimeout and UpstreamTimeout must not be negative")
 	}
 	if o.DecisionTimeout == 0 {
 		o.DecisionTimeout = 60 * time.Second

@@ -179,6 +179,52 @@ func (x *exchange) fail(code int, reason string) bool {
 	return false
 }
 
+// localReply answers a request the gateway routed but could not get a response for (no
+// endpoint accepted a connection, the upstream reset before its headers, the upstream timeout)
+// as Envoy does: the local reply's headers pass through the EPP's response phase first, so the
+// EPP learns what happened to the request it routed (and may add its headers), then the client
+// gets the reply. Without an answer from the EPP in time the client gets the reply as it is.
+func (x *exchange) localReply(code int, reason string) bool {
+	if x.wroteHeader {
+		return x.fail(code, reason) // the response started: cut
+	}
+	x.log.Info("request failed", "status", code, "reason", reason)
+	h := fields{{":status", strconv.Itoa(code)}, {"content-type", "text/plain; charset=utf-8"}, {"x-gateway-error", reason}}
+	if err := x.send(headersMsg(false, h, true, nil)); err != nil {
+		return x.fail(code, reason)
+	}
+	timer := time.NewTimer(x.g.opts.DecisionTimeout)
+	defer timer.Stop()
+	for answered := false; !answered; {
+		select {
+		case m, ok := <-x.msgs:
+			if !ok {
+				return x.fail(code, reason)
+			}
+			switch v := m.GetResponse().(type) {
+			case *extprocv3.ProcessingResponse_ResponseHeaders:
+				h.mutate(v.ResponseHeaders.GetResponse().GetHeaderMutation())
+				answered = true
+			case *extprocv3.ProcessingResponse_ImmediateResponse:
+				x.writeImmediate(v.ImmediateResponse)
+				return x.complete()
+			}
+			// anything else (a late request-body answer) is not the answer awaited
+		case <-timer.C:
+			return x.fail(code, reason)
+		case <-x.ctx.Done():
+			return false
+		}
+	}
+	h.set(":status", strconv.Itoa(code)) // a local reply's status is the gateway's
+	h.set("content-length", strconv.Itoa(len(reason)+1))
+	if !x.writeHeader(h) {
+		return false
+	}
+	_, _ = io.WriteString(x.w, reason+"\n")
+	return x.complete()
+}
+
 // beforeDecision handles an EPP that is unreachable or failed before deciding: fail open to
 // the default endpoints, or fail closed with 503 (unreachable) / 500 (anything else).
 func (x *exchange) beforeDecision(err error) bool {
@@ -213,7 +259,7 @@ func (x *exchange) failOpen() bool {
 	x.mu.Unlock()
 	defaults := x.g.opts.DefaultEndpoints
 	for i, ep := range defaults {
-		resp, connectFailed, err := x.roundTrip(ep, ub, x.reqHeaders)
+		resp, connectFailed, err := x.roundTrip(x.ctx, ep, ub, x.reqHeaders)
 		if err != nil {
 			if connectFailed && i+1 < len(defaults) {
 				continue

@@ -36,6 +36,7 @@ type Handoff struct {
 	failed          chan *apierror.Error
 	succeeded       chan struct{}
 	responded       atomic.Bool
+	completed       atomic.Bool                   // the request completed: an async leg is left to end on its own
 	served          atomic.Pointer[pool.Endpoint] // the decode pod answering, when not Input.Decode
 	finished        atomic.Bool
 	bg              sync.WaitGroup
@@ -67,7 +68,20 @@ func (h *Handoff) Start(ctx context.Context) ([]byte, *apierror.Error) {
 		return nil, apierror.Internal("pd_handoff_reused", "a hand-off is started once, before Done")
 	}
 	h.started = true
-	ctx, h.cancel = context.WithCancel(ctx)
+	if h.plan.Async {
+		// The leg outlives ctx only once the request completed: a completed decode leg proves
+		// the prefill leg succeeded, and its answer may be on the wire still (Completed).
+		parent := ctx
+		ctx, h.cancel = context.WithCancel(context.WithoutCancel(ctx))
+		cancel := h.cancel
+		context.AfterFunc(parent, func() {
+			if !h.completed.Load() {
+				cancel()
+			}
+		})
+	} else {
+		ctx, h.cancel = context.WithCancel(ctx)
+	}
 	h.mu.Unlock()
 
 	if h.plan.Async {
@@ -260,15 +274,21 @@ func (h *Handoff) abort(reason string, retry bool) {
 	}()
 }
 
+// Completed records that the request completed (the decode leg's response ended): an async
+// prefill leg still running then succeeded (the decode leg could not finish without its KV),
+// and Done lets it read its answer, within its own timeout, instead of cancelling it, so its
+// success is counted.
+func (h *Handoff) Completed() { h.completed.Store(true) }
+
 // Done ends the hand-off on every path (completion, failure, client cancel, watchdog): it cancels
-// a prefill leg still running. An abort already under way finishes on its own timeouts; Wait
-// blocks for it. Done is idempotent.
+// a prefill leg still running, unless the request Completed. An abort already under way
+// finishes on its own timeouts; Wait blocks for it. Done is idempotent.
 func (h *Handoff) Done() {
 	if !h.finished.CompareAndSwap(false, true) {
 		return
 	}
 	h.mu.Lock()
-	if h.cancel != nil {
+	if h.cancel != nil && !(h.plan.Async && h.completed.Load()) {
 		h.cancel()
 	}
 	h.mu.Unlock()

@@ -499,3 +499,40 @@ func TestPrefillLegPathWithoutClientPath(t *testing.T) {
 		})
 	}
 }
+
+// A completed request's async prefill leg is left to read its answer: the decode leg could
+// not finish without the leg's KV, so the leg succeeded, and its success is counted even when
+// its answer arrives after the request ended (Done) and the stream's context is gone. Before
+// Completed, Done cancelled such a leg and its success went uncounted (the TRT
+// generation_first e2e flow raced on it).
+func TestHandoffCompletedLeavesTheAsyncLegToFinish(t *testing.T) {
+	pd := config.DefaultPD()
+	pd.TRTScheduleStyle = ScheduleGenerationFirst
+	f := newFixture(t, pd)
+	release := make(chan struct{})
+	pod := newPrefillPod(t, func(w http.ResponseWriter, r *http.Request) {
+		<-release // answers once the request has ended
+		answer(`{"choices":[{"text":"x","disaggregated_params":{"request_type":"context_only","first_gen_tokens":[1]}}]}`)(w, r)
+	})
+	info := serverInfoServer(t, `{"disaggregated_params":{"ctx_info_endpoint":"tcp://h:1","ctx_dp_rank":0}}`)
+	mux := http.NewServeMux()
+	mux.Handle("/server_info", info.Config.Handler)
+	mux.Handle("/", pod.Config.Handler)
+	both := httptest.NewServer(mux)
+	defer both.Close()
+	h := f.handoff(t, serverEndpoint(t, both, "ctx-0", pool.EngineTRTLLM, nil, nil), request.APIChatCompletions, `{"messages":[]}`)
+	stream, endStream := context.WithCancel(context.Background())
+	if _, aerr := h.Start(stream); aerr != nil {
+		t.Fatal(aerr)
+	}
+	<-pod.bodies
+	h.DecodeResponded()
+	h.Completed() // the generation leg's response ended
+	h.Done()
+	endStream() // and the ext_proc stream closed
+	close(release)
+	if err := <-f.legs; err != nil {
+		t.Fatalf("the completed request's prefill leg ended with %v, want success", err)
+	}
+	f.ev.expect(t, `prefill trtllm/generation_first "" before_response`)
+}

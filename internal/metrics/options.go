@@ -73,10 +73,18 @@ type Observer interface {
 	PoolChanged(snap *pool.Snapshot)
 }
 
+// ProbeObserver is implemented by an Observer that also takes every scrape as a probe of its
+// endpoint (passive health): whether it went to the serving port, how it ended (errClass "" on
+// success), and the error.
+type ProbeObserver interface {
+	ScrapeProbed(ep *pool.Endpoint, servingPort bool, took time.Duration, errClass string, err error)
+}
+
 // Scrape error classes, bounded for metric labels.
 const (
 	ErrClassTimeout    = "timeout"
-	ErrClassConnect    = "connect"
+	ErrClassRefused    = "refused" // the connection was refused: nothing listens there
+	ErrClassConnect    = "connect" // any other connection failure (reset, unreachable, DNS)
 	ErrClassHTTPStatus = "http_status"
 	ErrClassTooLarge   = "too_large"
 	ErrClassParse      = "parse"

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -38,17 +39,18 @@ type target struct {
 	failing  atomic.Bool  // the last scrape failed
 	lastTry  atomic.Int64 // when the last scrape was handed to a worker (Unix ns), for fairness
 
-	mu         sync.Mutex
-	ep         *pool.Endpoint
-	cfg        *mapping
-	url        string
-	want       map[string]bool
-	removed    bool
-	prev       *reading // last good reading
-	prevSample *Sample
-	lastGood   time.Time
-	firstTry   time.Time
-	stale      bool
+	mu          sync.Mutex
+	ep          *pool.Endpoint
+	cfg         *mapping
+	url         string
+	servingPort bool // the scrape goes to the endpoint's serving port
+	want        map[string]bool
+	removed     bool
+	prev        *reading // last good reading
+	prevSample  *Sample
+	lastGood    time.Time
+	firstTry    time.Time
+	stale       bool
 }
 
 // NewScraper validates the options and builds a scraper over the pool and sample stores.
@@ -254,7 +256,7 @@ func (s *Scraper) configure(t *target, ep *pool.Endpoint) {
 	if m.port != 0 {
 		port = m.port
 	}
-	t.cfg, t.want = m, want
+	t.cfg, t.want, t.servingPort = m, want, port == ep.Port
 	t.url = s.opts.Scheme + "://" + net.JoinHostPort(ep.Address, strconv.Itoa(int(port))) + m.path
 }
 
@@ -315,7 +317,7 @@ func (s *Scraper) dispatch(ctx context.Context) {
 // scrape fetches and parses one endpoint and publishes the result.
 func (s *Scraper) scrape(ctx context.Context, t *target) {
 	t.mu.Lock()
-	ep, url, cfg, want := t.ep, t.url, t.cfg, t.want
+	ep, url, cfg, want, serving := t.ep, t.url, t.cfg, t.want, t.servingPort
 	t.mu.Unlock()
 
 	start := s.opts.Now()
@@ -334,6 +336,9 @@ func (s *Scraper) scrape(ctx context.Context, t *target) {
 	}
 	if s.obs != nil {
 		s.obs.ScrapeDone(ep, took, class)
+		if po, ok := s.obs.(ProbeObserver); ok {
+			po.ScrapeProbed(ep, serving, took, class, err)
+		}
 	}
 	t.failing.Store(err != nil)
 	now := s.opts.Now()
@@ -413,6 +418,8 @@ func classify(ctx context.Context, err error) string {
 		return ErrClassTimeout
 	case errors.Is(err, context.Canceled):
 		return ErrClassCanceled
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return ErrClassRefused
 	}
 	return ErrClassConnect
 }

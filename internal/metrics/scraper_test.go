@@ -466,3 +466,51 @@ func TestIntervalFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// probeRecorder also takes every scrape as a probe (ProbeObserver).
+type probeRecorder struct {
+	*recorder
+	probes map[string][]string // key -> "class serving=bool"
+}
+
+func (r *probeRecorder) ScrapeProbed(ep *pool.Endpoint, serving bool, _ time.Duration, class string, err error) {
+	r.mu.Lock()
+	if (class == "") != (err == nil) {
+		class = "mismatch"
+	}
+	r.probes[ep.Key()] = append(r.probes[ep.Key()], fmt.Sprintf("%s serving=%v", class, serving))
+	r.mu.Unlock()
+	r.notify()
+}
+
+// Every scrape is a probe of its endpoint for passive health: a closed serving port is
+// "refused" (nothing listens where requests go), a closed metrics port is refused on another
+// port, and a good scrape is a success.
+func TestScrapesAreProbes(t *testing.T) {
+	srv := newEngineServer(t, "/metrics", vllmPage(1, 10))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, p, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	closed, _ := strconv.Atoi(p)
+	good := endpoint("ns", "good", srv.port(t), nil, nil)
+	dead := endpoint("ns", "dead", int32(closed), nil, nil)
+	metricsGone := endpoint("ns", "metrics-gone", srv.port(t), nil, map[string]string{AnnotationMetricsPort: p})
+	ps := pool.NewStore()
+	ps.Publish(pool.Info{}, []*pool.Endpoint{good, dead, metricsGone}, true)
+	rec := &probeRecorder{recorder: newRecorder(), probes: map[string][]string{}}
+	startScraper(t, ps, NewStore(), ScrapeOptions{Interval: 50 * time.Millisecond, Observer: rec})
+	rec.waitFor(t, "a probe of each endpoint", func() bool {
+		return len(rec.probes[good.Key()]) > 0 && len(rec.probes[dead.Key()]) > 0 && len(rec.probes[metricsGone.Key()]) > 0
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for key, want := range map[string]string{good.Key(): " serving=true", dead.Key(): "refused serving=true",
+		metricsGone.Key(): "refused serving=false"} {
+		if got := rec.probes[key][0]; got != want {
+			t.Errorf("%s: probe %q, want %q", key, got, want)
+		}
+	}
+}

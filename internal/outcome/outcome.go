@@ -43,6 +43,8 @@ const (
 	PhaseFirstByte
 	// PhaseEnd: the request ended, however it ended (Route.Err, Route.Status).
 	PhaseEnd
+	// PhaseProbe: a scrape or health probe of an endpoint ended (Event.Probe; Route is zero).
+	PhaseProbe
 )
 
 func (p Phase) String() string {
@@ -55,6 +57,8 @@ func (p Phase) String() string {
 		return "first_byte"
 	case PhaseEnd:
 		return "end"
+	case PhaseProbe:
+		return "probe"
 	}
 	return "unknown"
 }
@@ -68,7 +72,11 @@ type Route struct {
 	// Prefill is the prefill endpoint ("" for KindWhole); Destination the endpoint picked to
 	// answer; Served the one that did, once the response says (a fallback may serve).
 	Prefill, Destination, Served string
-	PromptTokens                 int
+	// Fallbacks are the endpoints the gateway may try after Destination, in order (set by
+	// Tracker.Fallbacks): a route Served by one of them tells a reader the gateway could not
+	// connect to those before it.
+	Fallbacks    []string
+	PromptTokens int
 
 	Picked, PrefillEnd, Headers, FirstByte, LastChunk, End time.Time
 	// PrefillObserved: PrefillEnd was reported by the hand-off that ran the leg, not
@@ -113,6 +121,8 @@ func (r *Route) ServedBy() string {
 type Event struct {
 	Phase Phase
 	Route Route
+	// Probe is the probe's result for PhaseProbe, nil for route events.
+	Probe *Probe
 }
 
 // Reader receives every event of every route. Observe runs on the request path: it must be

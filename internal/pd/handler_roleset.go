@@ -549,6 +549,7 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 	d.Destination = withFallbacks(h.fallbacks, dp.Endpoint, s.pt.rolesets[ri].Decode, func(e *pool.Endpoint) int64 {
 		return c.deps.Running.InFlight(e.Key()) + c.pending.InFlight(e.Key())
 	})
+	d.Destination = c.withCombinedFallbacks(d.Destination, s.pt.combined, h.fallbacks)
 	lc.dest = d.Destination
 	d.Prefill = withFallbacks(h.fallbacks, pp.Endpoint, s.pt.rolesets[ri].Prefill, func(e *pool.Endpoint) int64 {
 		return c.prefill.InFlight(e.Key())

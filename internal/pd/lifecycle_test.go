@@ -256,9 +256,16 @@ func TestRandomPoolsProperties(t *testing.T) {
 			}
 			switch d.Outcome {
 			case picker.OutcomePD:
+				// Fallbacks: decode pods of the pair's roleset, then standard pods, never a
+				// decode pod of another roleset.
 				rs := d.Destination[0].Roleset
+				standard := false
 				for _, e := range append(append([]*pool.Endpoint{}, d.Destination...), d.Prefill...) {
-					if e.Roleset != rs {
+					if e.Role == pool.RoleStandard {
+						standard = true
+						continue
+					}
+					if e.Roleset != rs || (standard && e.Role == pool.RoleDecode) {
 						t.Fatalf("iter %d: pair spans rolesets: %v / %v", iter, names(d.Destination), names(d.Prefill))
 					}
 				}

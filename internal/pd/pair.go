@@ -1,6 +1,7 @@
 package pd
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -226,6 +227,23 @@ func leastLoaded(n int, primary *pool.Endpoint, members []*pool.Endpoint, loadOf
 		out = append(out, c.e)
 	}
 	return out
+}
+
+// withCombinedFallbacks appends up to n combined pods (the combined profile's: standard pods
+// whose bucket covers the prompt), least loaded first, after a pair's decode destinations: the
+// gateway's last resort when it cannot connect to any decode pod of the roleset. A prefill-only
+// pod is never among them, nor a decode pod of another roleset (its sidecar would pair it with
+// this prefill pod). The ext_proc server drops them in the epp hand-off, whose decode body
+// carries one prefill leg's transfer fields.
+func (c *Cascade) withCombinedFallbacks(dest, combined []*pool.Endpoint, n int) []*pool.Endpoint {
+	if n <= 0 || len(combined) == 0 {
+		return dest
+	}
+	ranked := append(make([]*pool.Endpoint, 0, len(combined)), combined...)
+	slices.SortStableFunc(ranked, func(a, b *pool.Endpoint) int {
+		return cmp.Compare(c.deps.Running.InFlight(a.Key()), c.deps.Running.InFlight(b.Key()))
+	})
+	return append(dest, ranked[:min(len(ranked), n)]...)
 }
 
 func traceScores(pt *partition, finals []rolesetFinal, pp *PrefillPod, ps float64, dp *DecodePod, ds float64) map[string]string {

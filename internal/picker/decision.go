@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
 )
@@ -53,6 +54,10 @@ type Decision struct {
 	// PD is the request's effective PD configuration (gateway settings with the profile's
 	// overrides): the hand-off's timeouts, abort and watchdog settings.
 	PD config.PD
+	// Route records what happens to the routed request (internal/outcome): started by the
+	// strategy that decided when it keeps per-route state, else by the ext_proc server once
+	// the request is routed. Nil records nothing.
+	Route *outcome.Tracker
 }
 
 // Lifecycle receives what happens to a routed request after the pick. The ext_proc server
@@ -70,6 +75,9 @@ type Trace struct {
 	Candidates int               `json:"candidates"`
 	Scores     map[string]string `json:"scores,omitempty"` // endpoint or roleset -> formatted score
 	Note       string            `json:"note,omitempty"`
+	// Health lists candidates passive health left out of the pick: endpoint key ->
+	// "ejected:<reason>" or "recent_failure" (at most 8).
+	Health map[string]string `json:"health,omitempty"`
 }
 
 // Add appends a step to the trace.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/health"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
 	"github.com/tandem-epp/tandem/internal/wire"
@@ -22,6 +23,7 @@ import (
 // Its routing (resolver, strategies, default) is swapped atomically by Swap.
 type Router struct {
 	routes atomic.Pointer[routes]
+	health *health.Detector
 	log    logr.Logger
 }
 
@@ -44,6 +46,9 @@ type RouterOptions struct {
 	Default string
 	// Logger is used when the request context carries none.
 	Logger logr.Logger
+	// Health is passive health: every strategy picks among the candidates it admits (see
+	// Schedule). Nil admits every candidate. Swap keeps the router's.
+	Health *health.Detector
 }
 
 // ResponseHeaderStrategy echoes the strategy used.
@@ -51,7 +56,7 @@ const ResponseHeaderStrategy = wire.HeaderRoutingStrategy
 
 // NewRouter builds a router. Strategy names must be unique.
 func NewRouter(o RouterOptions) (*Router, error) {
-	r := &Router{log: o.Logger}
+	r := &Router{log: o.Logger, health: o.Health}
 	if err := r.Swap(o); err != nil {
 		return nil, err
 	}
@@ -115,9 +120,12 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 	}
 	profile := res.ProfileName
 	resolver := t.resolver
-	c := &Cycle{Req: req, Snap: snap, Candidates: cands, Resolved: res, State: &CycleState{},
-		PodRouting: func(e *pool.Endpoint) config.RoutingConfig { return resolver.PodRouting(e, profile) }}
-	d, err := s.Pick(ctx, c)
+	pick := func(eps []*pool.Endpoint) (*Decision, error) {
+		c := &Cycle{Req: req, Snap: snap, Candidates: eps, Resolved: res, State: &CycleState{},
+			PodRouting: func(e *pool.Endpoint) config.RoutingConfig { return resolver.PodRouting(e, profile) }}
+		return s.Pick(ctx, c)
+	}
+	d, err := r.pickHealthy(cands, pick)
 	log := r.logger(ctx)
 	if err != nil {
 		ae := apierror.From(err)

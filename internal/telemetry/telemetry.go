@@ -93,6 +93,13 @@ type Metrics struct {
 	endpointKVUsage  *prometheus.GaugeVec
 	panics           *prometheus.CounterVec
 	fieldsRemoved    *prometheus.CounterVec
+	outlierEjected   *prometheus.GaugeVec
+	outlierEjections *prometheus.CounterVec
+	outlierReturns   *prometheus.CounterVec
+	outlierOverflow  *prometheus.CounterVec
+	outlierDuration  *prometheus.HistogramVec
+	outlierFiltered  *prometheus.CounterVec
+	prefillRetries   *prometheus.CounterVec
 	bufferedBody     prometheus.GaugeFunc
 	bufferedSource   atomic.Pointer[func() float64]
 	configReload     configReload
@@ -114,7 +121,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		"strategy": newLabelCap(maxSmall), "step": newLabelCap(maxSmall), "status": newLabelCap(maxSmall),
 		"class": newLabelCap(maxSmall), "stage": newLabelCap(maxSmall), "result": newLabelCap(maxSmall),
 		"phase": newLabelCap(maxSmall), "source": newLabelCap(maxSmall), "where": newLabelCap(maxSmall),
-		"field": newLabelCap(maxSmall), "kind": newLabelCap(maxSmall),
+		"field": newLabelCap(maxSmall), "kind": newLabelCap(maxSmall), "reason": newLabelCap(maxSmall),
 	}}
 	podLabels := []string{"namespace", "pod_name"}
 	epLabels := []string{"namespace", "pod_name", "port"}
@@ -146,7 +153,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.interToken = m.histogramVec("tandem_inter_token_latency_seconds", "Time between response body chunks of a streamed response, by model and the serving pod's role.", itlBuckets, "model", "role")
 	m.scrapeDuration = m.histogramVec("tandem_scrape_duration_seconds", "Time to scrape and parse one model server's metrics, by engine.", scrapeBuckets, "engine")
 	m.scrapeLast = m.gaugeVec("tandem_scrape_last_duration_seconds", "Duration of the last scrape of an endpoint, successful or not.", epLabels...)
-	m.scrapeErrors = m.counterVec("tandem_scrape_errors_total", "Failed metric scrapes, by endpoint and reason (timeout, connect, http_status, too_large, parse).", append(epLabels, "reason")...)
+	m.scrapeErrors = m.counterVec("tandem_scrape_errors_total", "Failed metric scrapes, by endpoint and reason (timeout, refused, connect, http_status, too_large, parse).", append(epLabels, "reason")...)
 	m.scrapeStale = m.gaugeVec("tandem_scrape_stale", "1 while an endpoint's engine metrics are stale (no good scrape within the staleness threshold), else 0.", epLabels...)
 	m.configErrors = m.counterVec("tandem_config_errors_total", "Bad per-pod configuration (annotations, labels) that Tandem ignored, by pod and source.", "namespace", "pod_name", "source")
 	m.poolEndpoints = m.gaugeVec("tandem_pool_endpoints", "Endpoints in the pool snapshot, by role (prefill, decode, standard).", "role")
@@ -158,6 +165,13 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 
 	m.panics = m.counterVec("tandem_panics_recovered_total", "Panics recovered while handling a request (the request failed, the process went on), by where they happened.", "where")
 	m.fieldsRemoved = m.counterVec("tandem_client_pd_fields_removed_total", "Client-sent PD control fields (kv_transfer_params, bootstrap_*, disaggregated_params, disagg_prefill_resp) removed from request bodies, by field.", "field")
+	m.outlierEjected = m.gaugeVec("tandem_outlier_ejected", "1 while passive health (outlier detection) keeps an endpoint out of rotation, else 0.", append(epLabels, "role")...)
+	m.outlierEjections = m.counterVec("tandem_outlier_ejections_total", "Endpoints ejected by passive health, by reason (consecutive_5xx, consecutive_gateway_failure, connection_refused, failed_after_return).", append(epLabels, "role", "reason")...)
+	m.outlierReturns = m.counterVec("tandem_outlier_returns_total", "Ejected endpoints back in rotation (ejection time passed and a probe succeeded), by the probe that succeeded (scrape, health_probe).", append(epLabels, "role", "probe")...)
+	m.outlierOverflow = m.counterVec("tandem_outlier_ejections_overflow_total", "Ejections passive health refused so as not to eject everything, by role, the ejection's reason and the rule that refused it (max_ejection_percent, last_serving_path).", "role", "reason", "overflow")
+	m.outlierDuration = m.histogramVec("tandem_outlier_ejection_duration_seconds", "How long an endpoint stayed ejected, observed when it returned, by role.", ejectionBuckets, "role")
+	m.outlierFiltered = m.counterVec("tandem_outlier_filtered_decisions_total", "Routing decisions that left candidates out for passive health, by why (ejected, recent_failure).", "state")
+	m.prefillRetries = m.counterVec("tandem_pd_prefill_retries_total", "Pair-level retries of failed prefill legs (epp hand-off), by result: recovered, failed (every attempt failed), budget_exhausted, no_candidate (not retried).", "result")
 	m.def("tandem_extproc_buffered_body_bytes", "gauge", "Request-body bytes the open ext_proc streams hold now, against --max-buffered-body-bytes.", nil)
 	m.bufferedBody = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tandem_extproc_buffered_body_bytes",
 		Help: "Request-body bytes the open ext_proc streams hold now, against --max-buffered-body-bytes."}, func() float64 {
@@ -182,6 +196,7 @@ var (
 	predictionRatioBuckets = prometheus.ExponentialBuckets(0.125, math.Sqrt2, 13)
 	itlBuckets             = []float64{0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5}
 	scrapeBuckets          = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}
+	ejectionBuckets        = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800}
 )
 
 // Defs lists every metric Tandem exports, in registration order.
@@ -193,7 +208,8 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.decisions, m.pickDuration, m.pluginDuration,
 		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.predRatio, m.predAbsError, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
 		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
-		m.panics, m.fieldsRemoved, m.bufferedBody,
+		m.panics, m.fieldsRemoved, m.outlierEjected, m.outlierEjections, m.outlierReturns, m.outlierOverflow, m.outlierDuration,
+		m.outlierFiltered, m.prefillRetries, m.bufferedBody,
 		m.configReload.total, m.configReload.applied}
 }
 
@@ -446,6 +462,38 @@ func (m *Metrics) SelectedPair(prefill, decode *pool.Endpoint) {
 	}
 }
 
+// ---- Passive health and pair-level retries ----
+
+// OutlierEjected records an endpoint ejected by passive health.
+func (m *Metrics) OutlierEjected(ep *pool.Endpoint, reason string) {
+	port, r := strconv.Itoa(int(ep.Port)), role(ep.Role)
+	m.outlierEjected.WithLabelValues(ep.Namespace, ep.Name, port, r).Set(1)
+	m.outlierEjections.WithLabelValues(ep.Namespace, ep.Name, port, r, m.bound("reason", reason)).Inc()
+}
+
+// OutlierReturned records an ejected endpoint back in rotation after `after`.
+func (m *Metrics) OutlierReturned(ep *pool.Endpoint, after time.Duration, probe string) {
+	port, r := strconv.Itoa(int(ep.Port)), role(ep.Role)
+	m.outlierEjected.WithLabelValues(ep.Namespace, ep.Name, port, r).Set(0)
+	m.outlierReturns.WithLabelValues(ep.Namespace, ep.Name, port, r, m.bound("source", probe)).Inc()
+	m.outlierDuration.WithLabelValues(r).Observe(after.Seconds())
+}
+
+// OutlierOverflow records an ejection refused to keep the pool serving.
+func (m *Metrics) OutlierOverflow(ep *pool.Endpoint, reason, overflow string) {
+	m.outlierOverflow.WithLabelValues(role(ep.Role), m.bound("reason", reason), m.bound("result", overflow)).Inc()
+}
+
+// OutlierFiltered records a decision that left candidates out, by why (ejected, recent_failure).
+func (m *Metrics) OutlierFiltered(state string) {
+	m.outlierFiltered.WithLabelValues(m.bound("phase", state)).Inc()
+}
+
+// PrefillRetry records one pair-level retry decision by its result.
+func (m *Metrics) PrefillRetry(result string) {
+	m.prefillRetries.WithLabelValues(m.bound("result", result)).Inc()
+}
+
 // ---- Token-load ledgers and bucket serving ----
 
 // SetTokenLoad publishes a prefill pod's ledger (pd_token_load_active_tokens / _kv_tokens).
@@ -495,7 +543,8 @@ func (m *Metrics) DropPod(namespace, pod string) {
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.selectedPrefillPods, m.selectedDecodePods,
-		m.scrapeLast, m.scrapeErrors, m.scrapeStale, m.configErrors, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage} {
+		m.scrapeLast, m.scrapeErrors, m.scrapeStale, m.configErrors, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
+		m.outlierEjected, m.outlierEjections, m.outlierReturns} {
 		v.DeletePartialMatch(l)
 	}
 }
@@ -554,7 +603,8 @@ func (m *Metrics) EndpointGone(ep *pool.Endpoint) {
 	l := epLabels(ep)
 	for _, v := range []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.scrapeLast, m.scrapeErrors, m.scrapeStale, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage} {
+	}{m.scrapeLast, m.scrapeErrors, m.scrapeStale, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
+		m.outlierEjected, m.outlierEjections, m.outlierReturns} {
 		v.DeletePartialMatch(l)
 	}
 }

@@ -63,6 +63,11 @@ func exercise(m *Metrics) {
 	m.PanicRecovered("extproc_stream")
 	m.ClientFieldsRemoved([]string{"kv_transfer_params"})
 	m.ConfigReload(true)
+	m.OutlierEjected(d, "consecutive_5xx")
+	m.OutlierReturned(d, 30*time.Second, "scrape")
+	m.OutlierOverflow(d, "consecutive_5xx", "max_ejection_percent")
+	m.OutlierFiltered("ejected")
+	m.PrefillRetry("recovered")
 	closed()
 }
 

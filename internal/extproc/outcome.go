@@ -1,0 +1,122 @@
+package extproc
+
+import (
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/handoff"
+	"github.com/tandem-epp/tandem/internal/outcome"
+	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/request"
+)
+
+// The ext_proc server is the writer of every routed request's outcome (Options.Outcomes): it
+// starts the route once the decision is adopted (unless the strategy did), and reports the
+// prefill leg, the response headers (and the endpoint that served), the body chunks and the
+// end, translating what it saw into outcome.Failure so readers can tell an endpoint's fault
+// from a client's.
+
+// errUnobserved ends the route of a destination-only client, which never sends the response:
+// nothing is known of the endpoint.
+var errUnobserved = errors.New("the gateway client does not report responses")
+
+// startRoute begins the decision's outcome record: the kind, the endpoints, the fallbacks the
+// gateway receives.
+func (st *stream) startRoute(req *request.Request, d *picker.Decision, mode string) {
+	if d.Route == nil {
+		kind, prefill := outcome.KindWhole, ""
+		if mode != "" {
+			kind, prefill = outcome.KindPD, d.Prefill[0].Key()
+		}
+		d.Route = st.srv.opts.Outcomes.Start(kind, prefill, d.Destination[0].Key(), req.PromptTokens)
+	}
+	if st.fallbacks && len(d.Destination) > 1 {
+		keys := make([]string, len(d.Destination)-1)
+		for i, e := range d.Destination[1:] {
+			keys[i] = e.Key()
+		}
+		d.Route.Fallbacks(keys...)
+	}
+	st.route = d.Route
+}
+
+// routeResponse reports the response headers: the status and the endpoint that served (the
+// gateway names it by host:port). In the sidecar hand-off the decode pod answering means its
+// prefill leg is over.
+func (st *stream) routeResponse(code int, served string) {
+	if st.route == nil {
+		return
+	}
+	key := ""
+	if served != "" {
+		for _, e := range st.decision.Destination {
+			if e.HostPort() == served {
+				key = e.Key()
+				break
+			}
+		}
+		if key == "" {
+			if e, ok := st.srv.store.Load().ByHostPort(served); ok {
+				key = e.Key()
+			}
+		}
+	}
+	if !st.ho.active() {
+		st.route.PrefillEnd(nil, false) // a no-op for whole routes
+	}
+	st.route.Response(code, key)
+}
+
+// endRoute ends the outcome record with what the stream knows of how the request ended.
+func (st *stream) endRoute(err error) {
+	if st.route == nil {
+		return
+	}
+	st.route.End(st.outcomeErr(err))
+	st.route = nil
+}
+
+// outcomeErr translates how the stream ended for the outcome readers.
+func (st *stream) outcomeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *apierror.Error
+	switch {
+	case st.destOnly && !st.respHeaders:
+		return errUnobserved
+	case errors.Is(err, ErrStreamEnded) && !st.respHeaders:
+		// The gateway ended the stream, with no response, after Tandem routed it: with a
+		// gateway that reports its answers (Envoy, the local gateway) it could not reach the
+		// endpoint.
+		return &outcome.Failure{Origin: outcome.OriginGateway, Err: outcome.ErrNoResponse}
+	case status.Code(err) == codes.Canceled || status.Code(err) == codes.DeadlineExceeded:
+		return &outcome.Failure{Origin: outcome.OriginCaller, Err: err}
+	case errors.As(err, &ae) && ae.Reason == ReasonDecodeWatchdog:
+		return &outcome.Failure{Origin: outcome.OriginGateway, Err: err} // the decode pod stalled
+	}
+	return err
+}
+
+// legOutcome translates a prefill leg's result for the outcome readers.
+func legOutcome(err error) error {
+	var f *handoff.Failure
+	if err == nil || !errors.As(err, &f) {
+		return err
+	}
+	switch f.Class {
+	case handoff.ClassHTTPStatus:
+		return &outcome.Failure{Origin: outcome.OriginUpstream, Status: f.EngineStatus, Err: err}
+	case handoff.ClassBadResponse:
+		return &outcome.Failure{Origin: outcome.OriginUpstream, Status: 500, Err: err}
+	case handoff.ClassTransport, handoff.ClassTimeout:
+		return &outcome.Failure{Origin: outcome.OriginGateway, Err: err}
+	case handoff.ClassCanceled:
+		// The client left, or outlier detection ejected the pod mid-flight (judged already).
+		return &outcome.Failure{Origin: outcome.OriginCaller, Err: err}
+	}
+	return err
+}

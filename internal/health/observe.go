@@ -1,0 +1,361 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/outcome"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// How one outcome counts against an endpoint: the counters it increments (Envoy maps a locally
+// originated error to a 5xx as well, when it does not split them).
+type verdict struct {
+	fiveXX, gateway bool
+	what            string // for the log
+}
+
+// statusVerdict judges an answer's status: 5xx counts, 502/503/504 are gateway failures too;
+// anything else (2xx-4xx) is a success.
+func statusVerdict(status int) (verdict, bool) {
+	if status < 500 {
+		return verdict{}, false
+	}
+	return verdict{fiveXX: true, gateway: status == 502 || status == 503 || status == 504, what: "status"}, true
+}
+
+// gatewayVerdict is a failure to reach the endpoint.
+var gatewayVerdict = verdict{fiveXX: true, gateway: true, what: "unreachable"}
+
+// Observe implements outcome.Reader.
+func (d *Detector) Observe(e *outcome.Event) {
+	if !d.Enabled() {
+		return
+	}
+	switch e.Phase {
+	case outcome.PhaseEnd:
+		d.observeEnd(&e.Route)
+	case outcome.PhasePrefillEnd:
+		if e.Route.PrefillObserved && e.Route.Prefill != "" {
+			d.judgeLeg(e.Route.Prefill, e.Route.PrefillErr)
+		}
+	case outcome.PhaseProbe:
+		if e.Probe != nil {
+			d.observeProbe(e.Probe)
+		}
+	}
+}
+
+// observeEnd judges a route's destination (and the fallbacks the gateway skipped).
+func (d *Detector) observeEnd(r *outcome.Route) {
+	f := outcome.FailureOf(r.Err)
+	if f != nil && f.Origin == outcome.OriginCaller {
+		return // the client left: nothing is known of the endpoint
+	}
+	if r.PrefillErr != nil && r.Headers.IsZero() {
+		return // the prefill leg failed (judged on the prefill pod): the decode leg never ran
+	}
+	if r.Served != "" && r.Served != r.Destination {
+		// The gateway reached a fallback: it could not connect to those before it.
+		skipped := append([]string{r.Destination}, r.Fallbacks...)
+		for _, k := range skipped {
+			if k == r.Served {
+				break
+			}
+			d.fail(k, gatewayVerdict)
+		}
+	}
+	target := r.ServedBy()
+	switch {
+	case f != nil && f.Origin == outcome.OriginGateway:
+		d.fail(target, gatewayVerdict)
+	case f != nil && f.Origin == outcome.OriginUpstream:
+		if v, bad := statusVerdict(f.Status); bad {
+			d.fail(target, v)
+		}
+	case r.Status >= 500:
+		v, _ := statusVerdict(r.Status)
+		d.fail(target, v)
+	case r.Status > 0 && r.Err == nil:
+		d.succeed(target)
+	}
+	// Otherwise (a response cut after its headers, an unobserved end, Tandem's own error) the
+	// route says nothing about the endpoint.
+}
+
+// judgeLeg judges a prefill leg's result on the prefill endpoint.
+func (d *Detector) judgeLeg(key string, err error) {
+	if err == nil {
+		d.succeed(key)
+		return
+	}
+	f := outcome.FailureOf(err)
+	switch {
+	case f == nil:
+		if errors.Is(err, context.Canceled) {
+			return
+		}
+		d.fail(key, gatewayVerdict) // no answer at all
+	case f.Origin == outcome.OriginGateway:
+		d.fail(key, gatewayVerdict)
+	case f.Origin == outcome.OriginUpstream:
+		if v, bad := statusVerdict(f.Status); bad {
+			d.fail(key, v)
+		}
+		// a 4xx is the request's fault, not the pod's
+	}
+}
+
+func (d *Detector) observeProbe(p *outcome.Probe) {
+	switch {
+	case p.Err == nil:
+		d.probeSucceeded(p.Endpoint, p.Source)
+	case p.Refused && p.ServingPort:
+		d.mu.Lock()
+		st := d.stateLocked(p.Endpoint)
+		d.markFailedLocked(st)
+		notify := d.ejectLocked(st, ReasonRefused)
+		d.retroubleLocked(st)
+		d.mu.Unlock()
+		notifyAll(notify)
+	case p.Timeout:
+		d.fail(p.Endpoint, verdict{gateway: true, what: "probe_timeout"})
+	}
+}
+
+// markFailedLocked demotes st after a failure: for the recent-failure window times its
+// consecutive failures (a pod failing again and again is tried ever less often), at most the
+// longest ejection.
+func (d *Detector) markFailedLocked(st *endpoint) {
+	if d.cfg.RecentFailure <= 0 {
+		return
+	}
+	k := max(1, st.cons5xx, st.consGateway)
+	dur := time.Duration(k) * d.cfg.RecentFailure
+	if limit := d.cfg.MaxEjectionTime; limit > 0 && dur > limit {
+		dur = limit
+	}
+	st.demotedUntil.Store(d.clock.Now().Add(dur).UnixNano())
+}
+
+// fail counts a failure against key and ejects it when a threshold is crossed.
+func (d *Detector) fail(key string, v verdict) {
+	if key == "" {
+		return
+	}
+	d.mu.Lock()
+	st := d.stateLocked(key)
+	if st.ejected.Load() {
+		// A request that was in flight when the endpoint was ejected: nothing more to learn.
+		d.mu.Unlock()
+		return
+	}
+	if v.fiveXX {
+		st.cons5xx++
+	}
+	if v.gateway {
+		st.consGateway++
+	} else {
+		st.consGateway = 0 // Envoy: a non-gateway 5xx ends a run of gateway failures
+	}
+	d.markFailedLocked(st)
+	var notify []func()
+	switch {
+	case st.probation:
+		notify = d.ejectLocked(st, ReasonFailedAfterReturn)
+	case d.cfg.Consecutive5xx > 0 && st.cons5xx >= d.cfg.Consecutive5xx:
+		notify = d.ejectLocked(st, ReasonConsecutive5xx)
+	case d.cfg.ConsecutiveGatewayFailure > 0 && st.consGateway >= d.cfg.ConsecutiveGatewayFailure:
+		notify = d.ejectLocked(st, ReasonConsecutiveGatewayFailure)
+	}
+	d.retroubleLocked(st)
+	d.mu.Unlock()
+	notifyAll(notify)
+}
+
+// succeed clears key's failure counts.
+func (d *Detector) succeed(key string) {
+	st := d.lookup(key)
+	if st == nil {
+		return // never failed: nothing to clear
+	}
+	if st.demotedUntil.Load() == 0 && !st.ejected.Load() {
+		d.mu.Lock()
+		clean := st.cons5xx == 0 && st.consGateway == 0 && !st.probation
+		d.mu.Unlock()
+		if clean {
+			return
+		}
+	}
+	d.mu.Lock()
+	st.cons5xx, st.consGateway, st.probation = 0, 0, false
+	st.demotedUntil.Store(0)
+	d.retroubleLocked(st)
+	d.mu.Unlock()
+}
+
+// ejectLocked ejects st unless the cap forbids it, and returns the watchers to notify once the
+// lock is released.
+func (d *Detector) ejectLocked(st *endpoint, reason string) []func() {
+	if st.ejected.Load() {
+		return nil
+	}
+	now := d.clock.Now()
+	snap := d.store.Load()
+	ep := findEndpoint(snap, st.key)
+	if ep == nil {
+		return nil // not in the pool (any more): nothing to route around
+	}
+	if overflow := d.capRefusesLocked(snap, ep); overflow != "" {
+		if d.obs != nil {
+			d.obs.EjectionOverflow(ep, reason, overflow)
+		}
+		if now.Sub(st.lastOverflowed) > d.cfg.Interval {
+			st.lastOverflowed = now
+			d.log.Info("outlier detection: not ejecting a failing endpoint, to keep the pool serving", "endpoint", st.key,
+				"reason", reason, "refused", overflow)
+		}
+		return nil
+	}
+	d.forgivenLocked(st, now)
+	st.multiplier++
+	dur := d.ejectionTime(st.multiplier)
+	st.ejectedAt, st.until = now, now.Add(dur)
+	st.cons5xx, st.consGateway, st.probation = 0, 0, false
+	r := reason
+	st.reason.Store(&r)
+	st.ejected.Store(true)
+	if d.obs != nil {
+		d.obs.Ejected(ep, reason, dur)
+	}
+	d.log.Info("outlier detection: endpoint ejected", "endpoint", st.key, "reason", reason, "ejection", dur.String(),
+		"ejections", st.multiplier)
+	var notify []func()
+	for w := range st.watchers {
+		notify = append(notify, w.f)
+	}
+	st.watchers = nil
+	return notify
+}
+
+func notifyAll(fs []func()) {
+	for _, f := range fs {
+		f()
+	}
+}
+
+// probeSucceeded returns an ejected endpoint whose ejection time has passed.
+func (d *Detector) probeSucceeded(key, source string) {
+	st := d.lookup(key)
+	if st == nil || !st.ejected.Load() {
+		return
+	}
+	now := d.clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !st.ejected.Load() || now.Before(st.until) {
+		return
+	}
+	out := now.Sub(st.ejectedAt)
+	st.ejected.Store(false)
+	st.reason.Store(nil)
+	st.demotedUntil.Store(0)
+	st.cons5xx, st.consGateway = 0, 0
+	st.probation, st.lastReturn = true, now
+	d.retroubleLocked(st)
+	if ep := findEndpoint(d.store.Load(), key); ep != nil {
+		if d.obs != nil {
+			d.obs.Returned(ep, out, source)
+		}
+	}
+	d.log.Info("outlier detection: endpoint returned", "endpoint", key, "after", out.String(), "probe", source)
+}
+
+// capRefusesLocked says why ejecting ep would break the cap ("" when it would not): more than
+// max_ejection_percent of ep's model and role group ejected, or no way left to serve the model
+// (no complete roleset and no standard pod in rotation).
+func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint) string {
+	m := *d.states.Load()
+	isEjected := func(e *pool.Endpoint) bool {
+		if e == ep {
+			return true
+		}
+		st := m[e.Key()]
+		return st != nil && st.ejected.Load()
+	}
+	group := roleGroup(ep.Role)
+	n, k := 0, 0
+	standard := false
+	type sides struct{ prefill, decode bool }
+	rolesets := map[string]*sides{}
+	for _, e := range snap.Endpoints {
+		if e.Model != ep.Model {
+			continue
+		}
+		if roleGroup(e.Role) == group {
+			n++
+			if e != ep && isEjected(e) {
+				k++
+			}
+		}
+		if isEjected(e) {
+			continue
+		}
+		switch e.Role {
+		case pool.RolePrefill, pool.RoleDecode:
+			if e.Roleset == "" {
+				continue
+			}
+			s := rolesets[e.Roleset]
+			if s == nil {
+				s = &sides{}
+				rolesets[e.Roleset] = s
+			}
+			s.prefill = s.prefill || e.Role == pool.RolePrefill
+			s.decode = s.decode || e.Role == pool.RoleDecode
+		default:
+			standard = true
+		}
+	}
+	if k+1 > maxEjected(n, d.cfg.MaxEjectionPercent) {
+		return OverflowMaxPercent
+	}
+	if standard {
+		return ""
+	}
+	for _, s := range rolesets {
+		if s.prefill && s.decode {
+			return ""
+		}
+	}
+	return OverflowLastPath
+}
+
+// roleGroup is the cap's group of a role: prefill pods, or the pods that serve requests
+// (decode and standard: a request's destination is one of them).
+func roleGroup(r pool.Role) string {
+	if r == pool.RolePrefill {
+		return "prefill"
+	}
+	return "serving"
+}
+
+func findEndpoint(snap *pool.Snapshot, key string) *pool.Endpoint {
+	eps := snap.Endpoints // sorted by key
+	lo, hi := 0, len(eps)
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if eps[mid].Key() < key {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo < len(eps) && eps[lo].Key() == key {
+		return eps[lo]
+	}
+	return nil
+}
+
+var _ outcome.Reader = (*Detector)(nil)
