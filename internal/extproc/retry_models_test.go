@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func TestPrefillRetryReleasesModelsAndLedgers(t *testing.T) {
 			var models *latency.Models
 			var tokens *pd.TokenLoad
 			var seen lifecycleRoutes
-			rg := newRetryRigWith(t, config.DefaultRetry(), http.StatusOK, gone.Addr().String(), func(rg *retryRig, gw *config.Gateway) {
+			rg := newRetryRigWith(t, config.DefaultRetry(), http.StatusOK, gone.Addr().String(), func(rg *retryRig, gw *config.Gateway, _ *Options) {
 				gw.DefaultStrategy = strategy
 				models = latency.New(latency.Options{})
 				rg.deps.Outcomes.Subscribe(models)
@@ -171,5 +172,53 @@ func checkTokensIdle(t *testing.T, rg *retryRig, tokens *pd.TokenLoad) {
 	}
 	if tokens.Prefill.Open() != 0 || tokens.Decode.Open() != 0 {
 		t.Errorf("open token charges: prefill %d, decode %d", tokens.Prefill.Open(), tokens.Decode.Open())
+	}
+}
+
+// A PD pair routed whole to its decode pod for a destination-only client runs no prefill leg:
+// the latency models give the prefill pod's booking back and do not time a prefill that
+// never ran (as one that took no time, which taught the pod's model that prefills are free).
+func TestRoutedWholeIsNoPrefillForTheModels(t *testing.T) {
+	var models *latency.Models
+	var seen lifecycleRoutes
+	rg := newRetryRigWith(t, config.DefaultRetry(), http.StatusOK, "127.0.0.1:1", func(rg *retryRig, gw *config.Gateway, o *Options) {
+		gw.DefaultStrategy = pd.StrategyPredictive
+		o.Client = config.ClientDestinationOnly
+		models = latency.New(latency.Options{})
+		rg.deps.Outcomes.Subscribe(models)
+		rg.deps.Outcomes.Subscribe(&seen)
+		pd.RegisterPredictive(rg.cascade, models)
+	})
+	req := retryReq
+	req.Headers = envoy.Headers("x-request-id", "r-1", "x-slo-tpot-ms", "11") // disaggregated
+	for range 3 {
+		s, routed, err := rg.client.Route(testCtx(t), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if routed.Immediate != nil || strings.Contains(routed.Destination, ",") {
+			t.Fatalf("routed %+v, want a whole route", routed)
+		}
+		_ = s.CloseSend()
+		_, _ = s.Recv()
+		time.Sleep(10 * time.Millisecond) // beyond one iteration: the next end closes the group
+	}
+	pairs := 0
+	for _, e := range seen.events() {
+		if e.Phase == outcome.PhaseStart && e.Route.Kind == outcome.KindPD {
+			pairs++
+		}
+	}
+	if pairs == 0 {
+		t.Fatal("pd-predictive chose no pair: the test does not exercise routing a pair whole")
+	}
+	for _, name := range []string{"prefill-a", "prefill-b"} {
+		k := rg.eps[name].Key()
+		if c := models.Coefficients(k); c.PrefillObservations != 0 {
+			t.Errorf("%s: %d prefill observations from legs that never ran", name, c.PrefillObservations)
+		}
+		if backlog, charges := models.Local(k, models.Now()); backlog != 0 || charges != 0 {
+			t.Errorf("%s still booked: %v s, %d charges", name, backlog, charges)
+		}
 	}
 }

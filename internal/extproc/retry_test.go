@@ -78,7 +78,7 @@ func newRetryRigAt(t *testing.T, retry config.Retry, prefillStatus int, addr str
 
 // newRetryRigWith is newRetryRigAt with setup run on the gateway settings and the cascade
 // before the router is built (another strategy, policies, latency models).
-func newRetryRigWith(t *testing.T, retry config.Retry, prefillStatus int, addr string, setup func(*retryRig, *config.Gateway)) *retryRig {
+func newRetryRigWith(t *testing.T, retry config.Retry, prefillStatus int, addr string, setup func(*retryRig, *config.Gateway, *Options)) *retryRig {
 	t.Helper()
 	rg := &retryRig{obs: &retryObserver{}, eps: map[string]*pool.Endpoint{}}
 	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -113,8 +113,9 @@ func newRetryRigWith(t *testing.T, retry config.Retry, prefillStatus int, addr s
 	gw.PD.PrefillScorePolicy, gw.PD.DecodeScorePolicy = pd.PolicyLeastRequest, pd.PolicyLeastRequest
 	rg.deps = picker.NewDeps(nil, gw.PD.PrefixCache)
 	rg.cascade = pd.New(pd.Options{Deps: rg.deps, Gateway: gw.PD})
+	opts := Options{Retry: retry, ResponseHeaderHold: -1}
 	if setup != nil {
-		setup(rg, &gw)
+		setup(rg, &gw, &opts)
 	}
 	rg.det = health.New(health.Options{Config: config.DefaultOutlier(), Store: store})
 	rec := outcome.NewRecorder(nil)
@@ -137,8 +138,8 @@ func newRetryRigWith(t *testing.T, retry config.Retry, prefillStatus int, addr s
 	rg.deps.Running.Start(rg.eps["decode-a"].Key())()
 	release := rg.deps.Running.Start(rg.eps["decode-b"].Key())
 	t.Cleanup(release)
-	rg.client = serve(t, NewServer(store, router, Options{Handoff: adapters, Outcomes: rec, Health: rg.det, Retry: retry,
-		Observer: rg.obs, ResponseHeaderHold: -1}))
+	opts.Handoff, opts.Outcomes, opts.Health, opts.Observer = adapters, rec, rg.det, rg.obs
+	rg.client = serve(t, NewServer(store, router, opts))
 	return rg
 }
 

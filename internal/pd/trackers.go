@@ -94,6 +94,25 @@ func (l *lifecycle) prefillDoneLocked() {
 	l.chargePrefill = nil
 }
 
+// RoutedWhole implements WholeRouter: the pair runs whole on its decode pod, so no prefill
+// leg runs. The prefill pod's in-flight count and the ledgers' prefill charges end now,
+// without a completion on its drain rate, and the outcome record says the leg never ran:
+// the latency models give its booking back rather than time a prefill that took no time.
+func (l *lifecycle) RoutedWhole() {
+	l.route.PrefillEnd(outcome.ErrPrefillNotRun, false)
+	l.mu.Lock()
+	if l.releasePrefill != nil {
+		l.releasePrefill()
+		l.releasePrefill = nil
+	}
+	charges := l.chargePrefill
+	l.chargePrefill = nil
+	l.mu.Unlock()
+	for _, f := range charges {
+		f()
+	}
+}
+
 // ResponseHeaders implements picker.Lifecycle: the decode pod is answering. When the
 // gateway reports that a fallback served the request, that endpoint is the one counted.
 func (l *lifecycle) ResponseHeaders(status int, served string) {
@@ -161,9 +180,17 @@ type PrefillObserver interface {
 	PrefillDone(err error)
 }
 
+// WholeRouter is implemented by the Lifecycle of PD decisions: a server that sends a pair
+// whole to its decode pod (its client cannot carry the hand-off) calls RoutedWhole instead of
+// PrefillDone.
+type WholeRouter interface {
+	RoutedWhole()
+}
+
 var (
 	_ picker.Lifecycle = (*lifecycle)(nil)
 	_ PrefillObserver  = (*lifecycle)(nil)
+	_ WholeRouter      = (*lifecycle)(nil)
 )
 
 // forgetGone drops tracker entries of endpoints no longer in the snapshot.
