@@ -122,14 +122,19 @@ func (l *lifecycle) ResponseHeaders(status int, served string) {
 		return
 	}
 	was := l.key
+	var leg error // nil: the leg ran
 	for _, e := range l.dest {
 		if served != "" && e.HostPort() == served {
 			l.key = e.Key()
+			if l.prefillKey != "" && e.Role != pool.RoleDecode {
+				// A combined fallback ran the whole request: no sidecar took the leg there.
+				leg = outcome.ErrPrefillNotRun
+			}
 		}
 	}
 	// A decode-side sidecar answers once its prefill call returned: the leg has ended (the
 	// EPP hand-off reported it already, which counts first).
-	l.route.PrefillEnd(nil, false)
+	l.route.PrefillEnd(leg, false)
 	l.route.Response(status, l.key)
 	l.prefillDoneLocked()
 	switch {
