@@ -16,8 +16,8 @@ import (
 // reports PrefillDone; from then on it counts as running on the decode pod until Done,
 // which also feeds the decode pod's drain rate. The end of the prefill leg (however it
 // ends) feeds the prefill pod's drain rate, which step 0b divides its backlog by. Every
-// release is idempotent. Every event also goes to the route's outcome record (the latency
-// models and passive health read it).
+// release is idempotent. Every event also goes to the route's outcome record in
+// Deps.Outcomes (the latency models read it; passive health reads the ext_proc server's).
 type lifecycle struct {
 	deps       *picker.Deps
 	key        string // the destination endpoint's key; the served one once known
