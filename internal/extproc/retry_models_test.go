@@ -106,6 +106,9 @@ func TestPrefillRetryReleasesModelsAndLedgers(t *testing.T) {
 			}
 			_ = s.CloseSend()
 			rg.held(t)
+			if strategy == pd.StrategyName {
+				checkModelsIdle(t, rg, models) // pd-predictive checks once its own booking ended
+			}
 			// The first route (prefill-a's) ended its leg with an error, then as retried.
 			evs := seen.events()
 			var first uint64
