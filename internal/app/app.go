@@ -123,7 +123,8 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Outcomes of routed requests and probes, and passive health reading them.
+	// Outcomes of routed requests (as the ext_proc server saw them) and probes, and passive
+	// health reading them. The latency models read the strategies' recorder (Deps.Outcomes).
 	a.outcomes = outcome.NewRecorder(nil)
 	a.health = health.New(health.Options{Config: gw.Outlier, Store: a.store, Observer: healthObserver{tel.m},
 		Logger: log.WithName("outlier-detection"), Recorder: a.outcomes})

@@ -68,8 +68,11 @@ func routeWhole(d *picker.Decision) {
 	if d.Outcome != picker.OutcomePD || len(d.Prefill) == 0 {
 		return
 	}
-	if po, ok := d.Lifecycle.(pd.PrefillObserver); ok {
-		po.PrefillDone(nil) // the prefill pod's in-flight count and ledger charges end here
+	switch lc := d.Lifecycle.(type) {
+	case pd.WholeRouter:
+		lc.RoutedWhole() // the prefill pod's in-flight count and ledger charges end here
+	case pd.PrefillObserver:
+		lc.PrefillDone(nil)
 	}
 	d.Trace.Add(StepRoutedWhole + ":destination_only_client")
 	d.Step += "+" + StepRoutedWhole

@@ -24,15 +24,16 @@ import (
 var errUnobserved = errors.New("the gateway client does not report responses")
 
 // startRoute begins the decision's outcome record: the kind, the endpoints, the fallbacks the
-// gateway receives.
+// gateway receives. It is always the server's own route: the strategy's lifecycle records to
+// another recorder (picker.Deps.Outcomes), and writing the server's events into that route
+// too would count every chunk twice and lose the failures' classification (its writer's
+// reports come first).
 func (st *stream) startRoute(req *request.Request, d *picker.Decision, mode string) {
-	if d.Route == nil {
-		kind, prefill := outcome.KindWhole, ""
-		if mode != "" {
-			kind, prefill = outcome.KindPD, d.Prefill[0].Key()
-		}
-		d.Route = st.srv.opts.Outcomes.Start(kind, prefill, d.Destination[0].Key(), req.PromptTokens)
+	kind, prefill := outcome.KindWhole, ""
+	if mode != "" {
+		kind, prefill = outcome.KindPD, d.Prefill[0].Key()
 	}
+	d.Route = st.srv.opts.Outcomes.Start(kind, prefill, d.Destination[0].Key(), req.PromptTokens)
 	if st.fallbacks && len(d.Destination) > 1 {
 		keys := make([]string, len(d.Destination)-1)
 		for i, e := range d.Destination[1:] {

@@ -73,6 +73,13 @@ func newRetryRig(t *testing.T, retry config.Retry, prefillStatus int) *retryRig 
 // newRetryRigAt is newRetryRig with prefill-a at addr.
 func newRetryRigAt(t *testing.T, retry config.Retry, prefillStatus int, addr string) *retryRig {
 	t.Helper()
+	return newRetryRigWith(t, retry, prefillStatus, addr, nil)
+}
+
+// newRetryRigWith is newRetryRigAt with setup run on the gateway settings and the cascade
+// before the router is built (another strategy, policies, latency models).
+func newRetryRigWith(t *testing.T, retry config.Retry, prefillStatus int, addr string, setup func(*retryRig, *config.Gateway, *Options)) *retryRig {
+	t.Helper()
 	rg := &retryRig{obs: &retryObserver{}, eps: map[string]*pool.Endpoint{}}
 	good := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.ReadAll(r.Body)
@@ -106,6 +113,10 @@ func newRetryRigAt(t *testing.T, retry config.Retry, prefillStatus int, addr str
 	gw.PD.PrefillScorePolicy, gw.PD.DecodeScorePolicy = pd.PolicyLeastRequest, pd.PolicyLeastRequest
 	rg.deps = picker.NewDeps(nil, gw.PD.PrefixCache)
 	rg.cascade = pd.New(pd.Options{Deps: rg.deps, Gateway: gw.PD})
+	opts := Options{Retry: retry, ResponseHeaderHold: -1}
+	if setup != nil {
+		setup(rg, &gw, &opts)
+	}
 	rg.det = health.New(health.Options{Config: config.DefaultOutlier(), Store: store})
 	rec := outcome.NewRecorder(nil)
 	rec.Subscribe(rg.det)
@@ -127,8 +138,8 @@ func newRetryRigAt(t *testing.T, retry config.Retry, prefillStatus int, addr str
 	rg.deps.Running.Start(rg.eps["decode-a"].Key())()
 	release := rg.deps.Running.Start(rg.eps["decode-b"].Key())
 	t.Cleanup(release)
-	rg.client = serve(t, NewServer(store, router, Options{Handoff: adapters, Outcomes: rec, Health: rg.det, Retry: retry,
-		Observer: rg.obs, ResponseHeaderHold: -1}))
+	opts.Handoff, opts.Outcomes, opts.Health, opts.Observer = adapters, rec, rg.det, rg.obs
+	rg.client = serve(t, NewServer(store, router, opts))
 	return rg
 }
 

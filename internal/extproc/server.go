@@ -72,8 +72,11 @@ type Options struct {
 	// its decision's trackers and ledger charges after its stream ended (such a client never
 	// sends the response phase). Zero releases them at the end of the stream.
 	DestinationOnlyHold time.Duration
-	// Outcomes records what happens to every routed request (internal/outcome), for passive
-	// health and the latency models; nil records nothing.
+	// Outcomes records what happens to every routed request (internal/outcome), its failures
+	// classified, for passive health; nil records nothing. It must not be the strategies'
+	// recorder (picker.Deps.Outcomes, which their lifecycles write and the latency models
+	// read): the server starts a route of its own for every decision, so a reader of both
+	// writers would count each request twice.
 	Outcomes *outcome.Recorder
 	// Health, when set, cancels a sync prefill leg whose pod is ejected while it runs, so
 	// the pair-level retry can try another pick at once.

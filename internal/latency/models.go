@@ -315,21 +315,32 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 	r.firstByte = t
 	changed := ""
 	served := rt.ServedBy() == r.dest
+	if !served {
+		// A fallback answered (the gateway could not use the destination): the request
+		// decodes there, so its count and KV move; the destination's times are not observed.
+		d.requests = max(d.requests-1, 0)
+		d.kv = math.Max(d.kv-float64(r.tokens), 0)
+		r.dest = rt.ServedBy()
+		d = m.podLocked(r.dest, t)
+		d.requests++
+		d.kv += float64(r.tokens)
+	}
 	switch {
+	case r.kind == outcome.KindWhole && r.charged && !r.prefillDone && !served:
+		// The prompt never ran where it was booked: give the booking back, as for a failure.
+		r.prefillDone = true
+		m.podLocked(r.prefillOn, t).drop(t, r.due, r.shiftAt, r.service)
+		changed = r.prefillOn
 	case r.kind == outcome.KindWhole && r.charged && !r.prefillDone:
 		r.prefillDone = true
-		fit := fitObserved
-		if !served {
-			fit = fitNone
-		}
-		m.podLocked(r.prefillOn, t).prefillEnded(t, r, fit, 0)
+		m.podLocked(r.prefillOn, t).prefillEnded(t, r, fitObserved, 0)
 		changed = r.prefillOn
 	case r.kind == outcome.KindPD && rt.PrefillObserved && !rt.PrefillEnd.IsZero() && served:
 		// The hand-over proper: what is left once the decode pod's booked prefill work ahead
 		// of the decode leg is taken out.
 		d.fitHandover(r.tokens, t.Sub(rt.PrefillEnd).Seconds()-r.destBacklog)
 	}
-	if r.ttft > 0 {
+	if r.ttft > 0 && served { // a prediction for the destination meets only its own outcome
 		obs := rt.TTFT()
 		m.errs.add(r.ttft, obs.Seconds())
 		ratio := obs.Seconds() / r.ttft

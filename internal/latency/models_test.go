@@ -403,3 +403,47 @@ func TestInterTokenHistogramFitsTheStep(t *testing.T) {
 		t.Fatalf("the histogram was fitted after Tandem's own stream: %d → %d step observations", before.StepObservations, after.StepObservations)
 	}
 }
+
+// A whole route booked on A but served by its fallback B (A refused the connection): A's
+// booking is given back without counting as prefill work done there, the prediction made
+// for A meets no outcome (B's time says nothing of A), and the request decodes on B — its
+// requests and KV count there, not on A.
+func TestFallbackServedRoute(t *testing.T) {
+	var observed int
+	r := newRig(Options{Observer: observerFunc(func(string, string, time.Duration, time.Duration) { observed++ })})
+	a, b, idle := "ns/a:1", "ns/b:1", "ns/c:1"
+	p := Prompt{Tokens: 100000}
+	tr := r.rec.Start(outcome.KindWhole, "", a, p.Tokens)
+	r.m.Charge(tr.ID(), Charge{Kind: outcome.KindWhole, Prefill: a, Destination: a, Prompt: p, Service: 1, TTFT: 1})
+	step := func(k string) float64 { f := r.m.Forecast(k); return f.Step(0) }
+	if step(a) <= step(idle) {
+		t.Fatalf("the pick did not count the request on A: step %v, idle %v", step(a), step(idle))
+	}
+	r.clock.Advance(secs(0.1))
+	tr.Response(200, b)
+	tr.Chunk(10)
+	if got, want := step(a), step(idle); got != want {
+		t.Errorf("A's step %v once B serves, want an idle pod's %v", got, want)
+	}
+	if step(b) <= step(idle) {
+		t.Errorf("B's step %v does not count the request it decodes (idle %v)", step(b), step(idle))
+	}
+	if backlog, charges := r.m.Local(a, r.m.Now()); backlog != 0 || charges != 0 {
+		t.Errorf("A still booked: backlog %v, charges %d", backlog, charges)
+	}
+	if _, _, ok := r.m.PodError(a); ok {
+		t.Errorf("A has a prediction error from B's answer")
+	}
+	if e := r.m.Errors(); e.N != 0 || observed != 0 {
+		t.Errorf("a prediction for A met B's outcome: %d errors, %d observed", e.N, observed)
+	}
+	f := r.m.Forecast(a)
+	if f.TPOT(0, 0) != r.m.TPOT(idle, 0, 0) {
+		t.Errorf("A's TPOT %v counts prefill load it never ran (idle %v)", f.TPOT(0, 0), r.m.TPOT(idle, 0, 0))
+	}
+	r.clock.Advance(secs(0.5))
+	tr.End(nil)
+	if step(b) != step(idle) || step(a) != step(idle) {
+		t.Errorf("after the end: A %v, B %v, idle %v", step(a), step(b), step(idle))
+	}
+}

@@ -370,7 +370,6 @@ type fitKind uint8
 const (
 	fitObserved fitKind = iota // its end was observed where it ran
 	fitInferred                // inferred from the decode pod's answer
-	fitNone                    // not this pod's time (a fallback served)
 )
 
 // groupWindow: ends closer than this belong to one iteration.

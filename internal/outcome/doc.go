@@ -9,6 +9,11 @@
 // recorder's clock and handed to every Reader at once, synchronously, so a reader sees the
 // events of one route in order.
 //
+// A process has two recorders, each with one route per request: the strategies' (the
+// lifecycles write it, picker.Deps.Outcomes; the latency models read it) and the ext_proc
+// server's (it writes what the stream saw, failures classified as Failure; passive health
+// reads it). A reader subscribes to one of them, never both.
+//
 // Reader: implement Observe and Subscribe it. Observe runs on the request path (ext_proc
 // stream goroutines, the hand-off): it must be quick and must not block.
 package outcome

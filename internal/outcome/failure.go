@@ -64,6 +64,11 @@ func FailureOf(err error) *Failure {
 // the endpoint. Writers report it as a Failure with OriginGateway.
 var ErrNoResponse = errors.New("the request ended after routing with no response from the destination")
 
+// ErrPrefillNotRun is the PrefillErr of a PD route whose prefill leg never ran: the request was
+// served whole, by its decode pod (for a client that cannot carry the hand-off) or by a
+// combined fallback. Not a Failure: it says nothing of the prefill endpoint.
+var ErrPrefillNotRun = errors.New("no prefill leg ran: the request was served whole")
+
 // Fallbacks records the endpoints the gateway may try after the destination, in order. Call
 // it right after Start, before any other event of the route.
 func (t *Tracker) Fallbacks(keys ...string) {

@@ -16,8 +16,8 @@ import (
 // reports PrefillDone; from then on it counts as running on the decode pod until Done,
 // which also feeds the decode pod's drain rate. The end of the prefill leg (however it
 // ends) feeds the prefill pod's drain rate, which step 0b divides its backlog by. Every
-// release is idempotent. Every event also goes to the route's outcome record (the latency
-// models and passive health read it).
+// release is idempotent. Every event also goes to the route's outcome record in
+// Deps.Outcomes (the latency models read it; passive health reads the ext_proc server's).
 type lifecycle struct {
 	deps       *picker.Deps
 	key        string // the destination endpoint's key; the served one once known
@@ -94,6 +94,25 @@ func (l *lifecycle) prefillDoneLocked() {
 	l.chargePrefill = nil
 }
 
+// RoutedWhole implements WholeRouter: the pair runs whole on its decode pod, so no prefill
+// leg runs. The prefill pod's in-flight count and the ledgers' prefill charges end now,
+// without a completion on its drain rate, and the outcome record says the leg never ran:
+// the latency models give its booking back rather than time a prefill that took no time.
+func (l *lifecycle) RoutedWhole() {
+	l.route.PrefillEnd(outcome.ErrPrefillNotRun, false)
+	l.mu.Lock()
+	if l.releasePrefill != nil {
+		l.releasePrefill()
+		l.releasePrefill = nil
+	}
+	charges := l.chargePrefill
+	l.chargePrefill = nil
+	l.mu.Unlock()
+	for _, f := range charges {
+		f()
+	}
+}
+
 // ResponseHeaders implements picker.Lifecycle: the decode pod is answering. When the
 // gateway reports that a fallback served the request, that endpoint is the one counted.
 func (l *lifecycle) ResponseHeaders(status int, served string) {
@@ -103,14 +122,19 @@ func (l *lifecycle) ResponseHeaders(status int, served string) {
 		return
 	}
 	was := l.key
+	var leg error // nil: the leg ran
 	for _, e := range l.dest {
 		if served != "" && e.HostPort() == served {
 			l.key = e.Key()
+			if l.prefillKey != "" && e.Role != pool.RoleDecode {
+				// A combined fallback ran the whole request: no sidecar took the leg there.
+				leg = outcome.ErrPrefillNotRun
+			}
 		}
 	}
 	// A decode-side sidecar answers once its prefill call returned: the leg has ended (the
 	// EPP hand-off reported it already, which counts first).
-	l.route.PrefillEnd(nil, false)
+	l.route.PrefillEnd(leg, false)
 	l.route.Response(status, l.key)
 	l.prefillDoneLocked()
 	switch {
@@ -161,9 +185,17 @@ type PrefillObserver interface {
 	PrefillDone(err error)
 }
 
+// WholeRouter is implemented by the Lifecycle of PD decisions: a server that sends a pair
+// whole to its decode pod (its client cannot carry the hand-off) calls RoutedWhole instead of
+// PrefillDone.
+type WholeRouter interface {
+	RoutedWhole()
+}
+
 var (
 	_ picker.Lifecycle = (*lifecycle)(nil)
 	_ PrefillObserver  = (*lifecycle)(nil)
+	_ WholeRouter      = (*lifecycle)(nil)
 )
 
 // forgetGone drops tracker entries of endpoints no longer in the snapshot.

@@ -116,11 +116,13 @@ func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
 		h.PostPick(ctx, c, d)
 	}
 	if d.Lifecycle == nil {
-		d.Lifecycle = NewTracked(s.Deps, d.Destination[0], c.Req.PromptTokens, func(err error) {
+		t := NewTracked(s.Deps, d.Destination[0], c.Req.PromptTokens, func(err error) {
 			for _, h := range s.ResponseComplete {
 				h.ResponseComplete(c, d, err)
 			}
 		})
+		t.dest = d.Destination
+		d.Lifecycle = t
 	}
 	return d, nil
 }
@@ -212,15 +214,19 @@ func RankedScores(done map[string]*ProfileResult) map[string]string {
 }
 
 // Tracked is the Lifecycle of a single-endpoint decision: the request counts as running
-// on the endpoint from the pick until Done, its completion feeds the drain rate, and its
-// events go to the outcome record.
+// on the endpoint from the pick until Done (on the fallback that served, once the gateway
+// says one did), its completion feeds the drain rate, and its events go to the outcome
+// record.
 type Tracked struct {
 	once    sync.Once
+	mu      sync.Mutex // guards release and key against a late ResponseHeaders
 	release func()
 	key     string
+	dest    []*pool.Endpoint // the decision's destinations: the primary, then fallbacks
 	deps    *Deps
 	onDone  func(error)
 	route   *outcome.Tracker
+	done    bool
 }
 
 // NewTracked starts counting a request of promptTokens on e; onDone (may be nil) runs
@@ -230,8 +236,25 @@ func NewTracked(d *Deps, e *pool.Endpoint, promptTokens int, onDone func(error))
 		route: d.Outcomes.Start(outcome.KindWhole, "", e.Key(), promptTokens)}
 }
 
-// ResponseHeaders implements Lifecycle.
-func (t *Tracked) ResponseHeaders(status int, _ string) { t.route.Response(status, "") }
+// ResponseHeaders implements Lifecycle. served is the host:port the gateway reports as
+// having answered: when it is one of the fallbacks, the request's running count moves there
+// and the outcome record names it (the latency models and passive health time the pod that
+// answered, not the primary the gateway could not use).
+func (t *Tracked) ResponseHeaders(status int, served string) {
+	t.mu.Lock()
+	if !t.done && served != "" {
+		for _, e := range t.dest {
+			if e.HostPort() == served && e.Key() != t.key {
+				t.release()
+				t.key, t.release = e.Key(), t.deps.Running.Start(e.Key())
+				break
+			}
+		}
+	}
+	key := t.key
+	t.mu.Unlock()
+	t.route.Response(status, key)
+}
 
 // ResponseBody implements Lifecycle.
 func (t *Tracked) ResponseBody(size int, _ bool) { t.route.Chunk(size) }
@@ -240,9 +263,13 @@ func (t *Tracked) ResponseBody(size int, _ bool) { t.route.Chunk(size) }
 func (t *Tracked) Done(err error) {
 	t.route.End(err)
 	t.once.Do(func() {
-		t.release()
+		t.mu.Lock()
+		t.done = true
+		release, key := t.release, t.key
+		t.mu.Unlock()
+		release()
 		if t.deps.Drain != nil {
-			t.deps.Drain.Record(t.key)
+			t.deps.Drain.Record(key)
 		}
 		if t.onDone != nil {
 			t.onDone(err)

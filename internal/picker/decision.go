@@ -54,9 +54,9 @@ type Decision struct {
 	// PD is the request's effective PD configuration (gateway settings with the profile's
 	// overrides): the hand-off's timeouts, abort and watchdog settings.
 	PD config.PD
-	// Route records what happens to the routed request (internal/outcome): started by the
-	// strategy that decided when it keeps per-route state, else by the ext_proc server once
-	// the request is routed. Nil records nothing.
+	// Route records what happens to the routed request (internal/outcome) for passive
+	// health: the ext_proc server starts it, in its own recorder, once the request is routed.
+	// A strategy does not set it (its lifecycle records to Deps.Outcomes). Nil records nothing.
 	Route *outcome.Tracker
 }
 
