@@ -112,8 +112,20 @@ func TestPredictiveLearnsPodSpeeds(t *testing.T) {
 	}
 	// The fast pod's prefill is 15 ms here; cold, the model predicted 0.01 + 2000 × 5e-5 +
 	// attention = 0.15 s (the default coefficients, for a pod ten times slower than this one).
-	if predicted > 60 {
-		t.Errorf("predicted TTFT %.1f ms for a 15 ms prefill: the model did not learn the fast pod", predicted)
+	// The prefill pod's score is its predicted prefill end (nothing is booked on an idle
+	// cluster); the whole TTFT adds the decode pod's hand-over, which a loaded machine's
+	// scheduling delays inflate, so the learning is judged on the prefill.
+	prefillS := -1.0
+	for k, v := range trace.Scores {
+		if strings.HasPrefix(k, "prefill ") && strings.Contains(k, "prefill-fast") {
+			prefillS, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if prefillS < 0 || prefillS > 0.075 {
+		t.Errorf("predicted prefill %.4f s on the fast pod for a 15 ms prefill (cold: 0.15 s): the model did not learn it; trace %v", prefillS, trace.Scores)
+	}
+	if predicted > 150 {
+		t.Errorf("predicted TTFT %.1f ms on an idle cluster: more than the cold model's prefill alone", predicted)
 	}
 	hasError := false
 	for k := range trace.Scores {

@@ -56,8 +56,11 @@ func TestRolesetDecodePodsGone(t *testing.T) {
 			if late := failures(shots, killed.Add(2*time.Second), killed.Add(time.Hour)); len(late) > 0 {
 				t.Errorf("%d requests sent more than 2 s after the kill failed, e.g. %s", len(late), late[0])
 			}
-			if after["standard-1"]+after["standard-2"] < 60 {
-				t.Errorf("the combined pods did not take over: %s", formatCounts(after))
+			// Every request sent from 2 s on was served (no late failures above): by the combined
+			// pods, at least nine in ten of them (a loaded machine sends fewer than the 60 of 3 s).
+			sentAfter := sentIn(shots, killed.Add(2*time.Second), killed.Add(time.Hour))
+			if took := after["standard-1"] + after["standard-2"]; sentAfter < 20 || took*10 < sentAfter*9 {
+				t.Errorf("the combined pods did not take over: %s of %d sent after 2 s", formatCounts(after), sentAfter)
 			}
 			for _, n := range []string{"decode-a1", "decode-a2"} {
 				if !s.tandem.Health().Ejected(s.key(n)) {
