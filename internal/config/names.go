@@ -155,7 +155,7 @@ var headerDocs = []headerDoc{
 	{apierror.HeaderPDPrefill, "response (written)", "`true` when the prefill leg of a PD request failed."},
 	{apierror.HeaderPDDecode, "response (written)", "`true` when the decode watchdog failed the request (504)."},
 	{wire.HeaderSLOTTFT, "request (read)",
-		"`pd-predictive`, `predicted_ttft`, `predicted_tpot`: the request's TTFT objective in milliseconds (a positive whole number; otherwise a 400). Overrides `TANDEM_SLO_TTFT_MS` and the profile's `sloTTFTMs`."},
+		"`pd-predictive`, `predicted_ttft`, `predicted_tpot`: the request's TTFT objective in milliseconds (a positive number up to 1e9, fractions allowed; otherwise a 400 naming the header). Overrides `TANDEM_SLO_TTFT_MS` and the profile's `sloTTFTMs`."},
 	{wire.HeaderSLOTPOT, "request (read)",
 		"The request's TPOT objective in milliseconds, as `x-slo-ttft-ms`. Overrides `TANDEM_SLO_TPOT_MS` and the profile's `sloTPOTMs`."},
 	{wire.HeaderInferenceObjective, "request (read)",
