@@ -3,6 +3,8 @@ package latency
 import (
 	"math"
 	"time"
+
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // Forecast is one endpoint's models as read at one instant: every prediction a pick makes
@@ -43,6 +45,26 @@ func (m *Models) ForecastAll(n int, key func(i int) string, out []Forecast) {
 		k := key(i)
 		m.readLocked(&out[i], k, m.podLocked(k, now), now)
 	}
+}
+
+// ForecastEndpoints is ForecastAll over at(0) … at(n-1), each endpoint's models found off
+// the endpoint (no key lookup) after the first pick that read them.
+func (m *Models) ForecastEndpoints(n int, at func(i int) *pool.Endpoint, out []Forecast) {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := 0; i < n; i++ {
+		e := at(i)
+		m.readLocked(&out[i], e.Key(), m.podOfLocked(e, now), now)
+	}
+}
+
+// ForecastOf is Forecast(e.Key()), the models found off the endpoint.
+func (m *Models) ForecastOf(e *pool.Endpoint) Forecast {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.forecastLocked(e.Key(), m.podOfLocked(e, now), now)
 }
 
 func (m *Models) forecastLocked(key string, q *pod, now time.Time) Forecast {

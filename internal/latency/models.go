@@ -8,6 +8,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/outcome"
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // Observer receives every TTFT prediction with its outcome, for the prediction-error metric.
@@ -50,7 +51,13 @@ type Models struct {
 	remote   Remote
 	onCharge func(key string)
 	errs     errorStats
+	// gen counts the Forgets that dropped a pod: a pod memoised on an endpoint (podOfLocked)
+	// is the key's pod while gen is unchanged.
+	gen uint64
 }
+
+// podMemo keeps each endpoint's pod of a Models on the endpoint.
+var podMemo = pool.NewMemo()
 
 // route is what the models remember of one routed request until it ends.
 type route struct {
@@ -112,6 +119,22 @@ func (m *Models) podLocked(key string, now time.Time) *pod {
 		q = newPod(m.d, now)
 		m.pods[key] = q
 	}
+	return m.usedLocked(q, key, now)
+}
+
+// podOfLocked is podLocked(e.Key(), now), read off the endpoint once it was looked up.
+func (m *Models) podOfLocked(e *pool.Endpoint, now time.Time) *pod {
+	if v, ok := podMemo.Load(e, m, m.gen); ok {
+		return m.usedLocked(v.(*pod), e.Key(), now)
+	}
+	q := m.podLocked(e.Key(), now)
+	podMemo.Store(e, m, m.gen, q)
+	return q
+}
+
+// usedLocked notes that a prediction read q now, and takes the endpoint's newer scraped
+// sample, if any.
+func (m *Models) usedLocked(q *pod, key string, now time.Time) *pod {
 	q.used = now
 	// Samples change once a scrape interval: look at most every sampleCheck.
 	if m.samples != nil && now.Sub(q.sampleChecked) >= sampleCheck {
@@ -428,6 +451,7 @@ func (m *Models) Forget(live func(key string) bool) {
 	for k := range m.pods {
 		if !live(k) {
 			delete(m.pods, k)
+			m.gen++
 		}
 	}
 	for id, r := range m.routes {

@@ -7,6 +7,8 @@ package load
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // Tracker counts requests in flight per endpoint key: this replica's own, plus, when several
@@ -14,6 +16,43 @@ import (
 type Tracker struct {
 	counts   sync.Map // endpoint key -> *counter
 	onChange atomic.Pointer[func(key string)]
+	// gen counts Forgets: a counter memoised on an endpoint (counterOf) is the key's
+	// counter while gen is unchanged.
+	gen atomic.Uint64
+}
+
+// counterMemo keeps each endpoint's counter of a tracker on the endpoint.
+var counterMemo = pool.NewMemo()
+
+// counterOf is e's counter, nil when the endpoint was never counted; a pick reads it off the
+// endpoint once it was looked up by key.
+func (t *Tracker) counterOf(e *pool.Endpoint) *counter {
+	gen := t.gen.Load() // before the lookup: a Forget after it makes the memo stale
+	if v, ok := counterMemo.Load(e, t, gen); ok {
+		return v.(*counter)
+	}
+	v, ok := t.counts.Load(e.Key())
+	if !ok {
+		return nil // not memoised: Start creates the counter without a new generation
+	}
+	counterMemo.Store(e, t, gen, v)
+	return v.(*counter)
+}
+
+// InFlightOf is InFlight(e.Key()).
+func (t *Tracker) InFlightOf(e *pool.Endpoint) int64 {
+	if c := t.counterOf(e); c != nil {
+		return c.local.Load() + c.remote.Load()
+	}
+	return 0
+}
+
+// LookupOf is Lookup(e.Key()).
+func (t *Tracker) LookupOf(e *pool.Endpoint) (n int64, ok bool) {
+	if c := t.counterOf(e); c != nil {
+		return c.local.Load() + c.remote.Load(), true
+	}
+	return 0, false
 }
 
 type counter struct {
@@ -116,4 +155,7 @@ func (t *Tracker) Keys() []string {
 }
 
 // Forget drops an endpoint's counter (when it leaves the pool).
-func (t *Tracker) Forget(key string) { t.counts.Delete(key) }
+func (t *Tracker) Forget(key string) {
+	t.counts.Delete(key)
+	t.gen.Add(1) // after the delete: see counterOf
+}

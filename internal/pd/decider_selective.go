@@ -62,7 +62,7 @@ func (d *SelectiveDecider) Place(p *Placement) bool {
 		if p.DecodeForecasts != nil {
 			f = &p.DecodeForecasts[i]
 			if !f.Valid() {
-				*f = d.c.models.Forecast(e.Key())
+				*f = d.c.models.ForecastOf(e)
 			}
 		}
 		opt := pr.wholeOption(p.Objective, p.PromptTokens, e, f, p.Match[e.Key()], StepDecodeLocal)

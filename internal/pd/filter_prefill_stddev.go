@@ -58,7 +58,7 @@ func (f *StddevFilter) Filter(_ context.Context, cy *picker.Cycle, eps []*pool.E
 	// Outside the roleset handler: the same rule over the endpoints given.
 	pods := make([]PrefillPod, len(eps))
 	for i, e := range eps {
-		pods[i] = PrefillPod{Endpoint: e, InFlight: float64(f.c.prefill.InFlight(e.Key()))}
+		pods[i] = PrefillPod{Endpoint: e, InFlight: float64(f.c.prefill.InFlightOf(e))}
 	}
 	n := cy.Resolved.PD.PrefixCache.StandardDeviationFactor
 	if f.factor != nil {

@@ -384,7 +384,7 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 	for ri := range pt.rolesets {
 		rs := &pt.rolesets[ri]
 		for _, e := range rs.Prefill {
-			pre = append(pre, PrefillPod{Endpoint: e, Roleset: rs.Name, InFlight: float64(c.prefill.InFlight(e.Key())),
+			pre = append(pre, PrefillPod{Endpoint: e, Roleset: rs.Name, InFlight: float64(c.prefill.InFlightOf(e)),
 				MatchPct: s.match[e.Key()]})
 			preRS = append(preRS, ri)
 		}
@@ -407,8 +407,7 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 	// Step 2: decode load imbalance, prefill aligned to the chosen roleset. The batch keeps
 	// the maxima of every decode candidate before this narrowing.
 	fast := s.decPol.FastPath() && h.decodeFast != nil
-	_, drainFree := s.decPol.(DrainFree)
-	b := c.decodeBatch(cy, k, decEPs, decRS, pt.rolesets, fast || !drainFree)
+	b := c.decodeBatch(cy, k, decEPs, decRS, pt.rolesets, decodeReadsOf(s.decPol, fast))
 	if fast {
 		if i, step := h.decodeFast.DecodeFastPath(cy, b); i >= 0 {
 			ri := decRS[i]
@@ -547,12 +546,12 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 	lc := newPairLifecycle(c, pp.Endpoint, dp.Endpoint, cy.Req.PromptTokens)
 	d.Lifecycle = lc
 	d.Destination = withFallbacks(h.fallbacks, dp.Endpoint, s.pt.rolesets[ri].Decode, func(e *pool.Endpoint) int64 {
-		return c.deps.Running.InFlight(e.Key()) + c.pending.InFlight(e.Key())
+		return c.deps.Running.InFlightOf(e) + c.pending.InFlightOf(e)
 	})
 	d.Destination = c.withCombinedFallbacks(d.Destination, s.pt.combined, h.fallbacks)
 	lc.dest = d.Destination
 	d.Prefill = withFallbacks(h.fallbacks, pp.Endpoint, s.pt.rolesets[ri].Prefill, func(e *pool.Endpoint) int64 {
-		return c.prefill.InFlight(e.Key())
+		return c.prefill.InFlightOf(e)
 	})
 	s.trace.Scores = traceScores(&s.pt, s.finals, pp, s.scoreP[ri], dp, s.scoreD[ri])
 	if s.predictive {
@@ -610,7 +609,7 @@ func (h *RolesetHandler) wholeDecision(s *selection, opt Option, maxTokens int) 
 		peers, kind = s.pt.combined, picker.OutcomeCombined
 	}
 	ranked := leastLoaded(h.fallbacks, opt.Destination, peers, func(e *pool.Endpoint) int64 {
-		return c.deps.Running.InFlight(e.Key()) + c.pending.InFlight(e.Key())
+		return c.deps.Running.InFlightOf(e) + c.pending.InFlightOf(e)
 	})
 	s.trace.Add(opt.Step)
 	lc := newWholeLifecycle(c, ranked, s.promptTokens)
@@ -635,10 +634,10 @@ func (h *RolesetHandler) PostPick(_ context.Context, cy *picker.Cycle, d *picker
 	h.c.deps.WarmPrefix(cy.Req.Model, hashes, d.Destination[0].Key())
 }
 
-// decodeBatch reads each decode candidate's signals and the batch maxima (the drain rates
-// only when drain is set). rs and rolesets name each pod's roleset (nil: the pod's own
-// label).
-func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.Endpoint, rs []int, rolesets []Roleset, drain bool) *DecodeBatch {
+// decodeBatch reads each decode candidate's signals and the batch maxima, as much as reads
+// asks (readForecastOnly: none; the drain rates only with readDrain). rs and rolesets name
+// each pod's roleset (nil: the pod's own label).
+func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.Endpoint, rs []int, rolesets []Roleset, reads decodeReads) *DecodeBatch {
 	b := &DecodeBatch{Pods: make([]DecodePod, len(eps)), MaxRequests: 1, MaxThroughput: 1, MaxFreeGPU: 1, Knobs: knobs}
 	for i, e := range eps {
 		p := &b.Pods[i]
@@ -646,9 +645,12 @@ func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.End
 		if rs != nil {
 			p.Roleset = rolesets[rs[i]].Name
 		}
-		n, ok := c.deps.Running.Lookup(e.Key())
+		if reads == readForecastOnly {
+			continue
+		}
+		n, ok := c.deps.Running.LookupOf(e)
 		p.Running, p.HasRunning = float64(n), ok
-		p.Pending = float64(c.pending.InFlight(e.Key()))
+		p.Pending = float64(c.pending.InFlightOf(e))
 		p.FreeGPU = 100
 		if smp := c.deps.Metrics.Get(e.Key()); smp != nil {
 			p.Sample = smp
@@ -663,7 +665,7 @@ func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.End
 				}
 			}
 		}
-		if drain && c.deps.Drain != nil {
+		if reads == readDrain && c.deps.Drain != nil {
 			p.Drain = c.deps.Drain.PerSecond(e.Key())
 		}
 		b.MaxRequests = math.Max(b.MaxRequests, p.Requests())

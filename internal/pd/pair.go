@@ -241,7 +241,7 @@ func (c *Cascade) withCombinedFallbacks(dest, combined []*pool.Endpoint, n int) 
 	}
 	ranked := append(make([]*pool.Endpoint, 0, len(combined)), combined...)
 	slices.SortStableFunc(ranked, func(a, b *pool.Endpoint) int {
-		return cmp.Compare(c.deps.Running.InFlight(a.Key()), c.deps.Running.InFlight(b.Key()))
+		return cmp.Compare(c.deps.Running.InFlightOf(a), c.deps.Running.InFlightOf(b))
 	})
 	return append(dest, ranked[:min(len(ranked), n)]...)
 }

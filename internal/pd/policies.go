@@ -118,6 +118,37 @@ type DrainFree interface {
 	DrainFree()
 }
 
+// ForecastOnly is implemented by decode policies that read nothing of a DecodePod but its
+// endpoint and roleset (they score from the pods' latency forecasts, and take no seed
+// cold-start score): when the decode fast path does not run either, a batch is built without
+// reading the pods' counted and scraped signals (Running, Pending, Throughput, FreeGPU, Drain,
+// Sample and the batch maxima stay at their zero values).
+type ForecastOnly interface {
+	ForecastOnly()
+}
+
+// decodeReads is what a decode batch reads of each pod beyond its endpoint and roleset.
+type decodeReads int
+
+const (
+	readForecastOnly decodeReads = iota // nothing: a ForecastOnly policy, no fast path
+	readSignals                         // the counted and scraped signals, not the drain rates
+	readDrain                           // the signals and the drain rates
+)
+
+// decodeReadsOf is what a batch for pol must read, with the decode fast path run or not.
+func decodeReadsOf(pol DecodePolicy, fast bool) decodeReads {
+	_, drainFree := pol.(DrainFree)
+	_, forecastOnly := pol.(ForecastOnly)
+	switch {
+	case fast || !drainFree:
+		return readDrain
+	case forecastOnly:
+		return readForecastOnly
+	}
+	return readSignals
+}
+
 // Charger is implemented by policies that keep their own ledger (token-load policies):
 // Charge runs inside the selection critical section, right after the pair is chosen, so
 // concurrent picks see each other's charges. It returns what to release when the prefill

@@ -3,6 +3,7 @@ package pd
 import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/latency"
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // The predictive score policies, in the units of the request's objectives, so that the pair
@@ -49,7 +50,7 @@ func (p predictedTTFT) Score(b *PrefillBatch, i int) float64 {
 func (b *PrefillBatch) forecast(m *latency.Models, i int) *latency.Forecast {
 	if b.fc == nil {
 		b.fc = make([]latency.Forecast, len(b.Pods))
-		m.ForecastAll(len(b.Pods), func(i int) string { return b.Pods[i].Endpoint.Key() }, b.fc)
+		m.ForecastEndpoints(len(b.Pods), func(i int) *pool.Endpoint { return b.Pods[i].Endpoint }, b.fc)
 	}
 	return &b.fc[i]
 }
@@ -58,7 +59,7 @@ func (b *PrefillBatch) forecast(m *latency.Models, i int) *latency.Forecast {
 func (b *DecodeBatch) forecast(m *latency.Models, i int) *latency.Forecast {
 	if b.fc == nil {
 		b.fc = make([]latency.Forecast, len(b.Pods))
-		m.ForecastAll(len(b.Pods), func(i int) string { return b.Pods[i].Endpoint.Key() }, b.fc)
+		m.ForecastEndpoints(len(b.Pods), func(i int) *pool.Endpoint { return b.Pods[i].Endpoint }, b.fc)
 	}
 	return &b.fc[i]
 }
@@ -76,6 +77,7 @@ func (predictedTPOT) ColdStart() bool { return false }
 func (predictedTPOT) FastPath() bool  { return false }
 func (predictedTPOT) AbsoluteCost()   {}
 func (predictedTPOT) DrainFree()      {}
+func (predictedTPOT) ForecastOnly()   {}
 
 func (p predictedTPOT) Score(b *DecodeBatch, i int) float64 {
 	tpot, handover := b.forecast(p.m, i).TPOTAndHandover(b.PromptTokens, 0)

@@ -165,7 +165,7 @@ func (pr predictor) read(e *pool.Endpoint, f *latency.Forecast) *latency.Forecas
 	if f != nil && f.Valid() {
 		return f
 	}
-	g := pr.m.Forecast(e.Key())
+	g := pr.m.ForecastOf(e)
 	return &g
 }
 

@@ -70,6 +70,9 @@ type rolesetIndex struct {
 	// 2·index+1 for a decode member; -1 for pods on no side.
 	slot              []int32
 	nPrefill, nDecode int
+	// last is the roleset index of the previous PD candidate: candidates of one roleset
+	// usually come together, so most need no map lookup.
+	last int
 }
 
 func (ix *rolesetIndex) init(n int) {
@@ -78,6 +81,7 @@ func (ix *rolesetIndex) init(n int) {
 	ix.counts = make([]struct{ prefill, decode int }, 0, n/4+1)
 	ix.names = make([]string, 0, n/4+1)
 	ix.slot = make([]int32, n)
+	ix.last = -1
 }
 
 // add records candidate i; inPrefill and inDecode say which profile kept it.
@@ -91,12 +95,16 @@ func (ix *rolesetIndex) add(i int, e *pool.Endpoint, inPrefill, inDecode bool) {
 	} else {
 		ix.nDecode++
 	}
-	r, ok := ix.idx[e.Roleset]
-	if !ok {
-		r = len(ix.counts)
-		ix.idx[e.Roleset] = r
-		ix.counts = append(ix.counts, struct{ prefill, decode int }{})
-		ix.names = append(ix.names, e.Roleset)
+	r := ix.last
+	if r < 0 || ix.names[r] != e.Roleset {
+		var ok bool
+		if r, ok = ix.idx[e.Roleset]; !ok {
+			r = len(ix.counts)
+			ix.idx[e.Roleset] = r
+			ix.counts = append(ix.counts, struct{ prefill, decode int }{})
+			ix.names = append(ix.names, e.Roleset)
+		}
+		ix.last = r
 	}
 	switch {
 	case inPrefill:

@@ -262,7 +262,7 @@ func (s *PolicyScorer) prefillCosts(ctx context.Context, cy *picker.Cycle, eps [
 		match = tmp.match
 	}
 	for i, e := range eps {
-		pb.Pods[i] = PrefillPod{Endpoint: e, Roleset: e.Roleset, InFlight: float64(s.c.prefill.InFlight(e.Key())),
+		pb.Pods[i] = PrefillPod{Endpoint: e, Roleset: e.Roleset, InFlight: float64(s.c.prefill.InFlightOf(e)),
 			MatchPct: match[e.Key()], Sample: s.c.deps.Metrics.Get(e.Key())}
 		pb.MaxInFlight = math.Max(pb.MaxInFlight, pb.Pods[i].InFlight)
 	}
@@ -287,8 +287,7 @@ func (s *PolicyScorer) decodeCosts(ctx context.Context, cy *picker.Cycle, eps []
 		if pol == nil {
 			pol = loadBalancingPolicy{}
 		}
-		_, drainFree := pol.(DrainFree)
-		b = s.c.decodeBatch(cy, &cy.Resolved.PD, eps, nil, nil, !drainFree)
+		b = s.c.decodeBatch(cy, &cy.Resolved.PD, eps, nil, nil, decodeReadsOf(pol, false))
 	}
 	at := func(k int) *pool.Endpoint { return b.Pods[k].Endpoint }
 	// The cold-start rule looks at every pod scored: a first pass for "has any the metric".

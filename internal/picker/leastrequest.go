@@ -45,7 +45,7 @@ func RankByLoad(t *load.Tracker, cands []*pool.Endpoint) []*pool.Endpoint {
 	}
 	s := make([]scored, len(cands))
 	for i, e := range cands {
-		s[i] = scored{e, t.InFlight(e.Key()), rand.Uint32()}
+		s[i] = scored{e, t.InFlightOf(e), rand.Uint32()}
 	}
 	slices.SortFunc(s, func(a, b scored) int {
 		if c := cmp.Compare(a.n, b.n); c != 0 {

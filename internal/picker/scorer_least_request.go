@@ -33,7 +33,7 @@ func newLeastRequestScorer(name string, raw json.RawMessage, h *Handle) (Plugin,
 func (s *LeastRequestScorer) Score(_ context.Context, _ *Cycle, eps []*pool.Endpoint, out []float64) {
 	var hi int64
 	for i, e := range eps {
-		n := s.deps.Running.InFlight(e.Key())
+		n := s.deps.Running.InFlightOf(e)
 		out[i] = float64(n)
 		hi = max(hi, n)
 	}

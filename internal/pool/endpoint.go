@@ -3,6 +3,7 @@ package pool
 import (
 	"net"
 	"strconv"
+	"sync/atomic"
 )
 
 // Role is the phase a pod serves in disaggregated serving.
@@ -64,6 +65,8 @@ type Endpoint struct {
 
 	hostPort string
 	key      string
+	// memos are other packages' caches of what they keep under key (see Memo).
+	memos [memoSlots]atomic.Pointer[memoSet]
 }
 
 // NewEndpoint builds an endpoint and derives its role, roleset, engine and model from the labels.
