@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
@@ -72,6 +73,8 @@ type RolesetHandler struct {
 	placement    []PlacementDecider
 	nonInference *picker.Profile
 	fallbacks    int
+	// bySnapshot is the last snapshot's endpoints sorted by role (see sortedSnapshot).
+	bySnapshot atomic.Pointer[sortedSnapshot]
 }
 
 // Profile names of the default chain.
@@ -251,14 +254,20 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 	}
 	s.trace.Note = fmt.Sprintf("%sprefill_policy=%s decode_policy=%s prompt_tokens=%d", pol.note, s.prefPol.Name(), s.decPol.Name(), cy.Req.PromptTokens)
 	split := &s.split
-	prefill := h.candidates(ctx, cy, h.prefill, split)
-	decode := h.candidates(ctx, cy, h.decode, split)
-	combined := h.candidates(ctx, cy, h.combined, split)
-	if split.done && sameSlice(prefill, split.prefill) && sameSlice(decode, split.decode) {
+	sorted := h.sorted(cy)
+	prefill := h.candidates(ctx, cy, h.prefill, split, sorted)
+	decode := h.candidates(ctx, cy, h.decode, split, sorted)
+	combined := h.candidates(ctx, cy, h.combined, split, sorted)
+	switch {
+	case split.done && sameSlice(prefill, split.prefill) && sameSlice(decode, split.decode) && split.sorted != nil:
+		// The profiles kept the snapshot's sorting whole: its partition is this one.
+		s.pt = split.sorted.pt
+		s.pt.combined, s.pt.bucketed = combined, s.knobs.PromptLengthBucketing
+	case split.done && sameSlice(prefill, split.prefill) && sameSlice(decode, split.decode):
 		// The profiles kept what the role split sorted (no other filter dropped a pod): the
 		// split's roleset index is the partition's first pass.
 		s.pt = split.ix.partition(cy.Candidates, combined, s.knobs.PromptLengthBucketing)
-	} else {
+	default:
 		s.pt = partitionOf(cy.Candidates, prefill, decode, combined, s.knobs.PromptLengthBucketing)
 	}
 	if s.pt.bucketed {
@@ -270,14 +279,14 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 // candidates runs a profile's filters, but for the scoring-only ones, over the candidates.
 // A leading pd-role-filter takes its pods from one pass that sorts every candidate by role
 // for the three profiles at once (the same pods, in the same order, as the filter's own).
-func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *picker.Profile, split *roleSplit) []*pool.Endpoint {
+func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *picker.Profile, split *roleSplit, sorted *sortedSnapshot) []*pool.Endpoint {
 	if p == nil {
 		return nil
 	}
 	eps, filters := cy.Candidates, p.Filters
 	if len(filters) > 0 {
 		if rf, ok := filters[0].(*RoleFilter); ok {
-			eps, filters = split.of(cy, rf.role), filters[1:]
+			eps, filters = split.of(cy, rf.role, sorted), filters[1:]
 		}
 	}
 	for _, f := range filters {
@@ -301,13 +310,65 @@ type roleSplit struct {
 	done                      bool
 	prefill, decode, combined []*pool.Endpoint
 	ix                        rolesetIndex // the partition's first pass for this sorting
+	// sorted, when not nil, is the sorting of the whole snapshot this split was read from.
+	sorted *sortedSnapshot
+}
+
+// sortedSnapshot is a snapshot's endpoints sorted by role once: a pod's role and roleset come
+// from its labels, fixed for the snapshot's life, so the picks of a snapshot whose
+// candidates are all its endpoints (no subset hint, no ejection) share one sorting and its
+// partition. Only the combined pods are sorted per request (whether a standard pod is
+// combined depends on the request's routing profile). Read-only once made.
+type sortedSnapshot struct {
+	snap                   *pool.Snapshot
+	prefill, decode, other []*pool.Endpoint
+	ix                     rolesetIndex
+	// pt is ix's partition, without combined pods or bucketing.
+	pt partition
 }
 
 func sameSlice(a, b []*pool.Endpoint) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }
 
-func (r *roleSplit) of(cy *picker.Cycle, role string) []*pool.Endpoint {
+// sorted is the snapshot's sorting, made (and kept) when cy's candidates are the whole
+// snapshot; nil otherwise.
+func (h *RolesetHandler) sorted(cy *picker.Cycle) *sortedSnapshot {
+	if cy.Snap == nil || !sameSlice(cy.Candidates, cy.Snap.Endpoints) {
+		return nil
+	}
+	if ss := h.bySnapshot.Load(); ss != nil && ss.snap == cy.Snap {
+		return ss
+	}
+	eps := cy.Snap.Endpoints
+	ss := &sortedSnapshot{snap: cy.Snap}
+	ss.ix.init(len(eps))
+	for i, e := range eps {
+		switch e.Role {
+		case pool.RolePrefill:
+			ss.prefill = append(ss.prefill, e)
+		case pool.RoleDecode:
+			ss.decode = append(ss.decode, e)
+		default:
+			ss.other = append(ss.other, e)
+		}
+		ss.ix.add(i, e, e.Role == pool.RolePrefill, e.Role == pool.RoleDecode)
+	}
+	ss.pt = ss.ix.partition(eps, nil, false)
+	h.bySnapshot.Store(ss)
+	return ss
+}
+
+func (r *roleSplit) of(cy *picker.Cycle, role string, sorted *sortedSnapshot) []*pool.Endpoint {
+	if !r.done && sorted != nil {
+		r.done, r.sorted = true, sorted
+		r.prefill, r.decode, r.ix = sorted.prefill, sorted.decode, sorted.ix
+		for _, e := range sorted.other {
+			if isCombined(e, cy.Routing(e)) {
+				r.combined = append(r.combined, e)
+			}
+		}
+	}
 	if !r.done {
 		r.done = true
 		n := len(cy.Candidates)
@@ -508,6 +569,7 @@ func (h *RolesetHandler) preferred(cy *picker.Cycle, s *selection, preRS, decRS 
 // Result implements picker.ProfileHandler.
 func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[string]*picker.ProfileResult) (*picker.Decision, error) {
 	c, s := h.c, selectionOf(cy)
+	defer s.recycle()
 	switch {
 	case s.nonInference:
 		r := done[profileNonInference]

@@ -1,6 +1,8 @@
 package pd
 
 import (
+	"sync"
+
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -49,8 +51,7 @@ func (p predictedTTFT) Score(b *PrefillBatch, i int) float64 {
 // forecast is pod i's latency forecast; the batch's are read at once, once per request.
 func (b *PrefillBatch) forecast(m *latency.Models, i int) *latency.Forecast {
 	if b.fc == nil {
-		b.fc = make([]latency.Forecast, len(b.Pods))
-		m.ForecastEndpoints(len(b.Pods), func(i int) *pool.Endpoint { return b.Pods[i].Endpoint }, b.fc)
+		b.fc = forecasts(m, len(b.Pods), func(i int) *pool.Endpoint { return b.Pods[i].Endpoint })
 	}
 	return &b.fc[i]
 }
@@ -58,10 +59,33 @@ func (b *PrefillBatch) forecast(m *latency.Models, i int) *latency.Forecast {
 // forecast is pod i's latency forecast; the batch's are read at once, once per request.
 func (b *DecodeBatch) forecast(m *latency.Models, i int) *latency.Forecast {
 	if b.fc == nil {
-		b.fc = make([]latency.Forecast, len(b.Pods))
-		m.ForecastEndpoints(len(b.Pods), func(i int) *pool.Endpoint { return b.Pods[i].Endpoint }, b.fc)
+		b.fc = forecasts(m, len(b.Pods), func(i int) *pool.Endpoint { return b.Pods[i].Endpoint })
 	}
 	return &b.fc[i]
+}
+
+// forecastBuffers recycles the batches' forecast slices (about 150 bytes a pod, the largest
+// allocation of a predictive pick): the roleset handler returns them when its Result is
+// made, after which nothing reads them.
+var forecastBuffers sync.Pool
+
+// forecasts reads the models of n endpoints into a recycled slice (every entry is written).
+func forecasts(m *latency.Models, n int, at func(i int) *pool.Endpoint) []latency.Forecast {
+	var fc []latency.Forecast
+	if p, ok := forecastBuffers.Get().(*[]latency.Forecast); ok && cap(*p) >= n {
+		fc = (*p)[:n]
+	} else {
+		fc = make([]latency.Forecast, n)
+	}
+	m.ForecastEndpoints(n, at, fc)
+	return fc
+}
+
+// recycleForecasts returns a batch's forecast slice; fc must not be read afterwards.
+func recycleForecasts(fc []latency.Forecast) {
+	if cap(fc) > 0 {
+		forecastBuffers.Put(&fc)
+	}
 }
 
 // predictedTPOT scores a decode pod by the TPOT the request is predicted to see there

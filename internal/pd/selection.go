@@ -51,6 +51,19 @@ type selection struct {
 
 var selectionKey = picker.NewStateKey[*selection]("pd.selection")
 
+// recycle returns the batches' forecasts once the Result is made (options copy what they
+// predicted; none outlives the Result).
+func (s *selection) recycle() {
+	if s.pb != nil {
+		recycleForecasts(s.pb.fc)
+		s.pb.fc = nil
+	}
+	if s.b != nil {
+		recycleForecasts(s.b.fc)
+		s.b.fc = nil
+	}
+}
+
 // selectionOf is the request's selection, nil outside a roleset handler's cycle.
 func selectionOf(cy *picker.Cycle) *selection {
 	s, _ := selectionKey.Read(cy.State)
