@@ -16,8 +16,8 @@ import (
 type Tracker struct {
 	counts   sync.Map // endpoint key -> *counter
 	onChange atomic.Pointer[func(key string)]
-	// gen counts Forgets: a counter memoised on an endpoint (counterOf) is the key's
-	// counter while gen is unchanged.
+	// gen counts the counters made and forgotten: what counterOf memoised on an endpoint
+	// (its counter, or that it has none) holds while gen is unchanged.
 	gen atomic.Uint64
 }
 
@@ -31,12 +31,12 @@ func (t *Tracker) counterOf(e *pool.Endpoint) *counter {
 	if v, ok := counterMemo.Load(e, t, gen); ok {
 		return v.(*counter)
 	}
-	v, ok := t.counts.Load(e.Key())
-	if !ok {
-		return nil // not memoised: Start creates the counter without a new generation
+	var c *counter
+	if v, ok := t.counts.Load(e.Key()); ok {
+		c = v.(*counter)
 	}
-	counterMemo.Store(e, t, gen, v)
-	return v.(*counter)
+	counterMemo.Store(e, t, gen, c) // nil too: making the counter bumps the generation
+	return c
 }
 
 // InFlightOf is InFlight(e.Key()).
@@ -67,7 +67,10 @@ func (t *Tracker) counter(key string) *counter {
 	if c, ok := t.counts.Load(key); ok {
 		return c.(*counter)
 	}
-	c, _ := t.counts.LoadOrStore(key, new(counter))
+	c, loaded := t.counts.LoadOrStore(key, new(counter))
+	if !loaded {
+		t.gen.Add(1) // after the store: see counterOf
+	}
 	return c.(*counter)
 }
 

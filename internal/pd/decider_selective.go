@@ -56,7 +56,7 @@ func (d *SelectiveDecider) Place(p *Placement) bool {
 		return false
 	}
 	pr := predictor{d.c.models}
-	best := p.Best
+	best, limit := p.Best, d.headroom*p.Objective.TPOT
 	for i, e := range p.Decode {
 		var f *latency.Forecast
 		if p.DecodeForecasts != nil {
@@ -65,11 +65,13 @@ func (d *SelectiveDecider) Place(p *Placement) bool {
 				*f = d.c.models.ForecastOf(e)
 			}
 		}
-		opt := pr.wholeOption(p.Objective, p.PromptTokens, e, f, p.Match[e.Key()], StepDecodeLocal)
-		if opt.TPOT > d.headroom*p.Objective.TPOT || !pr.stallFits(opt) || !(opt.Cost < best.Cost) {
+		f = pr.read(e, f)
+		pct := p.Match[e.Key()]
+		w := predictWhole(p.Objective, p.PromptTokens, f, pct)
+		if w.tpot > limit || stalls(f, w.svc) || !(w.cost < best.Cost) {
 			continue
 		}
-		best = opt
+		best = pr.wholeOption(p.Objective, p.PromptTokens, e, f, pct, StepDecodeLocal)
 	}
 	if best.Destination == p.Best.Destination && best.Kind == p.Best.Kind {
 		return false

@@ -152,13 +152,32 @@ func (pr predictor) pairOption(o Objective, tokens int, pp *pool.Endpoint, fp *l
 // prefill work, and its prefill load stretches every decode on e.
 func (pr predictor) wholeOption(o Objective, tokens int, e *pool.Endpoint, fe *latency.Forecast, pct float64, step string) Option {
 	fe = pr.read(e, fe)
+	w := predictWhole(o, tokens, fe, pct)
+	return Option{Kind: outcome.KindWhole, Destination: e, Prompt: w.prompt, Service: w.svc, forecast: fe,
+		TTFT: w.ttft, TPOT: w.tpot, Delay: w.delay, Cost: w.cost, Step: step}
+}
+
+// whole is a whole option's prediction, before it is made an Option (a decider weighing
+// many pods makes one only for the best).
+type whole struct {
+	prompt                       latency.Prompt
+	svc, ttft, tpot, delay, cost float64
+}
+
+func predictWhole(o Objective, tokens int, fe *latency.Forecast, pct float64) whole {
 	p := promptOn(tokens, pct)
 	svc := fe.Service(p)
 	ttft := fe.Wait() + svc
 	tpot := fe.TPOT(tokens, svc)
 	delay := fe.Delay(svc)
-	return Option{Kind: outcome.KindWhole, Destination: e, Prompt: p, Service: svc, forecast: fe,
-		TTFT: ttft, TPOT: tpot, Delay: delay, Cost: (ttft+delay)/o.TTFT + tpot/o.TPOT, Step: step}
+	return whole{prompt: p, svc: svc, ttft: ttft, tpot: tpot, delay: delay, cost: (ttft+delay)/o.TTFT + tpot/o.TPOT}
+}
+
+// stalls reports whether a prompt of svc prefill seconds run whole on the pod of fe stalls
+// its decodes by more than the tightest of them can absorb within its TPOT objective (its
+// prefill beyond one decode step).
+func stalls(fe *latency.Forecast, svc float64) bool {
+	return svc-fe.Step(0) > fe.StallRoom()
 }
 
 func (pr predictor) read(e *pool.Endpoint, f *latency.Forecast) *latency.Forecast {
@@ -173,8 +192,7 @@ func (pr predictor) read(e *pool.Endpoint, f *latency.Forecast) *latency.Forecas
 // there (its prefill beyond one decode step) by no more than the tightest of them can
 // absorb within its TPOT objective.
 func (pr predictor) stallFits(opt Option) bool {
-	f := pr.read(opt.Destination, opt.forecast)
-	return opt.Service-f.Step(0) <= f.StallRoom()
+	return !stalls(pr.read(opt.Destination, opt.forecast), opt.Service)
 }
 
 // charge books the chosen option on the models under the route's outcome ID.
