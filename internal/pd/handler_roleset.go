@@ -442,11 +442,18 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 	preRS := make([]int, 0, len(pt.prefill))
 	decEPs := pt.decode
 	decRS := make([]int, 0, len(pt.decode))
+	// A forecast-only prefill policy needs no in-flight counts unless step 1 or the
+	// standard-deviation skip (the prefill profile's scoring-only filters) reads them.
+	_, forecastOnly := s.prefPol.(ForecastOnly)
+	inFlight := !forecastOnly || h.prefillFast != nil || len(h.prefillScoring.Filters) > 0
 	for ri := range pt.rolesets {
 		rs := &pt.rolesets[ri]
 		for _, e := range rs.Prefill {
-			pre = append(pre, PrefillPod{Endpoint: e, Roleset: rs.Name, InFlight: float64(c.prefill.InFlightOf(e)),
-				MatchPct: s.match[e.Key()]})
+			p := PrefillPod{Endpoint: e, Roleset: rs.Name, MatchPct: s.match[e.Key()]}
+			if inFlight {
+				p.InFlight = float64(c.prefill.InFlightOf(e))
+			}
+			pre = append(pre, p)
 			preRS = append(preRS, ri)
 		}
 		for range rs.Decode {

@@ -118,11 +118,12 @@ type DrainFree interface {
 	DrainFree()
 }
 
-// ForecastOnly is implemented by decode policies that read nothing of a DecodePod but its
-// endpoint and roleset (they score from the pods' latency forecasts, and take no seed
-// cold-start score): when the decode fast path does not run either, a batch is built without
-// reading the pods' counted and scraped signals (Running, Pending, Throughput, FreeGPU, Drain,
-// Sample and the batch maxima stay at their zero values).
+// ForecastOnly is implemented by score policies that read nothing of a pod but its endpoint,
+// roleset and (prefill) prefix match: they score from the pods' latency forecasts, and a
+// decode one takes no seed cold-start score. When nothing else of the pick reads them (no
+// fast path, no standard-deviation skip), a batch is built without the pods' counted and
+// scraped signals (a PrefillPod's InFlight and Sample, a DecodePod's Running, Pending,
+// Throughput, FreeGPU, Drain and Sample, the batch maxima stay at their zero values).
 type ForecastOnly interface {
 	ForecastOnly()
 }

@@ -41,6 +41,7 @@ type predictedTTFT struct{ m *latency.Models }
 func (predictedTTFT) Name() string     { return PolicyPredictedTTFT }
 func (predictedTTFT) UsesPrefix() bool { return true }
 func (predictedTTFT) AbsoluteCost()    {}
+func (predictedTTFT) ForecastOnly()    {}
 
 func (p predictedTTFT) Score(b *PrefillBatch, i int) float64 {
 	f := b.forecast(p.m, i)
