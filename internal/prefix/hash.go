@@ -31,25 +31,38 @@ func Hash(dst []uint64, prompt string, blockBytes int) []uint64 {
 }
 
 // chain appends the hashes of text's full blocks, chained from the hash h of what precedes text.
+// Each block is hashed in one shot (xxhash.Sum64) over a buffer holding the previous hash and the
+// block: the same bytes a streaming Digest would be fed, without its per-block Reset and buffering.
 func chain(dst []uint64, text string, blockBytes int, h uint64) []uint64 {
 	if blockBytes < 1 {
 		blockBytes = 1
 	}
-	if n := len(text) / blockBytes; cap(dst)-len(dst) < n {
+	n := len(text) / blockBytes
+	if n == 0 {
+		return dst
+	}
+	if cap(dst)-len(dst) < n {
 		dst = append(make([]uint64, 0, len(dst)+n), dst...)
 	}
-	var d xxhash.Digest
-	var prev [8]byte
+	// The buffer is on the stack for blocks up to stackBlockBytes (every block size Tandem's
+	// configurations use), allocated once per call above.
+	var stack [8 + stackBlockBytes]byte
+	buf := stack[:]
+	if blockBytes > stackBlockBytes {
+		buf = make([]byte, 8+blockBytes)
+	}
+	buf = buf[:8+blockBytes]
 	for off := 0; off+blockBytes <= len(text); off += blockBytes {
-		d.Reset()
-		binary.LittleEndian.PutUint64(prev[:], h)
-		_, _ = d.Write(prev[:])
-		_, _ = d.WriteString(text[off : off+blockBytes])
-		h = d.Sum64()
+		binary.LittleEndian.PutUint64(buf, h)
+		copy(buf[8:], text[off:off+blockBytes])
+		h = xxhash.Sum64(buf)
 		dst = append(dst, h)
 	}
 	return dst
 }
+
+// stackBlockBytes is the largest block chain hashes from a stack buffer: 512 tokens.
+const stackBlockBytes = 2048
 
 // HeadBlockTokens is the size, in tokens, of the sub-blocks a prompt's first block is hashed in
 // (HashHead): a prompt shorter than one block, or prompts sharing only a system prompt shorter
