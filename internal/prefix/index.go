@@ -3,6 +3,7 @@ package prefix
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -84,6 +85,8 @@ type block struct {
 	model   string
 	hash    uint64
 	holders []holder
+	// ids are the holders' numbers in the holders' order, what a warm searches for its own.
+	ids []int32
 	// held has a bit for the number of each holder: matching intersects these sets along the
 	// prompt, a few words per block, instead of visiting every holder of every block.
 	held []uint64
@@ -92,6 +95,21 @@ type block struct {
 	// live holders and a warm has nothing to drop.
 	oldest     int64
 	prev, next *block
+	// succ is the block that followed this one in the last prompt warmed through it, a
+	// shortcut for the lookup of the next block of a prompt sharing that much (prompts that
+	// share a block share what precedes it, and often what follows); dropped marks a block
+	// no longer in its model's map, which a shortcut must not lead to.
+	succ    *block
+	dropped bool
+}
+
+// follow is the block of model map m with hash h, coming from b: b's successor when it is that
+// block, else the map's.
+func (b *block) follow(m map[uint64]*block, h uint64) *block {
+	if s := b.succ; s != nil && s.hash == h && !s.dropped {
+		return s
+	}
+	return m[h]
 }
 
 // has reports whether endpoint number id holds b.
@@ -202,11 +220,11 @@ func (ix *Index) MatchBlocks(model string, hashes []uint64, found func(key strin
 		return
 	}
 	n := 1
-	for ; n < len(hashes); n++ {
-		b := m[hashes[n]]
-		if b == nil {
+	for at := b; n < len(hashes); n++ {
+		if at = at.follow(m, hashes[n]); at == nil {
 			break
 		}
+		b := at
 		live, left := b.live(cutoff, fresh), false
 		for w, r := range running {
 			if r == 0 {
@@ -288,6 +306,8 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 	defer ix.keys.unref(id)
 	// Walk backwards so the first block ends up most recent: eviction then trims a
 	// prompt from its tail, and what stays is still a usable prefix.
+	var after *block
+	hint := 0 // where the key was among the last block's holders
 	for i := len(hashes) - 1; i >= 0; i-- {
 		b := m[hashes[i]]
 		if b == nil {
@@ -297,8 +317,12 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 		} else {
 			ix.unlink(b)
 		}
-		ix.touch(b, key, id, now, cutoff, capacity > 0)
+		hint = ix.touch(b, key, id, hint, now, cutoff, capacity > 0)
 		ix.pushFront(b)
+		if after != nil {
+			b.succ = after
+		}
+		after = b
 	}
 	if capacity > 0 {
 		ix.trim(key, capacity)
@@ -310,25 +334,26 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 
 // touch marks key (numbered id) as a holder of b now and drops holders past the eviction age; with
 // ring, the holding moves to the front of the endpoint's ring. Holders keep their order: the ones
-// kept stay where they were and a new one goes last.
-func (ix *Index) touch(b *block, key string, id int32, now, cutoff int64, ring bool) {
+// kept stay where they were and a new one goes last. It returns where the holder is among b's:
+// the blocks of a prompt warmed together list their holders alike, so that position, the hint
+// passed for the next block, usually finds the holder at once.
+func (ix *Index) touch(b *block, key string, id int32, hint int, now, cutoff int64, ring bool) int {
 	if b.oldest < cutoff {
 		ix.dropAged(b, id, cutoff)
 	}
 	if b.has(id) {
-		for i := range b.holders {
-			if h := &b.holders[i]; h.id == id {
-				h.seen = now
-				if ring {
-					if h.at == nil {
-						h.at = &holding{b: b}
-					} else {
-						ix.release(h.key, h.at)
-					}
-					ix.hold(key, h.at)
-				}
-				break
+		if hint >= len(b.ids) || b.ids[hint] != id {
+			hint = slices.Index(b.ids, id)
+		}
+		h := &b.holders[hint]
+		h.seen = now
+		if ring {
+			if h.at == nil {
+				h.at = &holding{b: b}
+			} else {
+				ix.release(h.key, h.at)
 			}
+			ix.hold(key, h.at)
 		}
 	} else {
 		ix.keys.refs[id]++
@@ -340,10 +365,12 @@ func (ix *Index) touch(b *block, key string, id int32, now, cutoff int64, ring b
 		if len(b.holders) == 0 {
 			b.oldest = now
 		}
-		b.holders = append(b.holders, h)
+		hint = len(b.holders)
+		b.holders, b.ids = append(b.holders, h), append(b.ids, id)
 		b.mark(id)
 	}
 	b.oldest = min(b.oldest, now)
+	return hint
 }
 
 // dropAged drops b's holders last warmed before cutoff, but keep (the endpoint being warmed), and
@@ -352,7 +379,7 @@ func (ix *Index) dropAged(b *block, keep int32, cutoff int64) {
 	n, oldest := 0, int64(math.MaxInt64)
 	for _, h := range b.holders {
 		if h.seen >= cutoff || h.id == keep {
-			b.holders[n] = h
+			b.holders[n], b.ids[n] = h, h.id
 			n++
 			oldest = min(oldest, h.seen)
 			continue
@@ -364,7 +391,7 @@ func (ix *Index) dropAged(b *block, keep int32, cutoff int64) {
 		ix.keys.unref(h.id)
 	}
 	clear(b.holders[n:])
-	b.holders, b.oldest = b.holders[:n], oldest
+	b.holders, b.ids, b.oldest = b.holders[:n], b.ids[:n], oldest
 }
 
 // hold puts a holding at the front of key's ring.
@@ -417,7 +444,7 @@ func (ix *Index) without(b *block, key string) int {
 	n := 0
 	for _, h := range b.holders {
 		if h.key != key {
-			b.holders[n] = h
+			b.holders[n], b.ids[n] = h, h.id
 			n++
 		} else {
 			b.unmark(h.id)
@@ -425,7 +452,7 @@ func (ix *Index) without(b *block, key string) int {
 		}
 	}
 	clear(b.holders[n:])
-	b.holders = b.holders[:n]
+	b.holders, b.ids = b.holders[:n], b.ids[:n]
 	return n
 }
 
@@ -451,12 +478,13 @@ func (ix *Index) evict(b *block) {
 		}
 		ix.keys.unref(h.id)
 	}
-	b.holders, b.held = nil, nil
+	b.holders, b.ids, b.held = nil, nil, nil
 	ix.drop(b)
 }
 
 // drop removes an unlinked block from its model's map.
 func (ix *Index) drop(b *block) {
+	b.dropped, b.succ = true, nil
 	m := ix.models[b.model]
 	delete(m, b.hash)
 	if len(m) == 0 {
@@ -488,11 +516,11 @@ func (ix *Index) ForgetAll(keys map[string]struct{}) {
 				ix.keys.unref(h.id)
 				continue
 			}
-			b.holders[n] = h
+			b.holders[n], b.ids[n] = h, h.id
 			n++
 		}
 		clear(b.holders[n:])
-		b.holders = b.holders[:n]
+		b.holders, b.ids = b.holders[:n], b.ids[:n]
 		if n == 0 {
 			ix.evict(b)
 		}
