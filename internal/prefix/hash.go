@@ -61,19 +61,19 @@ const (
 func sumChained(prev uint64, block string) uint64 {
 	n := 8 + len(block)
 	var h uint64
-	i := 0 // read position in block
+	b := block // what is left to read
 	if n >= 32 {
 		v1, v2, v3, v4 := uint64(prime1plus2), uint64(prime2), uint64(0), uint64(negPrime1)
 		// The first stripe: prev, then block's first 24 bytes.
 		v1 = round(v1, prev)
-		v2 = round(v2, u64(block, 0))
-		v3 = round(v3, u64(block, 8))
-		v4 = round(v4, u64(block, 16))
-		for i = 24; len(block)-i >= 32; i += 32 {
-			v1 = round(v1, u64(block, i))
-			v2 = round(v2, u64(block, i+8))
-			v3 = round(v3, u64(block, i+16))
-			v4 = round(v4, u64(block, i+24))
+		v2 = round(v2, u64(b[0:8]))
+		v3 = round(v3, u64(b[8:16]))
+		v4 = round(v4, u64(b[16:24]))
+		for b = b[24:]; len(b) >= 32; b = b[32:] {
+			v1 = round(v1, u64(b[0:8]))
+			v2 = round(v2, u64(b[8:16]))
+			v3 = round(v3, u64(b[16:24]))
+			v4 = round(v4, u64(b[24:32]))
 		}
 		h = bits.RotateLeft64(v1, 1) + bits.RotateLeft64(v2, 7) + bits.RotateLeft64(v3, 12) + bits.RotateLeft64(v4, 18)
 		h = mergeRound(h, v1)
@@ -86,17 +86,17 @@ func sumChained(prev uint64, block string) uint64 {
 		h ^= round(0, prev)
 		h = bits.RotateLeft64(h, 27)*prime1 + prime4
 	}
-	for ; len(block)-i >= 8; i += 8 {
-		h ^= round(0, u64(block, i))
+	for ; len(b) >= 8; b = b[8:] {
+		h ^= round(0, u64(b[:8]))
 		h = bits.RotateLeft64(h, 27)*prime1 + prime4
 	}
-	if len(block)-i >= 4 {
-		h ^= uint64(u32(block, i)) * prime1
+	if len(b) >= 4 {
+		h ^= uint64(u32(b[:4])) * prime1
 		h = bits.RotateLeft64(h, 23)*prime2 + prime3
-		i += 4
+		b = b[4:]
 	}
-	for ; i < len(block); i++ {
-		h ^= uint64(block[i]) * prime5
+	for ; len(b) > 0; b = b[1:] {
+		h ^= uint64(b[0]) * prime5
 		h = bits.RotateLeft64(h, 11) * prime1
 	}
 	h ^= h >> 33
@@ -119,15 +119,15 @@ func mergeRound(acc, val uint64) uint64 {
 	return acc*prime1 + prime4
 }
 
-// u64 and u32 read little-endian words of s at i (the compiler makes each one load).
-func u64(s string, i int) uint64 {
-	s = s[i : i+8]
+// u64 and u32 read the little-endian word s starts with (the compiler makes each one load).
+func u64(s string) uint64 {
+	_ = s[7]
 	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
 		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
 }
 
-func u32(s string, i int) uint32 {
-	s = s[i : i+4]
+func u32(s string) uint32 {
+	_ = s[3]
 	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
 }
 
