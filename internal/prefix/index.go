@@ -85,8 +85,6 @@ type block struct {
 	model   string
 	hash    uint64
 	holders []holder
-	// ids are the holders' numbers in the holders' order, what a warm searches for its own.
-	ids []int32
 	// held has a bit for the number of each holder: matching intersects these sets along the
 	// prompt, a few words per block, instead of visiting every holder of every block.
 	held []uint64
@@ -97,16 +95,15 @@ type block struct {
 	prev, next *block
 	// succ is the block that followed this one in the last prompt warmed through it, a
 	// shortcut for the lookup of the next block of a prompt sharing that much (prompts that
-	// share a block share what precedes it, and often what follows); dropped marks a block
-	// no longer in its model's map, which a shortcut must not lead to.
-	succ    *block
-	dropped bool
+	// share a block share what precedes it, and often what follows). It may have been dropped
+	// since: a block is in its model's map exactly while it has holders.
+	succ *block
 }
 
 // follow is the block of model map m with hash h, coming from b: b's successor when it is that
 // block, else the map's.
 func (b *block) follow(m map[uint64]*block, h uint64) *block {
-	if s := b.succ; s != nil && s.hash == h && !s.dropped {
+	if s := b.succ; s != nil && s.hash == h && len(s.holders) > 0 {
 		return s
 	}
 	return m[h]
@@ -342,8 +339,8 @@ func (ix *Index) touch(b *block, key string, id int32, hint int, now, cutoff int
 		ix.dropAged(b, id, cutoff)
 	}
 	if b.has(id) {
-		if hint >= len(b.ids) || b.ids[hint] != id {
-			hint = slices.Index(b.ids, id)
+		if hint >= len(b.holders) || b.holders[hint].id != id {
+			hint = slices.IndexFunc(b.holders, func(h holder) bool { return h.id == id })
 		}
 		h := &b.holders[hint]
 		h.seen = now
@@ -366,7 +363,7 @@ func (ix *Index) touch(b *block, key string, id int32, hint int, now, cutoff int
 			b.oldest = now
 		}
 		hint = len(b.holders)
-		b.holders, b.ids = append(b.holders, h), append(b.ids, id)
+		b.holders = append(b.holders, h)
 		b.mark(id)
 	}
 	b.oldest = min(b.oldest, now)
@@ -379,7 +376,7 @@ func (ix *Index) dropAged(b *block, keep int32, cutoff int64) {
 	n, oldest := 0, int64(math.MaxInt64)
 	for _, h := range b.holders {
 		if h.seen >= cutoff || h.id == keep {
-			b.holders[n], b.ids[n] = h, h.id
+			b.holders[n] = h
 			n++
 			oldest = min(oldest, h.seen)
 			continue
@@ -391,7 +388,7 @@ func (ix *Index) dropAged(b *block, keep int32, cutoff int64) {
 		ix.keys.unref(h.id)
 	}
 	clear(b.holders[n:])
-	b.holders, b.ids, b.oldest = b.holders[:n], b.ids[:n], oldest
+	b.holders, b.oldest = b.holders[:n], oldest
 }
 
 // hold puts a holding at the front of key's ring.
@@ -444,7 +441,7 @@ func (ix *Index) without(b *block, key string) int {
 	n := 0
 	for _, h := range b.holders {
 		if h.key != key {
-			b.holders[n], b.ids[n] = h, h.id
+			b.holders[n] = h
 			n++
 		} else {
 			b.unmark(h.id)
@@ -452,7 +449,7 @@ func (ix *Index) without(b *block, key string) int {
 		}
 	}
 	clear(b.holders[n:])
-	b.holders, b.ids = b.holders[:n], b.ids[:n]
+	b.holders = b.holders[:n]
 	return n
 }
 
@@ -478,13 +475,13 @@ func (ix *Index) evict(b *block) {
 		}
 		ix.keys.unref(h.id)
 	}
-	b.holders, b.ids, b.held = nil, nil, nil
+	b.holders, b.held = nil, nil
 	ix.drop(b)
 }
 
 // drop removes an unlinked block from its model's map.
 func (ix *Index) drop(b *block) {
-	b.dropped, b.succ = true, nil
+	b.holders, b.held, b.succ = nil, nil, nil // no holders: what a successor shortcut checks
 	m := ix.models[b.model]
 	delete(m, b.hash)
 	if len(m) == 0 {
@@ -516,11 +513,11 @@ func (ix *Index) ForgetAll(keys map[string]struct{}) {
 				ix.keys.unref(h.id)
 				continue
 			}
-			b.holders[n], b.ids[n] = h, h.id
+			b.holders[n] = h
 			n++
 		}
 		clear(b.holders[n:])
-		b.holders, b.ids = b.holders[:n], b.ids[:n]
+		b.holders = b.holders[:n]
 		if n == 0 {
 			ix.evict(b)
 		}
