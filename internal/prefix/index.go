@@ -371,14 +371,16 @@ func (ix *Index) touch(b *block, key string, id int32, hint int, now, cutoff int
 }
 
 // dropAged drops b's holders last warmed before cutoff, but keep (the endpoint being warmed), and
-// makes b.oldest exact.
+// makes b.oldest the earliest warm of the others (touch then counts keep's, now).
 func (ix *Index) dropAged(b *block, keep int32, cutoff int64) {
 	n, oldest := 0, int64(math.MaxInt64)
 	for _, h := range b.holders {
 		if h.seen >= cutoff || h.id == keep {
 			b.holders[n] = h
 			n++
-			oldest = min(oldest, h.seen)
+			if h.id != keep {
+				oldest = min(oldest, h.seen)
+			}
 			continue
 		}
 		if h.at != nil {
