@@ -9,7 +9,7 @@ import (
 // and the chosen endpoint and returns at once. When its queue is full a warm is dropped
 // (the next request of the same prefix warms it again); routing never waits for it.
 //
-// While warms keep coming it applies them in batches, one batch per BatchPeriod: a warm
+// While warms keep coming it applies them in batches, one batch per batchPeriod: a warm
 // queued while the warmer sleeps on its timer wakes nobody, where one queued to a warmer
 // parked on its queue has the picking goroutine wake it (a futex call, microseconds on a
 // virtual machine, on every pick). The first warm after an idle spell still wakes it at once.
@@ -21,8 +21,8 @@ type Warmer struct {
 	kick chan struct{} // Flush's wake-up of a warmer sleeping between batches
 }
 
-// BatchPeriod is how long a busy warmer sleeps between batches.
-const BatchPeriod = time.Millisecond
+// batchPeriod is how long a busy warmer sleeps between batches.
+const batchPeriod = time.Millisecond
 
 type warm struct {
 	ix       *Index // nil: the warmer's own index
@@ -44,7 +44,7 @@ func NewWarmer(ix *Index, capacity int) *Warmer {
 
 // Run applies queued warms until ctx ends.
 func (w *Warmer) Run(ctx context.Context) {
-	timer := time.NewTimer(BatchPeriod)
+	timer := time.NewTimer(batchPeriod)
 	timer.Stop()
 	for {
 		// Idle: parked on the queue, the first warm wakes it.
@@ -56,7 +56,7 @@ func (w *Warmer) Run(ctx context.Context) {
 		}
 		// Busy: a batch per period, until a period brings nothing.
 		for {
-			timer.Reset(BatchPeriod)
+			timer.Reset(batchPeriod)
 			select {
 			case <-ctx.Done():
 				timer.Stop()
