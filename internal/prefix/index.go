@@ -1,6 +1,9 @@
 package prefix
 
 import (
+	"math"
+	"math/bits"
+	"slices"
 	"sync"
 	"time"
 
@@ -79,10 +82,66 @@ func (t *keyTable) unref(id int32) {
 }
 
 type block struct {
-	model      string
-	hash       uint64
-	holders    []holder
+	model   string
+	hash    uint64
+	holders []holder
+	// held has a bit for the number of each holder: matching intersects these sets along the
+	// prompt, a few words per block, instead of visiting every holder of every block.
+	held []uint64
+	// oldest is at most the earliest last warm of the holders (exact after a pass that drops the
+	// aged ones): while it is within the eviction age no holder has aged, so held is exactly the
+	// live holders and a warm has nothing to drop.
+	oldest     int64
 	prev, next *block
+	// succ is the block that followed this one in the last prompt warmed through it, a
+	// shortcut for the lookup of the next block of a prompt sharing that much (prompts that
+	// share a block share what precedes it, and often what follows). It may have been dropped
+	// since: a block is in its model's map exactly while it has holders.
+	succ *block
+}
+
+// follow is the block of model map m with hash h, coming from b: b's successor when it is that
+// block, else the map's.
+func (b *block) follow(m map[uint64]*block, h uint64) *block {
+	if s := b.succ; s != nil && s.hash == h && len(s.holders) > 0 {
+		return s
+	}
+	return m[h]
+}
+
+// has reports whether endpoint number id holds b.
+func (b *block) has(id int32) bool {
+	w := int(id >> 6)
+	return w < len(b.held) && b.held[w]&(1<<(id&63)) != 0
+}
+
+func (b *block) mark(id int32) {
+	w := int(id >> 6)
+	for len(b.held) <= w {
+		b.held = append(b.held, 0)
+	}
+	b.held[w] |= 1 << (id & 63)
+}
+
+func (b *block) unmark(id int32) {
+	if w := int(id >> 6); w < len(b.held) {
+		b.held[w] &^= 1 << (id & 63)
+	}
+}
+
+// live is the set of b's holders warmed at or after cutoff: held itself while none has aged,
+// else computed into scratch (as many words as the key table needs).
+func (b *block) live(cutoff int64, scratch []uint64) []uint64 {
+	if b.oldest >= cutoff {
+		return b.held
+	}
+	clear(scratch)
+	for _, h := range b.holders {
+		if h.seen >= cutoff {
+			scratch[h.id>>6] |= 1 << (h.id & 63)
+		}
+	}
+	return scratch
 }
 
 type holder struct {
@@ -149,35 +208,71 @@ func (ix *Index) MatchBlocks(model string, hashes []uint64, found func(key strin
 	if b == nil {
 		return
 	}
-	// first are the holders of the first block; run[id] the leading blocks endpoint id
-	// holds while it holds every block walked so far.
-	first := make([]int32, 0, len(b.holders))
-	run := make([]int32, len(ix.keys.names))
+	// running is the set of endpoints holding every block walked so far; an endpoint leaving
+	// it at block n holds n leading blocks, run[id].
+	sc := matchScratchPool.Get().(*matchScratch)
+	defer matchScratchPool.Put(sc)
+	running, fresh, run := sc.size(len(ix.keys.names))
+	if clear(running); copy(running, b.live(cutoff, fresh)) == 0 {
+		return
+	}
+	n := 1
+	for at := b; n < len(hashes); n++ {
+		if at = at.follow(m, hashes[n]); at == nil {
+			break
+		}
+		b := at
+		live, left := b.live(cutoff, fresh), false
+		for w, r := range running {
+			if r == 0 {
+				continue
+			}
+			var l uint64
+			if w < len(live) {
+				l = live[w]
+			}
+			for gone := r &^ l; gone != 0; gone &= gone - 1 {
+				run[w<<6|bits.TrailingZeros64(gone)] = int32(n)
+			}
+			running[w] = r & l
+			left = left || r&l != 0
+		}
+		if !left {
+			break
+		}
+	}
+	for w, r := range running {
+		for ; r != 0; r &= r - 1 {
+			run[w<<6|bits.TrailingZeros64(r)] = int32(n)
+		}
+	}
+	// Reported in the order the first block lists its holders.
 	for _, hd := range b.holders {
 		if hd.seen >= cutoff {
-			first = append(first, hd.id)
-			run[hd.id] = 1
+			found(hd.key, int(run[hd.id]))
 		}
 	}
-	for i := 1; i < len(hashes) && len(first) > 0; i++ {
-		b := m[hashes[i]]
-		if b == nil {
-			break
-		}
-		extended := false
-		for _, hd := range b.holders {
-			if hd.seen >= cutoff && run[hd.id] == int32(i) {
-				run[hd.id] = int32(i + 1)
-				extended = true
-			}
-		}
-		if !extended {
-			break
-		}
+}
+
+// matchScratch is MatchBlocks' working memory, pooled so a match allocates nothing.
+type matchScratch struct {
+	running, fresh []uint64
+	run            []int32
+}
+
+var matchScratchPool = sync.Pool{New: func() any { return new(matchScratch) }}
+
+// size returns the scratch sets and runs for keys numbered below n (the sets' contents are
+// left over from the last match; run entries are written before they are read).
+func (s *matchScratch) size(n int) (running, fresh []uint64, run []int32) {
+	words := (n + 63) / 64
+	if cap(s.running) < words {
+		s.running, s.fresh = make([]uint64, words), make([]uint64, words)
 	}
-	for _, id := range first {
-		found(ix.keys.names[id], int(run[id]))
+	if cap(s.run) < n {
+		s.run = make([]int32, n)
 	}
+	return s.running[:words], s.fresh[:words], s.run[:n]
 }
 
 // Add records that endpoint key now holds every block of the prompt.
@@ -208,6 +303,8 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 	defer ix.keys.unref(id)
 	// Walk backwards so the first block ends up most recent: eviction then trims a
 	// prompt from its tail, and what stays is still a usable prefix.
+	var after *block
+	hint := 0 // where the key was among the last block's holders
 	for i := len(hashes) - 1; i >= 0; i-- {
 		b := m[hashes[i]]
 		if b == nil {
@@ -217,8 +314,12 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 		} else {
 			ix.unlink(b)
 		}
-		ix.touch(b, key, id, now, cutoff, capacity > 0)
+		hint = ix.touch(b, key, id, hint, now, cutoff, capacity > 0)
 		ix.pushFront(b)
+		if after != nil {
+			b.succ = after
+		}
+		after = b
 	}
 	if capacity > 0 {
 		ix.trim(key, capacity)
@@ -229,41 +330,67 @@ func (ix *Index) AddCapped(model string, hashes []uint64, key string, capacity i
 }
 
 // touch marks key (numbered id) as a holder of b now and drops holders past the eviction age; with
-// ring, the holding moves to the front of the endpoint's ring.
-func (ix *Index) touch(b *block, key string, id int32, now, cutoff int64, ring bool) {
-	n, found := 0, false
-	for _, h := range b.holders {
-		if h.id == id {
-			h.seen, found = now, true
-			if ring {
-				if h.at == nil {
-					h.at = &holding{b: b}
-				} else {
-					ix.release(h.key, h.at)
-				}
-				ix.hold(key, h.at)
-			}
+// ring, the holding moves to the front of the endpoint's ring. Holders keep their order: the ones
+// kept stay where they were and a new one goes last. It returns where the holder is among b's:
+// the blocks of a prompt warmed together list their holders alike, so that position, the hint
+// passed for the next block, usually finds the holder at once.
+func (ix *Index) touch(b *block, key string, id int32, hint int, now, cutoff int64, ring bool) int {
+	if b.oldest < cutoff {
+		ix.dropAged(b, id, cutoff)
+	}
+	if b.has(id) {
+		if hint >= len(b.holders) || b.holders[hint].id != id {
+			hint = slices.IndexFunc(b.holders, func(h holder) bool { return h.id == id })
 		}
-		if h.seen >= cutoff {
-			b.holders[n] = h
-			n++
-		} else {
-			if h.at != nil {
+		h := &b.holders[hint]
+		h.seen = now
+		if ring {
+			if h.at == nil {
+				h.at = &holding{b: b}
+			} else {
 				ix.release(h.key, h.at)
 			}
-			ix.keys.unref(h.id)
+			ix.hold(key, h.at)
 		}
-	}
-	b.holders = b.holders[:n]
-	if !found {
+	} else {
 		ix.keys.refs[id]++
 		h := holder{key: key, id: id, seen: now}
 		if ring {
 			h.at = &holding{b: b}
 			ix.hold(key, h.at)
 		}
+		if len(b.holders) == 0 {
+			b.oldest = now
+		}
+		hint = len(b.holders)
 		b.holders = append(b.holders, h)
+		b.mark(id)
 	}
+	b.oldest = min(b.oldest, now)
+	return hint
+}
+
+// dropAged drops b's holders last warmed before cutoff, but keep (the endpoint being warmed), and
+// makes b.oldest the earliest warm of the others (touch then counts keep's, now).
+func (ix *Index) dropAged(b *block, keep int32, cutoff int64) {
+	n, oldest := 0, int64(math.MaxInt64)
+	for _, h := range b.holders {
+		if h.seen >= cutoff || h.id == keep {
+			b.holders[n] = h
+			n++
+			if h.id != keep {
+				oldest = min(oldest, h.seen)
+			}
+			continue
+		}
+		if h.at != nil {
+			ix.release(h.key, h.at)
+		}
+		b.unmark(h.id)
+		ix.keys.unref(h.id)
+	}
+	clear(b.holders[n:])
+	b.holders, b.oldest = b.holders[:n], oldest
 }
 
 // hold puts a holding at the front of key's ring.
@@ -319,9 +446,11 @@ func (ix *Index) without(b *block, key string) int {
 			b.holders[n] = h
 			n++
 		} else {
+			b.unmark(h.id)
 			ix.keys.unref(h.id)
 		}
 	}
+	clear(b.holders[n:])
 	b.holders = b.holders[:n]
 	return n
 }
@@ -348,12 +477,13 @@ func (ix *Index) evict(b *block) {
 		}
 		ix.keys.unref(h.id)
 	}
-	b.holders = nil
+	b.holders, b.held = nil, nil
 	ix.drop(b)
 }
 
 // drop removes an unlinked block from its model's map.
 func (ix *Index) drop(b *block) {
+	b.holders, b.held, b.succ = nil, nil, nil // no holders: what a successor shortcut checks
 	m := ix.models[b.model]
 	delete(m, b.hash)
 	if len(m) == 0 {
@@ -381,12 +511,14 @@ func (ix *Index) ForgetAll(keys map[string]struct{}) {
 				if h.at != nil {
 					ix.release(h.key, h.at)
 				}
+				b.unmark(h.id)
 				ix.keys.unref(h.id)
 				continue
 			}
 			b.holders[n] = h
 			n++
 		}
+		clear(b.holders[n:])
 		b.holders = b.holders[:n]
 		if n == 0 {
 			ix.evict(b)
