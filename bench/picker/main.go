@@ -7,7 +7,9 @@
 // It first times, side by side in one run (picks interleaved, the order alternating), the
 // pd strategy as it ships — the plugin chain — against the cascade it replaced, frozen in
 // bench/picker/baseline, on the same pool, load and prompts; and at the end llm-d-router
-// v0.10.0's pd-epp-config.yaml loaded as --config-file would load it. It ends with RESULT lines. Run
+// v0.10.0's pd-epp-config.yaml loaded as --config-file would load it. Each prompt is read
+// just before its pick, as ext_proc's parse leaves it in the CPU cache (PICKER_COLD_PROMPTS=1:
+// not). It ends with RESULT lines. Run
 // with `make bench-picker` from the repository root. It is a measurement, not part of
 // Tandem: it must not be imported, nor route through anything but the production Router.
 package main
@@ -271,6 +273,23 @@ func randomText(rng *rand.Rand, n int) string {
 	return b.String()[:n]
 }
 
+// coldPrompts (PICKER_COLD_PROMPTS=1) leaves each prompt where setup left it, most likely out
+// of the CPU caches (256 prompts of 32 KiB), instead of reading it just before the pick.
+var coldPrompts = os.Getenv("PICKER_COLD_PROMPTS") == "1"
+
+// warmPrompt reads a cache line of every 64 bytes of the prompt, as ext_proc's parse does
+// just before it picks (it scans the body and copies the prompt out of it): the pick then
+// hashes a prompt in the cache, as in Tandem, not one evicted since the setup parsed it.
+func warmPrompt(p string) {
+	var sum byte
+	for i := 0; i < len(p); i += 64 {
+		sum += p[i]
+	}
+	promptSink = sum
+}
+
+var promptSink byte
+
 // runner picks on one setup, completing each request after the next pick (so one request
 // is always in flight).
 type runner struct {
@@ -282,6 +301,9 @@ type runner struct {
 func (r *runner) pick(ctx context.Context) time.Duration {
 	req := r.s.reqs[r.i%len(r.s.reqs)]
 	r.i++
+	if !coldPrompts {
+		warmPrompt(req.Prompt)
+	}
 	t0 := time.Now()
 	d, err := r.s.router.Schedule(ctx, req, r.s.snap, r.s.snap.Endpoints)
 	took := time.Since(t0)

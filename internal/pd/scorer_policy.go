@@ -167,8 +167,8 @@ func (c *Cascade) matchPrefix(cy *picker.Cycle, sel *selection) {
 		return
 	}
 	c.deps.Prefix.MatchBlocks(cy.Req.Model, sel.hashes, func(key string, n int) {
-		if sel.match == nil {
-			sel.match = make(map[string]float64)
+		if sel.match == nil { // sized for every candidate: a shared prefix is on many
+			sel.match = make(map[string]float64, len(cy.Candidates))
 		}
 		sel.match[key] = b.Pct(n)
 	})
