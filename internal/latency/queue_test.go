@@ -161,3 +161,37 @@ func TestQueueHistogramMeasuresUnseenWait(t *testing.T) {
 		}
 	}
 }
+
+// An SGLang prefill pod behind a decode-side sidecar: SGLang exports no prefill-time
+// histogram, so Tandem, which only infers the legs' ends there, fits the prefill model on
+// the engine's time to first token less its queue time over each interval.
+func TestSGLangPrefillFromTTFTLessQueue(t *testing.T) {
+	var smp *metrics.Sample
+	r := newRig(Options{Samples: func(string) *metrics.Sample { return smp }})
+	p, d := "ns/p:1", "ns/d:1"
+	rng := rand.New(rand.NewPCG(3, 3))
+	for range 200 {
+		var svc, queue float64
+		for range 3 {
+			pr := Prompt{Tokens: 500 + rng.IntN(12000)}
+			tr := r.rec.Start(outcome.KindPD, p, d, pr.Tokens)
+			r.m.Charge(tr.ID(), Charge{Kind: outcome.KindPD, Prefill: p, Destination: d, Prompt: pr, Service: 0.1})
+			s := trueService(pr, 1)
+			svc += s
+			queue += 0.02 // the engine's own scheduling wait
+			r.clock.Advance(secs(0.02 + s + 0.05))
+			tr.Response(200, d)
+			tr.PrefillEnd(nil, false)
+			tr.Chunk(4)
+			tr.End(nil)
+		}
+		smp = &metrics.Sample{TTFTMean: (queue + svc) / 3, TTFTCount: 3, HasTTFTMean: true,
+			QueueTimeMean: queue / 3, QueueCount: 3, HasQueueTimeMean: true, UpdatedAt: r.clock.Now()}
+		r.m.Prefill(p, Prompt{Tokens: 1})
+	}
+	for _, pr := range []Prompt{{Tokens: 2000}, {Tokens: 8000}} {
+		if _, got := r.m.Prefill(p, pr); !near(got, trueService(pr, 1), 0.15) {
+			t.Errorf("%d tokens: predicted %.4f, true %.4f", pr.Tokens, got, trueService(pr, 1))
+		}
+	}
+}
