@@ -357,7 +357,8 @@ func (q *pod) unknownWaiting() float64 {
 // interval, Tandem's and others', each having waited behind all the work ahead of it; the
 // ledger knows Tandem's share of that work (its mean is taken at Tandem's bookings and at the
 // sample). When the engine scheduled no more requests than Tandem's own that left its queue
-// in the interval, the ledger held everything they waited behind, and nothing is unseen: the
+// in the interval or may be running there, the ledger held everything they waited behind,
+// and nothing is unseen: the
 // histogram would only count the ledger's waits again. Otherwise the engine's mean less the
 // ledger's is the wait for work others routed there.
 func (q *pod) queueSeen(s *metrics.Sample) {
@@ -373,16 +374,17 @@ func (q *pod) queueSeen(s *metrics.Sample) {
 		if q.unknownWaiting() == 0 {
 			q.unseenWait = 0
 		}
-	case s.QueueCount-own < unseenMinRequests:
+	case s.QueueCount-own-min(float64(max(q.charges, q.pending)), q.engRunning) < unseenMinRequests:
+		// Tandem's prompts the engine runs may have been scheduled in the interval (the
+		// engine counted them) without having ended yet (Tandem counts them when they do).
 		q.unseenWait = 0
 	default:
 		q.unseenWait = max(s.QueueTimeMean-knownMean, 0)
 	}
 }
 
-// unseenMinRequests: an interval whose engine requests outnumber Tandem's by fewer than this
-// is taken as Tandem's alone (a request scheduled before a scrape and ended after it is
-// counted in different intervals by the engine and by Tandem).
+// unseenMinRequests: an interval whose engine requests outnumber Tandem's (those that left
+// the queue, and those that may be running) by fewer than this is taken as Tandem's alone.
 const unseenMinRequests = 1
 
 // prefillMean is the engine's mean prefill time over the interval: its prefill-time
@@ -435,7 +437,6 @@ const (
 	fitObserved fitKind = iota // its end was observed where it ran
 	fitInferred                // inferred from the decode pod's answer
 	fitNone                    // work Tandem did not route may have run first: its start is unknown
-
 )
 
 // groupWindow: ends closer than this belong to one iteration.
