@@ -158,7 +158,11 @@ func (m *Models) waitLocked(w float64, key string, q *pod, now time.Time) float6
 // Tandem's); the histogram is the recent typical wait, measured whatever the others' prompts
 // are (internal/latency/queue_test.go measures both against the true waits).
 func (m *Models) unseenLocked(q *pod, now time.Time) float64 {
-	count := q.unknownWaiting()*q.service(Prompt{Tokens: int(q.uncached)}) - max(now.Sub(q.sampleAt).Seconds(), 0)
+	unknown := q.unknownWaiting()
+	if unknown == 0 { // the usual case: spare the pick the prefill prediction
+		return q.unseenWait
+	}
+	count := unknown*q.service(Prompt{Tokens: int(q.uncached)}) - max(now.Sub(q.sampleAt).Seconds(), 0)
 	return math.Max(count, q.unseenWait)
 }
 
