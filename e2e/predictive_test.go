@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/sim"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // pd-predictive on simulated pods whose speeds differ: two rolesets whose prefill pods are
@@ -98,8 +99,15 @@ func TestPredictiveLearnsPodSpeeds(t *testing.T) {
 		t.Errorf("%d prompts ran on the decode pods, 8× slower at prefill", local)
 	}
 
-	// An idle cluster: the prediction of one request against what the client sees.
-	r := send("final")
+	// An idle cluster: the prediction of one request against what the client sees. Its TPOT
+	// objective is loose, so the pair is chosen by predicted TTFT alone: the decode pods'
+	// steps, fitted on chunk gaps that a loaded machine's scheduling stretches, do not weigh.
+	start := time.Now()
+	r := s.post(ctx, "/v1/completions", completionBody(prompt("final", 2000), 4, true), map[string]string{wire.HeaderSLOTPOT: "1000000"})
+	elapsed := time.Since(start)
+	if err := okCompletion(r, true); err != nil {
+		t.Fatalf("final: %v", err)
+	}
 	var trace struct {
 		Scores map[string]string `json:"scores"`
 	}
@@ -113,8 +121,8 @@ func TestPredictiveLearnsPodSpeeds(t *testing.T) {
 	// The fast pod's prefill is 15 ms here; cold, the model predicted 0.01 + 2000 × 5e-5 +
 	// attention = 0.15 s (the default coefficients, for a pod ten times slower than this one).
 	// The prefill pod's score is its predicted prefill end (nothing is booked on an idle
-	// cluster); the whole TTFT adds the decode pod's hand-over, which a loaded machine's
-	// scheduling delays inflate, so the learning is judged on the prefill.
+	// cluster); the whole TTFT adds the decode pod's hand-over as Tandem observed it on this
+	// machine (KV pull, first step, the gateway's and the pods' scheduling).
 	prefillS := -1.0
 	for k, v := range trace.Scores {
 		if strings.HasPrefix(k, "prefill ") && strings.Contains(k, "prefill-fast") {
@@ -127,6 +135,23 @@ func TestPredictiveLearnsPodSpeeds(t *testing.T) {
 	if predicted > 150 {
 		t.Errorf("predicted TTFT %.1f ms on an idle cluster: more than the cold model's prefill alone", predicted)
 	}
+	// The predictions follow what the gateway observed: the decode pod's recent bias
+	// (observed ÷ predicted TTFT, geometric mean over its last few dozen routes) is near 1,
+	// however slow this machine made the hand-overs.
+	for k, v := range trace.Scores {
+		if !strings.HasPrefix(k, "ttft_error ") {
+			continue
+		}
+		_, b, ok := strings.Cut(v, "bias ")
+		bias, err := strconv.ParseFloat(b, 64)
+		if !ok || err != nil {
+			t.Fatalf("trace %s=%q: no bias", k, v)
+		}
+		if bias < 0.5 || bias > 2 {
+			t.Errorf("%s: observed ÷ predicted TTFT %.2f recently: the predictions do not follow the observed TTFTs", k, bias)
+		}
+	}
+	t.Logf("final request: predicted TTFT %.1f ms, the whole answer took %.1f ms at the client", predicted, float64(elapsed.Microseconds())/1000)
 	hasError := false
 	for k := range trace.Scores {
 		hasError = hasError || strings.HasPrefix(k, "ttft_error ")

@@ -96,6 +96,9 @@ type vpod struct {
 	gen      int64
 	prefillS float64 // sum of the prefill-time histogram (model seconds)
 	prefillN int
+	// the queue-time (added → first scheduled) and time-to-first-token (added → first
+	// token) histograms, as vLLM's request_queue_time_seconds and time_to_first_token_seconds
+	queue, ttft histTotals
 
 	lastGen   int64
 	lastGenAt float64
@@ -104,6 +107,25 @@ type vpod struct {
 	lastPrefillS float64
 	lastPrefillN int
 	lastMean     float64
+}
+
+// histTotals is one histogram's sum and count, and their values at the previous scrape.
+type histTotals struct {
+	sum, lastSum, lastMean float64
+	n, lastN               int
+}
+
+func (h *histTotals) observe(v float64) { h.sum += v; h.n++ }
+
+// interval is what the scraper derives from the histogram: the mean over the observations
+// since the previous scrape and their number, else the last such mean with count 0.
+func (h *histTotals) interval() (mean, count float64, ok bool) {
+	if n := h.n - h.lastN; n > 0 {
+		h.lastMean = (h.sum - h.lastSum) / float64(n)
+		count = float64(n)
+	}
+	h.lastSum, h.lastN = h.sum, h.n
+	return h.lastMean, count, h.n > 0
 }
 
 // handler is a sequence's Owner in the virtual engine: what to do on each of its events.
@@ -122,7 +144,18 @@ func newPod(d *des, ep *pool.Endpoint, p sim.Params) *vpod {
 
 // add queues a sequence whose events go to h.
 func (v *vpod) add(s *sim.Seq, h handler) {
-	s.Owner = h
+	added, scheduled, first := v.d.now, false, false
+	s.Owner = handler(func(e sim.Event) {
+		switch {
+		case e.Kind == sim.EvScheduled && !scheduled:
+			scheduled = true
+			v.queue.observe(v.d.now - added)
+		case e.Kind == sim.EvToken && !first:
+			first = true
+			v.ttft.observe(v.d.now - added)
+		}
+		h(e)
+	})
 	v.b.Add(s)
 	v.kick()
 }
@@ -155,8 +188,9 @@ func dispatch(evs []sim.Event) {
 
 // sample is what a vLLM scrape of this pod would publish now, as the production scraper
 // turns it into a sample: the gauges, the generation throughput derived from the token
-// counter between two scrapes, the mean of the prefill-time histogram over the prefills
-// finished since the previous scrape (the last such mean when none did).
+// counter between two scrapes, the means of the prefill-time, queue-time and TTFT histograms
+// over the requests that reached them since the previous scrape (the last such mean when
+// none did).
 func (v *vpod) sample() *metrics.Sample {
 	s := &metrics.Sample{
 		Running: float64(v.b.Running()), HasRunning: true,
@@ -177,6 +211,8 @@ func (v *vpod) sample() *metrics.Sample {
 		s.PrefillTimeMean, s.HasPrefillTimeMean = v.lastMean, true
 	}
 	v.lastPrefillS, v.lastPrefillN = v.prefillS, v.prefillN
+	s.QueueTimeMean, s.QueueCount, s.HasQueueTimeMean = v.queue.interval()
+	s.TTFTMean, s.TTFTCount, s.HasTTFTMean = v.ttft.interval()
 	v.lastGen, v.lastGenAt = v.gen, v.d.now
 	v.scraped++
 	return s

@@ -6,7 +6,8 @@
 //     squares with forgetting on a base, a linear and an attention term);
 //   - a busy-until ledger of prefill work per pod, charged at pick time with the predicted
 //     seconds and corrected by the actual ends of the legs, so the wait of the next prompt
-//     is known before any metric is scraped;
+//     is known before any metric is scraped; the wait for work others routed there (the
+//     engine's waiting requests and its queue-time histogram beyond what the ledger holds);
 //   - the hand-over of a prefill to its decode pod (KV transfer and the first decode step)
 //     as a function of prompt tokens;
 //   - the decode step as a function of the requests and the KV tokens resident on the pod,

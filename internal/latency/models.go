@@ -70,6 +70,7 @@ type route struct {
 	service           float64   // predicted prefill seconds
 	due               time.Time // predicted end of the prefill on the ledger, at booking
 	shiftAt           float64   // the ledger's shift at booking
+	unseenHist        bool      // at booking, the engine's queue histogram showed work the ledger does not hold
 	ttft, tpot        float64   // predicted at pick, seconds (0: none)
 	prefillDone       bool
 	destBacklog       float64 // the destination's booked prefill and one iteration when the prefill ended
@@ -167,13 +168,25 @@ func (m *Models) waitLocked(w float64, key string, q *pod, now time.Time) float6
 		extra = m.remote.Backlog(key, now)
 	}
 	if !m.noEngine && q.hasEng {
-		own := float64(max(q.charges, q.pending))
-		if unknown := q.engWaiting - own; unknown > 0 {
-			mean := q.service(Prompt{Tokens: int(q.uncached)})
-			extra = math.Max(extra, unknown*mean-max(now.Sub(q.sampleAt).Seconds(), 0))
-		}
+		extra = math.Max(extra, m.unseenLocked(q, now))
 	}
 	return w + max(extra, 0)
+}
+
+// unseenLocked is the wait, beyond the ledger's, for work the engine holds that Tandem did
+// not route there: the prompts the engine reported waiting beyond Tandem's, each worth the
+// pod's mean prefill, drained since the sample; or, when larger, the mean wait beyond the
+// ledger's that the engine's queue-time histogram reported over the last interval. The
+// count is a lower bound (it misses a prompt of others in service, and prompts longer than
+// Tandem's); the histogram is the recent typical wait, measured whatever the others' prompts
+// are (internal/latency/queue_test.go measures both against the true waits).
+func (m *Models) unseenLocked(q *pod, now time.Time) float64 {
+	unknown := q.unknownWaiting()
+	if unknown == 0 { // the usual case: spare the pick the prefill prediction
+		return q.unseenWait
+	}
+	count := unknown*q.service(Prompt{Tokens: int(q.uncached)}) - max(now.Sub(q.sampleAt).Seconds(), 0)
+	return math.Max(count, q.unseenWait)
 }
 
 // Handover is Forecast(key).Handover.
@@ -244,6 +257,9 @@ func (m *Models) Charge(id uint64, c Charge) {
 	q := m.podLocked(c.Prefill, now)
 	r.prefillOn, r.prompt, r.service, r.ttft, r.tpot, r.charged = c.Prefill, c.Prompt, c.Service, c.TTFT, c.TPOT, true
 	r.tpotObjective, r.maxTokens = c.TPOTObjective, c.MaxTokens
+	q.knownSum += q.backlog(now)
+	q.knownN++
+	r.unseenHist = !m.noEngine && q.hasEng && q.unseenWait > 0
 	r.due, r.shiftAt = q.charge(now, c.Service)
 	if c.Kind == outcome.KindWhole {
 		// The prompt stalls the decodes on its pod for about its prefill beyond one step.
@@ -362,6 +378,9 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 		// The hand-over proper: what is left once the decode pod's booked prefill work ahead
 		// of the decode leg is taken out.
 		d.fitHandover(r.tokens, t.Sub(rt.PrefillEnd).Seconds()-r.destBacklog)
+	}
+	if r.kind == outcome.KindPD && served {
+		d.ownQueued++ // the decode leg left the destination's queue (the engine counts its wait)
 	}
 	if r.ttft > 0 && served { // a prediction for the destination meets only its own outcome
 		obs := rt.TTFT()

@@ -109,6 +109,14 @@ type pod struct {
 	// endsX, endsN: the prefill features of the ends since the last sample, summed.
 	endsX [3]float64
 	endsN float64
+	// The engine's queue-time histogram against this replica's ledger (queueSeen): since the
+	// last sample, the engine requests of Tandem's that left the engine's queue (a prefill
+	// that ended, a decode leg's first byte) and the ledger's wait at each of Tandem's
+	// bookings, summed.
+	ownQueued, knownSum, knownN float64
+	// unseenWait is the mean wait beyond the ledger's that the engine reported over the last
+	// interval, when it scheduled requests Tandem did not route there (seconds; else 0).
+	unseenWait float64
 	// group: prefills that ended together (one iteration), fitted once it is complete.
 	group endGroup
 	// stallCum is the stall (seconds) prompts prefilled here imposed on its decodes so far;
@@ -297,6 +305,7 @@ func (q *pod) ingest(s *metrics.Sample) {
 	q.hasEng = !s.Stale
 	q.engRunning, q.engWaiting, q.engKV = 0, 0, 0
 	if s.Stale {
+		q.unseenWait = 0
 		return
 	}
 	if s.HasRunning {
@@ -313,14 +322,14 @@ func (q *pod) ingest(s *metrics.Sample) {
 	// decode-side sidecar runs the legs (Tandem then only infers their ends), so it is fitted
 	// there, at the mean uncached prompt of the pod's recent charges; with the hand-off's
 	// own observations it is not needed.
-	if s.HasPrefillTimeMean && s.PrefillCount > 0 {
+	if mean, ok := prefillMean(s); ok {
 		q.histPrefill++
 		if q.endsN > 0 && q.directPrefill == 0 {
 			var x [3]float64
 			for i := range x {
 				x[i] = q.endsX[i] / q.endsN
 			}
-			fitRelative(&q.prefill, x, q.serviceAt(x), s.PrefillTimeMean)
+			fitRelative(&q.prefill, x, q.serviceAt(x), mean)
 		}
 	}
 	// The engine's inter-token histogram: the mean gap between the tokens of the requests it
@@ -333,7 +342,64 @@ func (q *pod) ingest(s *metrics.Sample) {
 		rho := math.Min(q.rhoAtNow(s.UpdatedAt), maxRho)
 		q.fitStep(q.engRunning, q.engKV, s.InterTokenMean*(1-rho))
 	}
+	q.queueSeen(s)
 	q.endsX, q.endsN = [3]float64{}, 0
+}
+
+// unknownWaiting is how many of the requests the engine reported waiting at its last sample
+// Tandem did not route there.
+func (q *pod) unknownWaiting() float64 {
+	return max(q.engWaiting-float64(max(q.charges, q.pending)), 0)
+}
+
+// queueSeen compares the engine's queue-time histogram of the interval with what this
+// replica's ledger knew. The engine's mean is over every request it scheduled in the
+// interval, Tandem's and others', each having waited behind all the work ahead of it; the
+// ledger knows Tandem's share of that work (its mean is taken at Tandem's bookings and at the
+// sample). When the engine scheduled no more requests than Tandem's own that left its queue
+// in the interval or may be running there, the ledger held everything they waited behind,
+// and nothing is unseen: the
+// histogram would only count the ledger's waits again. Otherwise the engine's mean less the
+// ledger's is the wait for work others routed there.
+func (q *pod) queueSeen(s *metrics.Sample) {
+	knownMean := (q.knownSum + q.backlog(s.UpdatedAt)) / (q.knownN + 1)
+	own := q.ownQueued
+	q.ownQueued, q.knownSum, q.knownN = 0, 0, 0
+	switch {
+	case !s.HasQueueTimeMean:
+		q.unseenWait = 0
+	case !(s.QueueCount > 0):
+		// Nothing left the queue: an idle pod (nothing unseen) or a stuck one (its waiting
+		// requests say so; the last measure stands).
+		if q.unknownWaiting() == 0 {
+			q.unseenWait = 0
+		}
+	case s.QueueCount-own-min(float64(max(q.charges, q.pending)), q.engRunning) < unseenMinRequests:
+		// Tandem's prompts the engine runs may have been scheduled in the interval (the
+		// engine counted them) without having ended yet (Tandem counts them when they do).
+		q.unseenWait = 0
+	default:
+		q.unseenWait = max(s.QueueTimeMean-knownMean, 0)
+	}
+}
+
+// unseenMinRequests: an interval whose engine requests outnumber Tandem's (those that left
+// the queue, and those that may be running) by fewer than this is taken as Tandem's alone.
+const unseenMinRequests = 1
+
+// prefillMean is the engine's mean prefill time over the interval: its prefill-time
+// histogram's, or, for an engine that exports none (SGLang), its time to first token less
+// its queue time over the same interval — what is left of the first token once the wait is
+// taken out is the prefill (and the first token's step).
+func prefillMean(s *metrics.Sample) (float64, bool) {
+	if s.HasPrefillTimeMean {
+		return s.PrefillTimeMean, s.PrefillCount > 0
+	}
+	if s.HasTTFTMean && s.HasQueueTimeMean && s.TTFTCount > 0 && s.QueueCount > 0 {
+		mean := s.TTFTMean - s.QueueTimeMean
+		return mean, mean > 0
+	}
+	return 0, false
 }
 
 // ended notes the features of a prefill that ended since the last sample: the engine's
@@ -370,6 +436,7 @@ type fitKind uint8
 const (
 	fitObserved fitKind = iota // its end was observed where it ran
 	fitInferred                // inferred from the decode pod's answer
+	fitNone                    // work Tandem did not route may have run first: its start is unknown
 )
 
 // groupWindow: ends closer than this belong to one iteration.
@@ -390,9 +457,15 @@ func (q *pod) prefillEnded(t time.Time, r *route, fit fitKind, adjust float64) {
 		g.start = start
 	}
 	g.last = t
+	if r.unseenHist {
+		// Work others routed ran here too: the prompt's start is not known, and the time to
+		// its end would teach the prefill model their work.
+		fit = fitNone
+	}
 	g.items = append(g.items, groupItem{prompt: r.prompt, service: r.service, adjust: adjust, fit: fit})
 	g.predicted += r.service
 	q.ended(r.prompt)
+	q.ownQueued++
 	q.finish(t, r.due, r.shiftAt)
 	q.addWork(t, r.service)
 }

@@ -1,0 +1,208 @@
+package latency
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/outcome"
+	"github.com/tandem-epp/tandem/internal/pool"
+)
+
+// enginePage is an engine's metrics page (a fixture of internal/metrics) with its queue-time
+// histogram and waiting gauge changed, served over HTTP to the real scraper.
+type enginePage struct {
+	mu   sync.Mutex
+	text string
+}
+
+// series sets the first series of family name to set(value) and, when zeroRest, the others
+// to 0; the page's layout, labels and other families stay as the engine wrote them.
+func (p *enginePage) series(t *testing.T, name string, zeroRest bool, set func(float64) float64) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	lines := strings.Split(p.text, "\n")
+	found := false
+	for i, l := range lines {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		sp := strings.LastIndexByte(l, ' ')
+		v, err := strconv.ParseFloat(l[sp+1:], 64)
+		if err != nil {
+			t.Fatalf("%s: %v", l, err)
+		}
+		switch {
+		case !found:
+			v = set(v)
+		case zeroRest:
+			v = 0
+		default:
+			continue
+		}
+		found = true
+		lines[i] = l[:sp+1] + strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	if !found {
+		t.Fatalf("the page has no series %s", name)
+	}
+	p.text = strings.Join(lines, "\n")
+}
+
+// sampleTap keeps the samples the scraper publishes (a metrics.Observer).
+type sampleTap struct{ ch chan *metrics.Sample }
+
+func (s sampleTap) ScrapeDone(*pool.Endpoint, time.Duration, string) {}
+func (s sampleTap) EndpointSample(_ *pool.Endpoint, smp *metrics.Sample) {
+	select {
+	case s.ch <- smp:
+	default: // the test reads only the samples it waits for
+	}
+}
+func (s sampleTap) EndpointStale(*pool.Endpoint, bool)        {}
+func (s sampleTap) EndpointGone(*pool.Endpoint)               {}
+func (s sampleTap) ConfigError(*pool.Endpoint, string, error) {}
+func (s sampleTap) PoolChanged(*pool.Snapshot)                {}
+
+// scrapedEngine runs the real scraper against a real HTTP server serving page, scraping
+// every few milliseconds; next waits for the first sample stamped at and accepted by ok.
+type scrapedEngine struct {
+	page *enginePage
+	tap  sampleTap
+	mu   sync.Mutex
+	now  time.Time
+}
+
+func startScrapedEngine(t *testing.T, engine, fixture, path string) *scrapedEngine {
+	t.Helper()
+	raw, err := os.ReadFile("../metrics/testdata/" + fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &scrapedEngine{page: &enginePage{text: string(raw)}, tap: sampleTap{ch: make(chan *metrics.Sample, 64)}, now: t0}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != path {
+			http.NotFound(w, r)
+			return
+		}
+		e.page.mu.Lock()
+		text := e.page.text
+		e.page.mu.Unlock()
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		fmt.Fprint(w, text)
+	}))
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	ps := pool.NewStore()
+	ps.Publish(pool.Info{}, []*pool.Endpoint{pool.NewEndpoint("ns", "p", "127.0.0.1", int32(p), 0, map[string]string{pool.LabelEngine: engine}, nil)}, true)
+	sc, err := metrics.NewScraper(ps, metrics.NewStore(), metrics.ScrapeOptions{Interval: 5 * time.Millisecond, Observer: e.tap,
+		Now: func() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = sc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e
+}
+
+// at makes the scrapes from now on stamped at, then lets change rewrite the page.
+func (e *scrapedEngine) at(at time.Time, change func()) {
+	e.mu.Lock()
+	e.now = at
+	e.mu.Unlock()
+	if change != nil {
+		change()
+	}
+}
+
+func (e *scrapedEngine) next(t *testing.T, at time.Time, ok func(*metrics.Sample) bool) *metrics.Sample {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case s := <-e.tap.ch:
+			if s.UpdatedAt.Equal(at) && ok(s) {
+				return s
+			}
+		case <-deadline:
+			t.Fatalf("no sample at %v", at)
+		}
+	}
+}
+
+// The three engines' pages, parsed by the real scraper: a pod whose queue holds work Tandem
+// did not route (another replica's, with no shared store) gets the engine's mean queue time
+// over the interval as its predicted wait, though its waiting gauge reads 0 at the scrape;
+// when the interval's requests were all Tandem's, the histogram adds nothing to the ledger.
+func TestScrapedQueueHistogramPredictsTheWait(t *testing.T) {
+	for _, c := range []struct {
+		engine, fixture, path, queue, waiting string
+	}{
+		{pool.EngineVLLM, "vllm_v1.prom", "/metrics", "vllm:request_queue_time_seconds", "vllm:num_requests_waiting"},
+		{pool.EngineSGLang, "sglang_pd_decode.prom", "/metrics", "sglang:queue_time_seconds", "sglang:num_queue_reqs"},
+		{pool.EngineTRTLLM, "trtllm_1_1.prom", "/prometheus/metrics", "trtllm_request_queue_time_seconds", "trtllm_num_requests_waiting"},
+	} {
+		t.Run(c.engine, func(t *testing.T) {
+			e := startScrapedEngine(t, c.engine, c.fixture, c.path)
+			const key = "ns/p:1"
+			e.at(t0, func() { e.page.series(t, c.waiting, true, func(float64) float64 { return 0 }) })
+			first := e.next(t, t0, func(s *metrics.Sample) bool { return s.HasQueueTimeMean })
+			// interval adds n requests that waited wait seconds each to the histogram.
+			interval := func(at time.Time, n, wait float64) *metrics.Sample {
+				e.at(at, func() {
+					e.page.series(t, c.queue+"_sum", false, func(v float64) float64 { return v + n*wait })
+					e.page.series(t, c.queue+"_count", false, func(v float64) float64 { return v + n })
+				})
+				return e.next(t, at, func(s *metrics.Sample) bool { return s.QueueCount == n })
+			}
+
+			// Others' work: ten requests that waited 0.8 s each; Tandem routed none of them.
+			r := newRig(Options{})
+			r.m.Ingest(key, first)
+			at1 := t0.Add(time.Second)
+			s1 := interval(at1, 10, 0.8)
+			r.clock.Set(at1)
+			r.m.Ingest(key, s1)
+			if f := r.m.Forecast(key); !near(f.Wait(), 0.8, 0.01) {
+				t.Errorf("others' ten requests waited 0.8 s: predicted wait %.4f s, want 0.8 (the waiting gauge read 0)", f.Wait())
+			}
+
+			// Tandem's own: the ten requests of the next interval were its prompts, which waited
+			// behind each other (0.3 s on average, as its ledger booked them); they all ended.
+			r = newRig(Options{})
+			r.m.Ingest(key, s1)
+			r.clock.Set(at1)
+			var trs []*outcome.Tracker
+			for range 10 {
+				tr := r.rec.Start(outcome.KindWhole, "", key, 1000)
+				r.m.Charge(tr.ID(), Charge{Kind: outcome.KindWhole, Prefill: key, Destination: key, Prompt: Prompt{Tokens: 1000}, Service: 0.06})
+				trs = append(trs, tr)
+			}
+			for _, tr := range trs {
+				r.clock.Advance(secs(0.06))
+				tr.Chunk(1)
+				tr.End(nil)
+			}
+			at2 := t0.Add(2 * time.Second)
+			s2 := interval(at2, 10, 0.3)
+			r.clock.Set(at2)
+			r.m.Ingest(key, s2)
+			if f := r.m.Forecast(key); f.Wait() != 0 {
+				t.Errorf("the interval's requests were Tandem's own and all ended: predicted wait %.4f s, want the ledger's 0", f.Wait())
+			}
+		})
+	}
+}
