@@ -106,9 +106,11 @@ type pod struct {
 	directPrefill                 int // prefill ends observed by the hand-off (not inferred)
 	streamSteps                   int // decode-step fits from streams Tandem routed here
 	histPrefill                   int // scrapes that brought new prefill-time observations
-	// endsX, endsN: the prefill features of the ends since the last sample, summed.
-	endsX [3]float64
-	endsN float64
+	// endsX, endsN: the prefill features of the ends since the last sample, summed;
+	// endsObserved: how many of them the prefill model was fitted on (observed or inferred).
+	endsX        [3]float64
+	endsN        float64
+	endsObserved int
 	// The engine's queue-time histogram against this replica's ledger (queueSeen): since the
 	// last sample, the engine requests of Tandem's that left the engine's queue (a prefill
 	// that ended, a decode leg's first byte) and the ledger's wait at each of Tandem's
@@ -322,9 +324,18 @@ func (q *pod) ingest(s *metrics.Sample) {
 	// decode-side sidecar runs the legs (Tandem then only infers their ends), so it is fitted
 	// there, at the mean uncached prompt of the pod's recent charges; with the hand-off's
 	// own observations it is not needed.
+	if s.HistogramsLifetime {
+		// The first scrape's means are over the engine's whole life (it may have been
+		// overloaded hours ago): nothing of this interval to fit or to measure.
+		q.unseenWait, q.ownQueued, q.knownSum, q.knownN = 0, 0, 0, 0
+		q.endsX, q.endsN, q.endsObserved = [3]float64{}, 0, 0
+		return
+	}
 	if mean, ok := prefillMean(s); ok {
 		q.histPrefill++
-		if q.endsN > 0 && q.directPrefill == 0 {
+		// With the hand-off's own observations it is not needed, but for an interval none of
+		// whose ends could be fitted (they were booked behind work others routed there).
+		if q.endsN > 0 && (q.directPrefill == 0 || q.endsObserved == 0) {
 			var x [3]float64
 			for i := range x {
 				x[i] = q.endsX[i] / q.endsN
@@ -343,7 +354,7 @@ func (q *pod) ingest(s *metrics.Sample) {
 		q.fitStep(q.engRunning, q.engKV, s.InterTokenMean*(1-rho))
 	}
 	q.queueSeen(s)
-	q.endsX, q.endsN = [3]float64{}, 0
+	q.endsX, q.endsN, q.endsObserved = [3]float64{}, 0, 0
 }
 
 // unknownWaiting is how many of the requests the engine reported waiting at its last sample
@@ -461,6 +472,9 @@ func (q *pod) prefillEnded(t time.Time, r *route, fit fitKind, adjust float64) {
 		// Work others routed ran here too: the prompt's start is not known, and the time to
 		// its end would teach the prefill model their work.
 		fit = fitNone
+	}
+	if fit != fitNone {
+		q.endsObserved++
 	}
 	g.items = append(g.items, groupItem{prompt: r.prompt, service: r.service, adjust: adjust, fit: fit})
 	g.predicted += r.service

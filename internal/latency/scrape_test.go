@@ -158,7 +158,13 @@ func TestScrapedQueueHistogramPredictsTheWait(t *testing.T) {
 		t.Run(c.engine, func(t *testing.T) {
 			e := startScrapedEngine(t, c.engine, c.fixture, c.path)
 			const key = "ns/p:1"
-			e.at(t0, func() { e.page.series(t, c.waiting, true, func(float64) float64 { return 0 }) })
+			// The engine ran long before Tandem started, once overloaded: 100000 requests that
+			// waited 5 s on average over its life.
+			e.at(t0, func() {
+				e.page.series(t, c.waiting, true, func(float64) float64 { return 0 })
+				e.page.series(t, c.queue+"_sum", false, func(v float64) float64 { return v + 5e5 })
+				e.page.series(t, c.queue+"_count", false, func(v float64) float64 { return v + 1e5 })
+			})
 			first := e.next(t, t0, func(s *metrics.Sample) bool { return s.HasQueueTimeMean })
 			// interval adds n requests that waited wait seconds each to the histogram.
 			interval := func(at time.Time, n, wait float64) *metrics.Sample {
@@ -169,9 +175,14 @@ func TestScrapedQueueHistogramPredictsTheWait(t *testing.T) {
 				return e.next(t, at, func(s *metrics.Sample) bool { return s.QueueCount == n })
 			}
 
-			// Others' work: ten requests that waited 0.8 s each; Tandem routed none of them.
+			// The first scrape's means are the engine's lifetime's: no wait comes of them.
 			r := newRig(Options{})
 			r.m.Ingest(key, first)
+			if f := r.m.Forecast(key); !first.HistogramsLifetime || f.Wait() != 0 {
+				t.Errorf("first scrape (lifetime mean %.2f s, lifetime flag %v): predicted wait %.4f s, want 0", first.QueueTimeMean, first.HistogramsLifetime, f.Wait())
+			}
+
+			// Others' work: ten requests that waited 0.8 s each; Tandem routed none of them.
 			at1 := t0.Add(time.Second)
 			s1 := interval(at1, 10, 0.8)
 			r.clock.Set(at1)

@@ -200,6 +200,7 @@ func toSample(cur reading, prev *reading, prevSample *Sample) *Sample {
 		}
 	}
 
+	s.HistogramsLifetime = prev == nil
 	for i := range histFields {
 		var prevH *histTotals
 		if prev != nil {

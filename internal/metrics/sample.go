@@ -36,6 +36,10 @@ type Sample struct {
 	QueueTimeMean, TTFTMean, InterTokenMean          float64
 	HasQueueTimeMean, HasTTFTMean, HasInterTokenMean bool
 	QueueCount, TTFTCount, InterTokenCount           float64
+	// HistogramsLifetime: there was no earlier scrape of the endpoint to difference against,
+	// so the histogram means and counts are over the engine's whole life (the first scrape
+	// after Tandem starts or the endpoint appears), not over an interval.
+	HistogramsLifetime bool
 	// SGLang prealloc queues, used by the combined-pod score.
 	PrefillPreallocQueue float64
 	DecodePreallocQueue  float64

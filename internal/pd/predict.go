@@ -105,6 +105,8 @@ type Option struct {
 
 // Placement is what a placement decider sees after step 5 chose the pair: the request,
 // its objectives, the candidates and the best option so far. Inside the critical section.
+// Decode and Combined are shared by concurrent picks of the snapshot: read them, never
+// reorder or write them.
 type Placement struct {
 	Cycle        *picker.Cycle
 	Objective    Objective
@@ -177,7 +179,7 @@ func predictWhole(o Objective, tokens int, fe *latency.Forecast, pct float64) wh
 // its decodes by more than the tightest of them can absorb within its TPOT objective (its
 // prefill beyond one decode step).
 func stalls(fe *latency.Forecast, svc float64) bool {
-	return svc-fe.Step(0) > fe.StallRoom()
+	return !(svc-fe.Step(0) <= fe.StallRoom()) // a NaN stalls
 }
 
 func (pr predictor) read(e *pool.Endpoint, f *latency.Forecast) *latency.Forecast {

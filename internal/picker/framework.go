@@ -44,7 +44,10 @@ type ProfileRun struct {
 	Endpoints []*pool.Endpoint
 }
 
-// Filter removes the endpoints that must not serve the request. It keeps their order.
+// Filter removes the endpoints that must not serve the request. It keeps their order, and
+// returns a new slice (or eps itself) rather than writing into eps: the slices a filter is
+// given may be shared by every pick of a snapshot (the snapshot's own endpoints, the roleset
+// handler's sorting of them).
 type Filter interface {
 	Plugin
 	Filter(ctx context.Context, c *Cycle, eps []*pool.Endpoint) []*pool.Endpoint

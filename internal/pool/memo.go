@@ -29,9 +29,11 @@ func NewMemo() Memo {
 	return Memo{n}
 }
 
-// memoOwners is how many owners one slot keeps at once (a process has a few trackers of
-// one kind: the running, pending-decode and prefill counts); past it the oldest is dropped,
-// which costs that owner one lookup by key.
+// memoOwners is how many owners one slot keeps at once. A process has a few of one kind: the
+// load package's slot serves the running counts (picker.Deps), the PD cascade's prefill and
+// pending-decode counts and the fallback least-request strategy's; the latency package's
+// serves one Models. Past it the oldest is dropped, which costs that owner one lookup by key
+// (and, should more owners alternate, an allocation per store).
 const memoOwners = 4
 
 type memoEntry struct {

@@ -83,3 +83,26 @@ func equalHashes(a, b []uint64) bool {
 	}
 	return true
 }
+
+// Every block length from 1 to 1100 bytes (each XXH64 tail: the 32-byte stripes and the 8-,
+// 4- and 1-byte rests, with the 8 bytes of the previous hash in front), at several offsets
+// into the text and several previous hashes, hashes as the streaming Digest does.
+func TestHashEveryBlockLength(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, 2))
+	text := make([]byte, 4096)
+	for j := range text {
+		text[j] = byte(rng.IntN(256))
+	}
+	for bs := 1; bs <= 1100; bs++ {
+		for _, off := range []int{0, 1, 3, 7} {
+			for _, prev := range []uint64{0, 1, 0x9e3779b97f4a7c15, ^uint64(0)} {
+				s := string(text[off : off+2*bs+5]) // two whole blocks and a partial one
+				got := chain(nil, s, bs, prev)
+				want := referenceChain(nil, s, bs, prev)
+				if !equalHashes(got, want) {
+					t.Fatalf("blocks of %d bytes at offset %d, previous hash %#x: %v, want %v", bs, off, prev, got, want)
+				}
+			}
+		}
+	}
+}
