@@ -79,6 +79,9 @@ type route struct {
 	firstByte         time.Time
 	cumAtFirst        float64 // the destination's finished prefill seconds at the first byte
 	nAtFirst, kvFirst float64
+	// life.gone: the route ended or was forgotten (it is no longer in Models.routes). Its
+	// own allocation: the stall budgets hold it, not the route.
+	life *routeLife
 }
 
 // routeTTL: a route with no event for this long is forgotten (its events were lost).
@@ -265,7 +268,7 @@ func (m *Models) Charge(id uint64, c Charge) {
 		// The prompt stalls the decodes on its pod for about its prefill beyond one step.
 		q.stallCum += math.Max(c.Service-q.stepSeconds(math.Max(float64(q.requests), q.engRunning), math.Max(q.kv, q.engKV)), 0)
 	}
-	m.podLocked(c.Destination, now).willDecode(id, c.TPOTObjective, c.TPOT, c.MaxTokens)
+	m.podLocked(c.Destination, now).willDecode(r.life, c.TPOTObjective, c.TPOT, c.MaxTokens)
 	q.arrived(now)
 	if c.Kind == outcome.KindPD && c.Destination != c.Prefill {
 		m.podLocked(c.Destination, now).arrived(now)
@@ -279,7 +282,7 @@ func (m *Models) Charge(id uint64, c Charge) {
 }
 
 func (m *Models) startLocked(id uint64, kind outcome.Kind, dest string, tokens int, at time.Time) *route {
-	r := &route{kind: kind, dest: dest, tokens: tokens, picked: at}
+	r := &route{kind: kind, dest: dest, tokens: tokens, picked: at, life: &routeLife{}}
 	m.routes[id] = r
 	q := m.podLocked(dest, at)
 	q.requests++
@@ -409,6 +412,7 @@ func (m *Models) endLocked(rt *outcome.Route) string {
 		return ""
 	}
 	delete(m.routes, rt.ID)
+	r.life.gone = true
 	t := rt.End
 	d := m.podLocked(r.dest, t)
 	changed := ""
@@ -476,6 +480,7 @@ func (m *Models) Forget(live func(key string) bool) {
 	for id, r := range m.routes {
 		if now.Sub(r.picked) > routeTTL {
 			delete(m.routes, id)
+			r.life.gone = true
 		}
 	}
 }

@@ -3,6 +3,7 @@ package latency
 import (
 	"container/heap"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/metrics"
@@ -513,8 +514,14 @@ type slackHeap []slackEntry
 
 type slackEntry struct {
 	key float64
-	id  uint64
+	// life is the request's: its budget stands until the request ends. (A pointer, so that a
+	// forecast reads it without looking the request up; not the route, which an entry would
+	// keep alive.)
+	life *routeLife
 }
+
+// routeLife says whether a routed request still runs.
+type routeLife struct{ gone bool }
 
 func (h slackHeap) Len() int           { return len(h) }
 func (h slackHeap) Less(i, j int) bool { return h[i].key < h[j].key }
@@ -533,7 +540,7 @@ const defaultOutputTokens = 256
 // willDecode gives a request routed to decode here its stall budget, from its pick: every
 // prompt booked on the pod after it runs after its own prefill (the pod serves in order),
 // so it stalls its decode.
-func (q *pod) willDecode(id uint64, objective, tpot float64, maxTokens int) {
+func (q *pod) willDecode(life *routeLife, objective, tpot float64, maxTokens int) {
 	if !(objective > 0) {
 		return
 	}
@@ -541,13 +548,18 @@ func (q *pod) willDecode(id uint64, objective, tpot float64, maxTokens int) {
 		maxTokens = defaultOutputTokens
 	}
 	budget := math.Max(objective-tpot, 0) * float64(max(maxTokens-1, 1))
-	heap.Push(&q.slack, slackEntry{key: budget + q.stallCum, id: id})
+	if n := len(q.slack); n >= 64 && n > 4*q.requests {
+		// Ended requests' entries wait below a long-lived tight budget: drop them.
+		q.slack = slices.DeleteFunc(q.slack, func(e slackEntry) bool { return e.life.gone })
+		heap.Init(&q.slack)
+	}
+	heap.Push(&q.slack, slackEntry{key: budget + q.stallCum, life: life})
 }
 
 // stallRoom is the tightest stall budget left among the requests decoding on the pod
-// (+Inf when none); live holds the requests that still decode.
-func (q *pod) stallRoom(live map[uint64]*route) float64 {
-	for q.slack.Len() > 0 && live[q.slack[0].id] == nil {
+// (+Inf when none).
+func (q *pod) stallRoom() float64 {
+	for q.slack.Len() > 0 && q.slack[0].life.gone {
 		heap.Pop(&q.slack)
 	}
 	if q.slack.Len() == 0 {

@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -37,5 +38,35 @@ func TestForecastOfEndpointFollowsTheKeysModels(t *testing.T) {
 	}
 	if len(m.Keys()) != 1 {
 		t.Fatalf("the forecast after Forget made %d models, want 1", len(m.Keys()))
+	}
+}
+
+// The stall budgets of ended requests that wait below a long-lived tight budget are dropped
+// as new ones come: a pod's budgets stay a few times its decoding requests, whatever the
+// throughput, and the room is still the live requests' tightest.
+func TestStallBudgetsOfEndedRequestsAreDropped(t *testing.T) {
+	r := newRig(Options{})
+	d := "ns/d:1"
+	tight := r.rec.Start(outcome.KindPD, "ns/p:1", d, 100)
+	r.m.Charge(tight.ID(), Charge{Kind: outcome.KindPD, Prefill: "ns/p:1", Destination: d, Prompt: Prompt{Tokens: 100},
+		Service: 0.01, TPOT: 0.010, TPOTObjective: 0.050, MaxTokens: 6}) // room 0.2 s, for as long as it runs
+	for range 5000 {
+		tr := r.rec.Start(outcome.KindPD, "ns/p:1", d, 100)
+		r.m.Charge(tr.ID(), Charge{Kind: outcome.KindPD, Prefill: "ns/p:1", Destination: d, Prompt: Prompt{Tokens: 100},
+			Service: 0.01, TPOT: 0.010, TPOTObjective: 0.050, MaxTokens: 500})
+		tr.End(nil)
+	}
+	r.m.mu.Lock()
+	n := len(r.m.pods[d].slack)
+	r.m.mu.Unlock()
+	if n > 64 {
+		t.Fatalf("%d stall budgets kept for 1 decoding request after 5000 ended", n)
+	}
+	if room := r.m.StallRoom(d); !near(room, 0.2, 1e-9) {
+		t.Fatalf("room %.4f, want the tight request's 0.2", room)
+	}
+	tight.End(nil)
+	if room := r.m.StallRoom(d); !math.IsInf(room, 1) {
+		t.Fatalf("every request ended: room %v, want +Inf", room)
 	}
 }
