@@ -23,6 +23,8 @@ import (
 type enginePage struct {
 	mu   sync.Mutex
 	text string
+	// batch is held across a set of edits that must be served together (scrapedEngine.at).
+	batch sync.Mutex
 }
 
 // series sets the first series of family name to set(value) and, when zeroRest, the others
@@ -95,9 +97,11 @@ func startScrapedEngine(t *testing.T, engine, fixture, path string) *scrapedEngi
 			http.NotFound(w, r)
 			return
 		}
+		e.page.batch.Lock()
 		e.page.mu.Lock()
 		text := e.page.text
 		e.page.mu.Unlock()
+		e.page.batch.Unlock()
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		fmt.Fprint(w, text)
 	}))
@@ -106,7 +110,9 @@ func startScrapedEngine(t *testing.T, engine, fixture, path string) *scrapedEngi
 	p, _ := strconv.Atoi(port)
 	ps := pool.NewStore()
 	ps.Publish(pool.Info{}, []*pool.Endpoint{pool.NewEndpoint("ns", "p", "127.0.0.1", int32(p), 0, map[string]string{pool.LabelEngine: engine}, nil)}, true)
-	sc, err := metrics.NewScraper(ps, metrics.NewStore(), metrics.ScrapeOptions{Interval: 5 * time.Millisecond, Observer: e.tap,
+	// Scrapes every few milliseconds, each allowed seconds (the default timeout, the interval,
+	// would fail scrapes of a loaded machine and leave the endpoint to the suspects' pace).
+	sc, err := metrics.NewScraper(ps, metrics.NewStore(), metrics.ScrapeOptions{Interval: 5 * time.Millisecond, Timeout: 5 * time.Second, Observer: e.tap,
 		Now: func() time.Time { e.mu.Lock(); defer e.mu.Unlock(); return e.now }})
 	if err != nil {
 		t.Fatal(err)
@@ -118,12 +124,17 @@ func startScrapedEngine(t *testing.T, engine, fixture, path string) *scrapedEngi
 	return e
 }
 
-// at makes the scrapes from now on stamped at, then lets change rewrite the page.
+// at makes the scrapes from now on stamped at, and lets change rewrite the page, as one
+// step: a scrape is stamped after it read the page, so the clock is held until the page is
+// whole again (a scrape reading the old page is stamped at too, and the next one then
+// differences the whole change against it), and the page's edits are served together.
 func (e *scrapedEngine) at(at time.Time, change func()) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
 	e.now = at
-	e.mu.Unlock()
 	if change != nil {
+		e.page.batch.Lock() // the server serves no page while change edits it
+		defer e.page.batch.Unlock()
 		change()
 	}
 }
