@@ -19,4 +19,12 @@ go vet ./...
 echo "== staticcheck"
 "$staticcheck" ./...
 echo "== go test -race"
-go test -race -count=1 -timeout 25m ./... "$@"
+# The whole output is kept, and on a failure the failing tests are repeated at the end, where
+# a log's tail (CI shows its last lines) still names them.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if go test -race -count=1 -timeout 25m ./... "$@" 2>&1 | tee "$log"; [[ ${PIPESTATUS[0]} -ne 0 ]]; then
+  echo "== failed:"
+  grep -E -A12 '^(--- FAIL|FAIL|panic:)' "$log" | head -150
+  exit 1
+fi
