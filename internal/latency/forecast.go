@@ -35,20 +35,9 @@ func (m *Models) Forecast(key string) Forecast {
 	return m.forecastLocked(key, m.podLocked(key, now), now)
 }
 
-// ForecastAll reads the models of n endpoints (key(i) names the i-th) at one instant and
-// under one lock into out[:n].
-func (m *Models) ForecastAll(n int, key func(i int) string, out []Forecast) {
-	now := m.clock.Now()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for i := 0; i < n; i++ {
-		k := key(i)
-		m.readLocked(&out[i], k, m.podLocked(k, now), now)
-	}
-}
-
-// ForecastEndpoints is ForecastAll over at(0) … at(n-1), each endpoint's models found off
-// the endpoint (no key lookup) after the first pick that read them.
+// ForecastEndpoints reads the models of the n endpoints at(0) … at(n-1) at one instant and
+// under one lock into out[:n], each endpoint's models found off the endpoint (no key lookup)
+// after the first pick that read them.
 func (m *Models) ForecastEndpoints(n int, at func(i int) *pool.Endpoint, out []Forecast) {
 	now := m.clock.Now()
 	m.mu.Lock()

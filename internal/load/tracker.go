@@ -42,7 +42,7 @@ func (t *Tracker) counterOf(e *pool.Endpoint) *counter {
 // InFlightOf is InFlight(e.Key()).
 func (t *Tracker) InFlightOf(e *pool.Endpoint) int64 {
 	if c := t.counterOf(e); c != nil {
-		return c.local.Load() + c.remote.Load()
+		return c.total()
 	}
 	return 0
 }
@@ -50,7 +50,7 @@ func (t *Tracker) InFlightOf(e *pool.Endpoint) int64 {
 // LookupOf is Lookup(e.Key()).
 func (t *Tracker) LookupOf(e *pool.Endpoint) (n int64, ok bool) {
 	if c := t.counterOf(e); c != nil {
-		return c.local.Load() + c.remote.Load(), true
+		return c.total(), true
 	}
 	return 0, false
 }
@@ -59,6 +59,9 @@ type counter struct {
 	local  atomic.Int64
 	remote atomic.Int64 // the other replicas' requests, as last read
 }
+
+// total is this replica's requests and the other replicas'.
+func (c *counter) total() int64 { return c.local.Load() + c.remote.Load() }
 
 // NewTracker returns an empty tracker.
 func NewTracker() *Tracker { return &Tracker{} }
@@ -111,8 +114,7 @@ func (t *Tracker) Start(key string) (done func()) {
 // the other replicas'.
 func (t *Tracker) InFlight(key string) int64 {
 	if c, ok := t.counts.Load(key); ok {
-		c := c.(*counter)
-		return c.local.Load() + c.remote.Load()
+		return c.(*counter).total()
 	}
 	return 0
 }
@@ -130,8 +132,7 @@ func (t *Tracker) Local(key string) int64 {
 // differently from one at zero.
 func (t *Tracker) Lookup(key string) (n int64, ok bool) {
 	if c, ok := t.counts.Load(key); ok {
-		c := c.(*counter)
-		return c.local.Load() + c.remote.Load(), true
+		return c.(*counter).total(), true
 	}
 	return 0, false
 }

@@ -73,8 +73,8 @@ type RolesetHandler struct {
 	placement    []PlacementDecider
 	nonInference *picker.Profile
 	fallbacks    int
-	// bySnapshot is the last snapshot's endpoints sorted by role (see sortedSnapshot).
-	bySnapshot atomic.Pointer[sortedSnapshot]
+	// bySnapshot is the last snapshot's endpoints sorted by role (see sortedRoles).
+	bySnapshot atomic.Pointer[sortedRoles]
 }
 
 // Profile names of the default chain.
@@ -254,20 +254,15 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 	}
 	s.trace.Note = fmt.Sprintf("%sprefill_policy=%s decode_policy=%s prompt_tokens=%d", pol.note, s.prefPol.Name(), s.decPol.Name(), cy.Req.PromptTokens)
 	split := &s.split
-	sorted := h.sorted(cy)
-	prefill := h.candidates(ctx, cy, h.prefill, split, sorted)
-	decode := h.candidates(ctx, cy, h.decode, split, sorted)
-	combined := h.candidates(ctx, cy, h.combined, split, sorted)
-	switch {
-	case split.done && sameSlice(prefill, split.prefill) && sameSlice(decode, split.decode) && split.sorted != nil:
-		// The profiles kept the snapshot's sorting whole: its partition is this one.
-		s.pt = split.sorted.pt
-		s.pt.combined, s.pt.bucketed = combined, s.knobs.PromptLengthBucketing
-	case split.done && sameSlice(prefill, split.prefill) && sameSlice(decode, split.decode):
+	prefill := h.candidates(ctx, cy, h.prefill, split)
+	decode := h.candidates(ctx, cy, h.decode, split)
+	combined := h.candidates(ctx, cy, h.combined, split)
+	if split.done && sameSlice(prefill, split.sorted.prefill) && sameSlice(decode, split.sorted.decode) {
 		// The profiles kept what the role split sorted (no other filter dropped a pod): the
-		// split's roleset index is the partition's first pass.
-		s.pt = split.ix.partition(cy.Candidates, combined, s.knobs.PromptLengthBucketing)
-	default:
+		// sorting's roleset index is the partition's first pass (its partition, made once,
+		// for the snapshot's sorting).
+		s.pt = split.sorted.partition(cy.Candidates, combined, s.knobs.PromptLengthBucketing)
+	} else {
 		s.pt = partitionOf(cy.Candidates, prefill, decode, combined, s.knobs.PromptLengthBucketing)
 	}
 	if s.pt.bucketed {
@@ -279,14 +274,14 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 // candidates runs a profile's filters, but for the scoring-only ones, over the candidates.
 // A leading pd-role-filter takes its pods from one pass that sorts every candidate by role
 // for the three profiles at once (the same pods, in the same order, as the filter's own).
-func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *picker.Profile, split *roleSplit, sorted *sortedSnapshot) []*pool.Endpoint {
+func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *picker.Profile, split *roleSplit) []*pool.Endpoint {
 	if p == nil {
 		return nil
 	}
 	eps, filters := cy.Candidates, p.Filters
 	if len(filters) > 0 {
 		if rf, ok := filters[0].(*RoleFilter); ok {
-			eps, filters = split.of(cy, rf.role, sorted), filters[1:]
+			eps, filters = split.of(cy, rf.role, h), filters[1:]
 		}
 	}
 	for _, f := range filters {
@@ -304,44 +299,29 @@ func (h *RolesetHandler) candidates(ctx context.Context, cy *picker.Cycle, p *pi
 	return eps
 }
 
-// roleSplit is the candidates sorted by the seed's roles in one pass, made on first use,
-// with the roleset index of that sorting.
+// roleSplit is the candidates sorted by the seed's roles, made on first use: the
+// snapshot's sorting when the candidates are all its endpoints, else their own.
 type roleSplit struct {
-	done                      bool
-	prefill, decode, combined []*pool.Endpoint
-	ix                        rolesetIndex // the partition's first pass for this sorting
-	// sorted, when not nil, is the sorting of the whole snapshot this split was read from.
-	sorted *sortedSnapshot
+	done     bool
+	sorted   *sortedRoles
+	combined []*pool.Endpoint // sorted's other pods that may serve this request whole
 }
 
-// sortedSnapshot is a snapshot's endpoints sorted by role once: a pod's role and roleset come
-// from its labels, fixed for the snapshot's life, so the picks of a snapshot whose
-// candidates are all its endpoints (no subset hint, no ejection) share one sorting and its
-// partition. Only the combined pods are sorted per request (whether a standard pod is
-// combined depends on the request's routing profile). Read-only once made.
-type sortedSnapshot struct {
-	snap                   *pool.Snapshot
+// sortedRoles is endpoints sorted by role in one pass, with the roleset index of that
+// sorting (the partition's first pass). A pod's role and roleset come from its labels, fixed
+// for a snapshot's life, so the picks of a snapshot whose candidates are all its endpoints
+// (no subset hint, no ejection) share one sorting and its partition (RolesetHandler.sorted);
+// only the combined pods are found per request (whether a standard pod is combined depends
+// on the request's routing profile). Read-only once made.
+type sortedRoles struct {
+	snap                   *pool.Snapshot // the snapshot whose endpoints these are; nil: a request's candidates
 	prefill, decode, other []*pool.Endpoint
 	ix                     rolesetIndex
-	// pt is ix's partition, without combined pods or bucketing.
-	pt partition
+	pt                     *partition // ix's partition without combined pods, made with the snapshot's sorting
 }
 
-func sameSlice(a, b []*pool.Endpoint) bool {
-	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
-}
-
-// sorted is the snapshot's sorting, made (and kept) when cy's candidates are the whole
-// snapshot; nil otherwise.
-func (h *RolesetHandler) sorted(cy *picker.Cycle) *sortedSnapshot {
-	if cy.Snap == nil || !sameSlice(cy.Candidates, cy.Snap.Endpoints) {
-		return nil
-	}
-	if ss := h.bySnapshot.Load(); ss != nil && ss.snap == cy.Snap {
-		return ss
-	}
-	eps := cy.Snap.Endpoints
-	ss := &sortedSnapshot{snap: cy.Snap}
+func sortByRole(eps []*pool.Endpoint) *sortedRoles {
+	ss := &sortedRoles{}
 	ss.ix.init(len(eps))
 	for i, e := range eps {
 		switch e.Role {
@@ -354,44 +334,56 @@ func (h *RolesetHandler) sorted(cy *picker.Cycle) *sortedSnapshot {
 		}
 		ss.ix.add(i, e, e.Role == pool.RolePrefill, e.Role == pool.RoleDecode)
 	}
-	ss.pt = ss.ix.partition(eps, nil, false)
+	return ss
+}
+
+// partition is the candidates' partition (the sorted endpoints) with the request's combined
+// pods.
+func (ss *sortedRoles) partition(cands, combined []*pool.Endpoint, bucketed bool) partition {
+	var pt partition
+	if ss.pt != nil {
+		pt = *ss.pt
+	} else {
+		pt = ss.ix.partition(cands, nil, false)
+	}
+	pt.combined, pt.bucketed = combined, bucketed
+	return pt
+}
+
+func sameSlice(a, b []*pool.Endpoint) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// sorted is cy's candidates sorted by role: the snapshot's sorting, made once and kept, when
+// they are the whole snapshot.
+func (h *RolesetHandler) sorted(cy *picker.Cycle) *sortedRoles {
+	if cy.Snap == nil || !sameSlice(cy.Candidates, cy.Snap.Endpoints) {
+		return sortByRole(cy.Candidates)
+	}
+	if ss := h.bySnapshot.Load(); ss != nil && ss.snap == cy.Snap {
+		return ss
+	}
+	ss := sortByRole(cy.Snap.Endpoints)
+	pt := ss.ix.partition(cy.Snap.Endpoints, nil, false)
+	ss.snap, ss.pt = cy.Snap, &pt
 	h.bySnapshot.Store(ss)
 	return ss
 }
 
-func (r *roleSplit) of(cy *picker.Cycle, role string, sorted *sortedSnapshot) []*pool.Endpoint {
-	if !r.done && sorted != nil {
-		r.done, r.sorted = true, sorted
-		r.prefill, r.decode, r.ix = sorted.prefill, sorted.decode, sorted.ix
-		for _, e := range sorted.other {
+func (r *roleSplit) of(cy *picker.Cycle, role string, h *RolesetHandler) []*pool.Endpoint {
+	if !r.done {
+		r.done, r.sorted = true, h.sorted(cy)
+		for _, e := range r.sorted.other {
 			if isCombined(e, cy.Routing(e)) {
 				r.combined = append(r.combined, e)
 			}
 		}
 	}
-	if !r.done {
-		r.done = true
-		n := len(cy.Candidates)
-		r.prefill = make([]*pool.Endpoint, 0, n/2+1)
-		r.decode = make([]*pool.Endpoint, 0, n/2+1)
-		r.ix.init(n)
-		for i, e := range cy.Candidates {
-			switch {
-			case e.Role == pool.RolePrefill:
-				r.prefill = append(r.prefill, e)
-			case e.Role == pool.RoleDecode:
-				r.decode = append(r.decode, e)
-			case isCombined(e, cy.Routing(e)):
-				r.combined = append(r.combined, e)
-			}
-			r.ix.add(i, e, e.Role == pool.RolePrefill, e.Role == pool.RoleDecode)
-		}
-	}
 	switch role {
 	case RolePrefill:
-		return r.prefill
+		return r.sorted.prefill
 	case RoleDecode:
-		return r.decode
+		return r.sorted.decode
 	}
 	return r.combined
 }
