@@ -83,36 +83,16 @@ func (d *Deps) ForgetGone(snap *pool.Snapshot) {
 // another pod: a restart must not inherit its predecessor's affinity). Without it an endpoint's
 // blocks stay until they age out (AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS).
 func (d *Deps) RetireDeparted(store *pool.Store) (run func(ctx context.Context)) {
-	changes := store.Changes()
-	seen := map[string]string{} // endpoint key -> address, as last seen
-	look := func() {
-		snap := store.Load()
-		now := make(map[string]string, len(snap.Endpoints))
-		for _, e := range snap.Endpoints {
-			now[e.Key()] = e.HostPort()
-		}
-		var gone map[string]struct{}
-		for k, addr := range seen {
-			if cur, ok := now[k]; !ok || cur != addr {
-				if gone == nil {
-					gone = map[string]struct{}{}
-				}
-				gone[k] = struct{}{}
-			}
-		}
-		if d.Prefix != nil {
-			d.Prefix.ForgetAll(gone)
-		}
-		seen = now
-	}
-	look()
+	departures := store.WatchDepartures() // from now on, none lost however publishes coalesce
 	return func(ctx context.Context) {
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-changes:
-				look()
+			case <-departures.C:
+				if gone := departures.Take(); len(gone) > 0 && d.Prefix != nil {
+					d.Prefix.ForgetAll(gone)
+				}
 			}
 		}
 	}

@@ -42,6 +42,72 @@ type Store struct {
 	mu      sync.Mutex // serialises writers only
 	version uint64
 	watch   []chan struct{}
+	departs []*Departures
+}
+
+// Departures collects, from every Publish, the endpoint keys that left the pool or came back
+// at another address (the same name and port, another pod), until Take: however the
+// notifications coalesce, no departure between two Takes is lost.
+type Departures struct {
+	// C receives (coalesced) after each Publish that recorded a departure.
+	C    <-chan struct{}
+	c    chan struct{}
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+// Take returns the keys recorded since the last Take (nil: none) and forgets them.
+func (d *Departures) Take() map[string]struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	keys := d.keys
+	d.keys = nil
+	return keys
+}
+
+// WatchDepartures starts recording departures from the next Publish on.
+func (s *Store) WatchDepartures() *Departures {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := make(chan struct{}, 1)
+	d := &Departures{C: c, c: c}
+	s.departs = append(s.departs, d)
+	return d
+}
+
+// recordDepartures notes, for every watcher, the endpoints of old missing from next or at
+// another address there. Under s.mu.
+func (s *Store) recordDepartures(old, next *Snapshot) {
+	if len(s.departs) == 0 || len(old.Endpoints) == 0 {
+		return
+	}
+	addr := make(map[string]string, len(next.Endpoints))
+	for _, e := range next.Endpoints {
+		addr[e.Key()] = e.HostPort()
+	}
+	var gone []string
+	for _, e := range old.Endpoints {
+		if hp, ok := addr[e.Key()]; !ok || hp != e.HostPort() {
+			gone = append(gone, e.Key())
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	for _, d := range s.departs {
+		d.mu.Lock()
+		if d.keys == nil {
+			d.keys = make(map[string]struct{}, len(gone))
+		}
+		for _, k := range gone {
+			d.keys[k] = struct{}{}
+		}
+		d.mu.Unlock()
+		select {
+		case d.c <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // NewStore returns a store holding an empty, unsynced snapshot.
@@ -60,6 +126,7 @@ func (s *Store) Publish(info Info, endpoints []*Endpoint, synced bool) *Snapshot
 	defer s.mu.Unlock()
 	s.version++
 	snap := newSnapshot(info, endpoints, synced, s.version)
+	s.recordDepartures(s.cur.Load(), snap)
 	s.cur.Store(snap)
 	for _, ch := range s.watch {
 		select {
