@@ -41,6 +41,7 @@ func run(args []string) error {
 	verbosity := fs.Int("v", 0, "log verbosity: 1 logs every request")
 	showVersion := fs.Bool("version", false, "print the version, commit and Go version, then exit")
 	clientKind := fs.String("client", gateway.ClientEnvoy, "ext_proc client to play: envoy, or nginx (NGINX Gateway Fabric's shim; needs --default-endpoints, the pool's pods)")
+	streamEnd := fs.String("stream-end", gateway.EndReset, "how an ext_proc stream ends early (the client left): reset, or envoy (half-close, then reset, as Envoy's ext_proc filter)")
 	strip := fs.String("strip-headers", "", "nginx client: comma-separated request headers removed before the upstream request (an HTTPRoute RequestHeaderModifier)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -56,6 +57,7 @@ func run(args []string) error {
 	opts := gateway.Options{
 		EPPAddr: *epp, TLS: *eppTLS, FailOpen: *failOpen, Logger: log,
 		DecisionTimeout: *decision, ConnectTimeout: *connect, UpstreamTimeout: *upstream, Client: *clientKind,
+		StreamEnd: *streamEnd,
 	}
 	for _, h := range strings.Split(*strip, ",") {
 		if h = strings.TrimSpace(h); h != "" {

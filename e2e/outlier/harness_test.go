@@ -263,6 +263,9 @@ type stackOptions struct {
 	env map[string]string
 	// upstreamTimeout is the gateway's UpstreamTimeout (Envoy's route timeout).
 	upstreamTimeout time.Duration
+	// streamEnd is how the gateway ends an ext_proc stream early: gateway.EndReset ("" too)
+	// or gateway.EndEnvoy (half-close, then reset).
+	streamEnd string
 }
 
 // baseEnv is what every stack's Tandem runs with, time shortened for tests: engines scraped
@@ -309,7 +312,7 @@ func newStack(t *testing.T, o stackOptions, specs ...podSpec) *stack {
 		s.tandem = apptest.Start(t, apptest.Options{Args: []string{"--endpoints-file=" + path}, Env: env, Limit: waitLimit})
 	}
 	s.gwURL = serveGateway(t, gateway.Options{EPPAddr: s.tandem.ExtProcAddr(), TLS: true, DecisionTimeout: 10 * time.Second,
-		UpstreamTimeout: o.upstreamTimeout})
+		UpstreamTimeout: o.upstreamTimeout, StreamEnd: o.streamEnd})
 	t.Cleanup(s.checkReleased)
 	return s
 }

@@ -90,10 +90,11 @@ func (st *stream) outcomeErr(err error) error {
 	case st.destOnly && !st.respHeaders:
 		return errUnobserved
 	case errors.Is(err, ErrStreamEnded) && !st.respHeaders:
-		// The gateway ended the stream, with no response, after Tandem routed it: with a
-		// gateway that reports its answers (Envoy, the local gateway) it could not reach the
-		// endpoint.
-		return &outcome.Failure{Origin: outcome.OriginGateway, Err: outcome.ErrNoResponse}
+		// The gateway ended the stream after Tandem routed it and before any response: the
+		// client left. A gateway that could not reach the endpoint, or gave up waiting for
+		// it, answers with a local reply whose status the response phase carries
+		// (ending.go), so this says nothing of the endpoint.
+		return &outcome.Failure{Origin: outcome.OriginCaller, Err: err}
 	case status.Code(err) == codes.Canceled || status.Code(err) == codes.DeadlineExceeded:
 		return &outcome.Failure{Origin: outcome.OriginCaller, Err: err}
 	case errors.As(err, &ae) && ae.Reason == ReasonDecodeWatchdog:

@@ -28,7 +28,9 @@ import (
 const DefaultMaxBodyBytes = 10 << 20
 
 // ErrStreamEnded is what Lifecycle.Done receives when the ext_proc stream closed (the client
-// half-closed or the gateway stopped sending) before the end of the response was seen.
+// half-closed or the gateway stopped sending) before the end of the response was seen and
+// before the response was complete by its content (ending.go). Before the response headers
+// the error also matches context.Canceled: the caller's ending.
 var ErrStreamEnded = errors.New("ext_proc stream ended before the response was complete")
 
 // Options configure the ext_proc server.
@@ -233,8 +235,12 @@ func (st *stream) close(err error) {
 		st.endHandoff()
 		return
 	}
-	if err == nil {
-		err = ErrStreamEnded
+	switch {
+	case err == nil:
+		err = st.earlyEnd(ErrStreamEnded)
+	case st.ctx.Err() != nil:
+		// The gateway reset the stream (a send failed on it): the same early end.
+		err = st.earlyEnd(err)
 	}
 	st.finish(err)
 	st.endHandoff()
@@ -321,6 +327,12 @@ type received struct {
 func (st *stream) recvFailed(rerr error) (err error) {
 	if rerr == io.EOF {
 		if st.gotHeaders && !st.answered {
+			if st.abandoned() {
+				// Half-closed, then reset, before the end of the request: the client left
+				// while sending it (Envoy's order). Nothing is decided.
+				st.stopBodyTimer()
+				return nil
+			}
 			// A client that half-closes without marking the end of the request still
 			// gets its answer: the half-close is the end of the request.
 			st.reqEnded = true
@@ -328,10 +340,10 @@ func (st *stream) recvFailed(rerr error) (err error) {
 			st.joinBody()
 			_, err = st.decide(true, true)
 		}
-		return err
+		return err // close ends what was routed (earlyEnd)
 	}
 	if c := status.Code(rerr); c == codes.Canceled || c == codes.DeadlineExceeded {
-		st.finish(rerr)
+		st.finish(st.earlyEnd(rerr))
 		return nil // the client went away: nobody is left to report an error to
 	}
 	return rerr

@@ -64,8 +64,11 @@ type stream struct {
 	decision    *picker.Decision
 	lifecycle   picker.Lifecycle
 	respHeaders bool // response headers seen (Lifecycle.ResponseHeaders is called at most once)
-	respSent    bool // the response headers answer went out: the client has a status
-	finished    bool
+	// resp follows the response's content, to tell a complete response from one cut short
+	// when the gateway ends the stream before its end_of_stream (ending.go).
+	resp     responseProgress
+	respSent bool // the response headers answer went out: the client has a status
+	finished bool
 
 	ho eppHandoff // the "epp" hand-off, when the decision has one
 
@@ -494,6 +497,9 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 	served, missing := servedEndpoint(msg.GetMetadataContext())
 	var set []*corev3.HeaderValueOption
 	if d := st.decision; d != nil {
+		if !st.respHeaders {
+			st.resp.headers(joinHeaders(h.GetHeaders().GetHeaders()))
+		}
 		if st.lifecycle != nil && !st.respHeaders && !st.finished {
 			st.lifecycle.ResponseHeaders(code, served)
 		}
@@ -558,6 +564,7 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 		st.lifecycle.ResponseBody(len(b.GetBody()), eos)
 	}
 	st.route.Chunk(len(b.GetBody()))
+	st.resp.chunk(b.GetBody())
 	if eos {
 		// The last chunk: release what the request holds before the client can see it.
 		st.finish(nil)

@@ -65,14 +65,30 @@ type clientBody struct {
 func newExchange(g *Gateway, w http.ResponseWriter, r *http.Request) *exchange {
 	ctx, cancel := context.WithCancel(r.Context())
 	streamCtx, streamCancel := context.WithCancel(context.Background())
-	return &exchange{
+	x := &exchange{
 		g: g, w: w, r: r, ctx: ctx, cancel: cancel,
-		streamCtx: streamCtx, streamCancel: streamCancel, unlink: context.AfterFunc(ctx, streamCancel),
+		streamCtx: streamCtx, streamCancel: streamCancel,
 		log:     g.opts.Logger.WithValues("method", r.Method, "path", r.URL.Path),
 		msgs:    make(chan *extprocv3.ProcessingResponse, 16),
 		hasBody: r.Body != nil && r.Body != http.NoBody,
 		body:    &clientBody{done: make(chan struct{})},
 	}
+	x.unlink = context.AfterFunc(ctx, x.endStream)
+	return x
+}
+
+// endStream ends the ext_proc stream of an exchange that ends early (the client left, or the
+// exchange failed): a reset, preceded in EndEnvoy mode by a half-close, as Envoy's
+// ExternalProcessorStreamImpl::close() does (the HTTP/2 frames go out in that order). A send
+// in progress (blocked on flow control) leaves no room for the half-close: a plain reset then.
+func (x *exchange) endStream() {
+	if x.g.opts.StreamEnd == EndEnvoy && x.sendMu.TryLock() {
+		if x.stream != nil {
+			_ = x.stream.CloseSend()
+		}
+		x.sendMu.Unlock()
+	}
+	x.streamCancel()
 }
 
 // run drives the exchange; it returns true when the client stream must be cut.
@@ -89,7 +105,9 @@ func (x *exchange) run() (abort bool) {
 		x.startBody(false)
 		return x.beforeDecision(err)
 	}
+	x.sendMu.Lock() // endStream may read it from another goroutine
 	x.stream = stream
+	x.sendMu.Unlock()
 	go x.receive()
 	sendErr := x.send(headersMsg(true, x.reqHeaders, !x.hasBody, subsetHint(x.g.opts.SubsetHint, x.r)))
 	// A failed Send means the stream is broken; its status arrives through receive.

@@ -422,6 +422,7 @@ func TestOptionsRejected(t *testing.T) {
 		{EPPAddr: "127.0.0.1:9002", FailOpen: true},
 		{EPPAddr: "127.0.0.1:9002", DefaultEndpoints: []string{"pod-a:8000"}},
 		{EPPAddr: "127.0.0.1:9002", DefaultEndpoints: []string{"10.0.0.1:0"}},
+		{EPPAddr: "127.0.0.1:9002", StreamEnd: "rst"},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) accepted", o)

@@ -42,6 +42,11 @@ type Options struct {
 	// (NGINX Gateway Fabric: see nginx.go). ClientNGINX needs DefaultEndpoints, the pool's
 	// pods, which it falls back to at random whenever the EPP gives no endpoint.
 	Client string
+	// StreamEnd is how the gateway ends an ext_proc stream early (the client left, or the
+	// exchange failed): EndReset ("" too) resets it; EndEnvoy half-closes it and then resets
+	// it, the order of Envoy's ext_proc filter, which also resets the stream right after the
+	// half-close that follows a complete response.
+	StreamEnd string
 	// StripHeaders are request headers removed before the upstream request in ClientNGINX
 	// mode: an HTTPRoute RequestHeaderModifier remove filter, which NGF renders as
 	// proxy_set_header NAME "" (the EPP still sees them; the pod does not).
@@ -69,6 +74,11 @@ func (o *Options) validate() error {
 	default:
 		return fmt.Errorf("gateway: Client %q: must be %q or %q", o.Client, ClientEnvoy, ClientNGINX)
 	}
+	switch o.StreamEnd {
+	case "", EndReset, EndEnvoy:
+	default:
+		return fmt.Errorf("gateway: StreamEnd %q: must be %q (a plain reset) or %q (half-close, then reset, as Envoy)", o.StreamEnd, EndReset, EndEnvoy)
+	}
 	if o.FailOpen && len(o.DefaultEndpoints) == 0 {
 		return fmt.Errorf("gateway: FailOpen needs DefaultEndpoints (the ip:port to route to when the EPP is down)")
 	}
@@ -83,6 +93,12 @@ func (o *Options) validate() error {
 	}
 	return nil
 }
+
+// How the gateway ends an ext_proc stream early (Options.StreamEnd).
+const (
+	EndReset = "reset"
+	EndEnvoy = "envoy"
+)
 
 // checkEndpoint accepts "ip:port" with a literal IP and a port in 1..65535.
 func checkEndpoint(s string) error {

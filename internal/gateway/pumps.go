@@ -307,13 +307,18 @@ func (x *exchange) copyResponse(resp *http.Response) bool {
 
 // complete half-closes the ext_proc stream once the client has the whole response. The EPP
 // gets up to two seconds to end its side (it releases per-request state then) while the
-// handler returns, so the client is not kept waiting.
+// handler returns, so the client is not kept waiting. In EndEnvoy mode the stream is reset
+// right after the half-close, as Envoy closes it once the last response message is answered.
 func (x *exchange) complete() bool {
 	x.sendMu.Lock()
 	_ = x.stream.CloseSend()
 	x.sendMu.Unlock()
 	if !x.unlink() {
 		return false // already cancelled
+	}
+	if x.g.opts.StreamEnd == EndEnvoy {
+		x.streamCancel()
+		return false
 	}
 	go func() {
 		defer x.streamCancel()

@@ -13,10 +13,10 @@ const (
 	// OriginUpstream: the endpoint answered, with an error status (Failure.Status).
 	OriginUpstream Origin = iota + 1
 	// OriginGateway: the endpoint gave no usable answer: the connection was refused or reset,
-	// it timed out, or the stream ended after routing with no response headers (the gateway
-	// could not reach it). Envoy calls these locally originated errors.
+	// or it timed out. Envoy calls these locally originated errors.
 	OriginGateway
-	// OriginCaller: the client (or Tandem on its behalf) cancelled; the endpoint is not to blame.
+	// OriginCaller: the client (or the gateway or Tandem on its behalf) ended the request;
+	// the endpoint is not to blame (docs/stream-endings.md).
 	OriginCaller
 )
 
@@ -59,9 +59,10 @@ func FailureOf(err error) *Failure {
 	return nil
 }
 
-// ErrNoResponse is the cause of a route that ended after routing without response headers
-// from its destination: with a gateway that reports its answers, the gateway could not reach
-// the endpoint. Writers report it as a Failure with OriginGateway.
+// ErrNoResponse is the cause a writer gives an OriginGateway failure when it learns, without
+// a response status, that the gateway could not reach the endpoint. (A stream that merely ends
+// with no response headers says no such thing: gateways report an unreachable endpoint with a
+// local reply's status, and such an ending is the caller's.)
 var ErrNoResponse = errors.New("the request ended after routing with no response from the destination")
 
 // ErrPrefillNotRun is the PrefillErr of a PD route whose prefill leg never ran: the request was
