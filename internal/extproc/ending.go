@@ -87,16 +87,17 @@ var doneMarker = []byte("[DONE]")
 // responseProgress follows a response's body to tell when it is complete by its content,
 // before (or without) the gateway's end_of_stream.
 type responseProgress struct {
-	length int64 // content-length, -1 when absent
-	bytes  int64
-	sse    bool   // text/event-stream
-	tail   []byte // the end of the last chunk, for a marker split between chunks
-	done   bool   // "data: [DONE]" seen
+	started bool  // the response headers were read
+	length  int64 // content-length, -1 when absent
+	bytes   int64
+	sse     bool   // text/event-stream
+	tail    []byte // the end of the last chunk, for a marker split between chunks
+	done    bool   // "data: [DONE]" seen
 }
 
 // headers reads the response headers (lower-case keys).
 func (p *responseProgress) headers(h map[string]string) {
-	p.length = -1
+	p.started, p.length = true, -1
 	if v, ok := h["content-length"]; ok {
 		if n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64); err == nil && n >= 0 {
 			p.length = n
@@ -126,7 +127,7 @@ func (p *responseProgress) chunk(b []byte) {
 
 // complete reports a response whose content is all there.
 func (p *responseProgress) complete() bool {
-	return p.done || (p.length >= 0 && p.bytes >= p.length)
+	return p.started && (p.done || (p.length >= 0 && p.bytes >= p.length))
 }
 
 // hasDoneEvent finds a "data: [DONE]" (or "data:[DONE]") line in b; atStart says b begins the

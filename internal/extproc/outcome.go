@@ -95,7 +95,7 @@ func (st *stream) outcomeErr(err error) error {
 		// it, answers with a local reply whose status the response phase carries
 		// (ending.go), so this says nothing of the endpoint.
 		return &outcome.Failure{Origin: outcome.OriginCaller, Err: err}
-	case status.Code(err) == codes.Canceled || status.Code(err) == codes.DeadlineExceeded:
+	case !st.respHeaders && (status.Code(err) == codes.Canceled || status.Code(err) == codes.DeadlineExceeded):
 		return &outcome.Failure{Origin: outcome.OriginCaller, Err: err}
 	case errors.As(err, &ae) && ae.Reason == ReasonDecodeWatchdog:
 		return &outcome.Failure{Origin: outcome.OriginGateway, Err: err} // the decode pod stalled
