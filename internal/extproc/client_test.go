@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -220,7 +221,7 @@ func TestDestinationOnlyHold(t *testing.T) {
 			for {
 				_, dones, err := lc.snapshot()
 				if dones == 1 {
-					if err != tc.wantErr {
+					if (err == nil) != (tc.wantErr == nil) || !errors.Is(err, tc.wantErr) {
 						t.Errorf("Done(%v), want Done(%v)", err, tc.wantErr)
 					}
 					if took := time.Since(start); tc.hold > 0 && took < tc.hold {
