@@ -114,7 +114,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		switch r.API {
-		case APIChatCompletions, APICompletions:
+		case APIChatCompletions, APICompletions, APIMessages, APIResponses:
 			if r.Model == "" {
 				t.Fatalf("%s accepted without a model: %s", r.API, body)
 			}
@@ -122,7 +122,11 @@ func FuzzParse(f *testing.F) {
 		default:
 			t.Fatalf("API %q", r.API)
 		}
-		if r.BodyTokens != len(r.Body)/4 || r.PromptTokens != (len(r.Prompt)+3)/4 {
+		wantBody := len(r.Body) / 4
+		if r.TokenPrompt {
+			wantBody = r.PromptTokens
+		}
+		if r.BodyTokens != wantBody || r.PromptTokens != r.PromptLength.Estimate() {
 			t.Fatalf("tokens %d/%d for %d body bytes and prompt %q", r.BodyTokens, r.PromptTokens, len(r.Body), r.Prompt)
 		}
 		if len(session) > maxSessionKeyBytes && r.SessionKey != "" {
