@@ -54,8 +54,8 @@ type Request struct {
 	Headers map[string]string
 	Body    []byte
 
-	API    API
-	Model  string
+	API   API
+	Model string
 	// Prompt is the text prefix hashing reads: the text the engine sees, in order (roles and
 	// text of every message, a Messages request's system prompt, a Responses request's
 	// instructions); a token-id prompt's ids in their JSON text form.
