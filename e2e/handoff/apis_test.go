@@ -39,7 +39,9 @@ var apiCases = []apiCase{
 
 // onSGLang says whether SGLang's hand-off carries the API: its /v1/messages drops the bootstrap
 // fields, and Tandem hands off only chat and completions there.
-func (c apiCase) onSGLang() bool { return !strings.HasPrefix(c.path, "/v1/messages") && c.path != "/v1/responses" }
+func (c apiCase) onSGLang() bool {
+	return !strings.HasPrefix(c.path, "/v1/messages") && c.path != "/v1/responses"
+}
 
 // One request of each API through the gateway, Tandem's ext_proc stream and a simulated vLLM
 // and SGLang PD pair: disaggregated where the engine's server carries the hand-off, refused
