@@ -330,8 +330,9 @@ func foreignEncoding(raw []byte) bool {
 	return false
 }
 
-// noPathBody refuses a request without :path whose body names no inference API: an InferencePool
-// serves completions and chat completions, and without the path nothing else can be told apart.
+// noPathBody refuses a request without :path whose body names neither chat completions nor
+// completions: without the path nothing else can be told apart (a Messages body looks like chat,
+// a Responses body like embeddings).
 func noPathBody() error {
 	return apierror.BadRequest("bad_body", "",
 		"the request has no :path, so its body must be a completions (\"prompt\") or chat completions (\"messages\") JSON object with \"model\"")
