@@ -94,6 +94,9 @@ func FuzzParse(f *testing.F) {
 		{"/v1/embeddings", `{"model":"e","input":"x"}`},
 		{"/upload", `not json`},
 		{"/v1/completions", `[[[[[[[[`},
+		{"/v1/messages", `{"model":"m","max_tokens":3,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`},
+		{"/v1/responses", `{"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call_output"}],"max_output_tokens":2}`},
+		{"/v1/completions", `{"model":"m","prompt":[[1,2],[3]]}`},
 		{"/v1/chat/completions", "{\"model\":\"m\",\"messages\":[{\"role\":\"\xff\",\"content\":\"\\ud800\"}]}"},
 	} {
 		f.Add("POST", s.path, "k", s.body)
