@@ -232,7 +232,7 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 		r.Stream = f("stream").Type == gjson.True
 		return r, nil
 	}
-	if err := noDuplicates(members); err != nil {
+	if err := noDuplicates(members, api); err != nil {
 		return nil, err
 	}
 	if r.Model == "" {

@@ -17,16 +17,30 @@ import (
 // depends on a later stage (a chat template, the tokenizer), Tandem lets the request through:
 // the engine decides, as it would without Tandem.
 
-// readFields are the top-level fields Tandem reads; a duplicate of one is refused. Engines
-// (Python's json) keep the last duplicate while Tandem's reader sees the first, so the gateway
-// would route by a value the engine never uses.
-var readFields = []string{"model", "messages", "prompt", "stream", "max_tokens", "max_completion_tokens",
-	"input", "instructions", "system", "max_output_tokens"}
+// readFields are the top-level fields Tandem reads, per API; a duplicate of one is refused.
+// Engines (Python's json) keep the last duplicate while Tandem's reader sees the first, so the
+// gateway would route by a value the engine never uses.
+func readFields(api API) []string {
+	switch api {
+	case APIMessages:
+		return messagesFields
+	case APIResponses:
+		return responsesFields
+	}
+	return openAIFields
+}
 
-func noDuplicates(members []member) error {
-	var seen [10]bool // one per readFields entry
+var (
+	openAIFields    = []string{"model", "messages", "prompt", "stream", "max_tokens", "max_completion_tokens"}
+	messagesFields  = []string{"model", "messages", "system", "stream", "max_tokens"}
+	responsesFields = []string{"model", "input", "instructions", "stream", "max_output_tokens"}
+)
+
+func noDuplicates(members []member, api API) error {
+	fields := readFields(api)
+	var seen [6]bool // one per field
 	for _, m := range members {
-		for i, f := range readFields {
+		for i, f := range fields {
 			if !m.is(f) {
 				continue
 			}
