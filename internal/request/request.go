@@ -292,12 +292,18 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 func outputLimits(api API) []string {
 	switch api {
 	case APIResponses:
-		return []string{"max_output_tokens"}
+		return responsesLimits
 	case APIMessages:
-		return []string{"max_tokens"}
+		return messagesLimits
 	}
-	return []string{"max_tokens", "max_completion_tokens"}
+	return openAILimits
 }
+
+var (
+	openAILimits    = []string{"max_tokens", "max_completion_tokens"}
+	messagesLimits  = []string{"max_tokens"}
+	responsesLimits = []string{"max_output_tokens"}
+)
 
 // engineReadsAsJSON reports whether the engines' OpenAI servers parse a body of this
 // content type as JSON: FastAPI does when there is none, for application/json and for
