@@ -162,12 +162,12 @@ func (st *stack) post(ctx context.Context, path string, body []byte, header map[
 // text is the generated text of a streamed or whole answer.
 func (r reply) text() string { return sim.AnswerText(r.body) }
 
-// inferences are the completion requests a pod received, oldest first (sidecar-built bodies
+// inferences are the inference requests (completions, chat, Messages, Responses) a pod received, oldest first (sidecar-built bodies
 // carry sim.HeaderSidecarLeg).
 func inferences(s *sim.Server) []sim.Recorded {
 	var out []sim.Recorded
 	for _, r := range s.Requests() {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.Path, "completions") {
+		if r.Method == http.MethodPost && (strings.HasSuffix(r.Path, "completions") || strings.HasSuffix(r.Path, "/messages") || strings.HasSuffix(r.Path, "/responses")) {
 			out = append(out, r)
 		}
 	}

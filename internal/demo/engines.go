@@ -35,15 +35,23 @@ type EngineResult struct {
 	Errors      []string
 }
 
-// engineRequests are the check's requests: chat and completions, streamed and whole.
+// engineRequests are the check's requests: chat and completions, streamed and whole, a
+// completions prompt of token ids, chat with content parts, and (vLLM only: SGLang and
+// TensorRT-LLM do not carry the hand-off on them, see docs/apis.md) one Anthropic Messages and
+// one OpenAI Responses request.
 var engineRequests = []struct {
-	path string
-	body string
+	path     string
+	body     string
+	vllmOnly bool
 }{
-	{"/v1/chat/completions", `{"model":"` + Model + `","messages":[{"role":"user","content":"Name a sea with many ships on it."}],"max_tokens":6}`},
-	{"/v1/chat/completions", `{"model":"` + Model + `","messages":[{"role":"user","content":"Name a sea with many ships on it."}],"max_tokens":6,"stream":true}`},
-	{"/v1/completions", `{"model":"` + Model + `","prompt":"The ships on the sea","max_tokens":6}`},
-	{"/v1/completions", `{"model":"` + Model + `","prompt":"The ships on the sea","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}`},
+	{"/v1/chat/completions", `{"model":"` + Model + `","messages":[{"role":"user","content":"Name a sea with many ships on it."}],"max_tokens":6}`, false},
+	{"/v1/chat/completions", `{"model":"` + Model + `","messages":[{"role":"user","content":"Name a sea with many ships on it."}],"max_tokens":6,"stream":true}`, false},
+	{"/v1/completions", `{"model":"` + Model + `","prompt":"The ships on the sea","max_tokens":6}`, false},
+	{"/v1/completions", `{"model":"` + Model + `","prompt":"The ships on the sea","max_tokens":6,"stream":true,"stream_options":{"include_usage":true}}`, false},
+	{"/v1/completions", `{"model":"` + Model + `","prompt":[791,18198,389,279,9581],"max_tokens":6}`, false},
+	{"/v1/chat/completions", `{"model":"` + Model + `","messages":[{"role":"user","content":[{"type":"text","text":"Name a sea"},{"type":"text","text":" with many ships."}]}],"max_tokens":6}`, false},
+	{"/v1/messages", `{"model":"` + Model + `","system":"Be brief.","messages":[{"role":"user","content":"Name a sea with many ships on it."}],"max_tokens":6,"stream":true}`, true},
+	{"/v1/responses", `{"model":"` + Model + `","input":"Name a sea with many ships on it.","max_output_tokens":6}`, true},
 }
 
 // CheckEngines runs the engine check with run starting each Tandem.
@@ -125,13 +133,16 @@ func checkEngine(ctx context.Context, run EPPRunner, timeScale float64, log logr
 	defer client.CloseIdleConnections()
 	url := "http://" + ln.Addr().String()
 	for _, q := range engineRequests {
+		if q.vllmOnly && r.Engine != sim.EngineVLLM {
+			continue
+		}
 		r.Requests++
 		if err := engineRequest(ctx, client, url, q.path, q.body, pods[sim.RoleDecode].Config().Name, r); err != nil {
 			r.Errors = append(r.Errors, err.Error())
 		}
 	}
 	for _, rec := range pods[sim.RolePrefill].Requests() {
-		if strings.HasSuffix(rec.Path, "completions") {
+		if strings.HasSuffix(rec.Path, "completions") || strings.HasSuffix(rec.Path, "/messages") || strings.HasSuffix(rec.Path, "/responses") {
 			r.PrefillLegs++
 		}
 	}

@@ -165,6 +165,12 @@ func (a *Adapters) New(ctx context.Context, in Input) (*Handoff, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAPI(in.API, in.Body); err != nil {
+		return nil, err
+	}
+	if !supports(eng, in.API) {
+		return nil, refuseAPI(eng, in.API)
+	}
 	plan, err := eng.Prepare(ctx, &in.Leg)
 	if err != nil {
 		return nil, apierror.From(err)

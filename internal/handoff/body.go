@@ -13,7 +13,8 @@ import (
 )
 
 // Top-level keys the prefill leg of every engine overrides or removes.
-var prefillKeys = []string{wire.FieldMaxTokens, wire.FieldMaxCompletionTokens, wire.FieldStream, wire.FieldStreamOptions, wire.FieldMinTokens}
+var prefillKeys = []string{wire.FieldMaxTokens, wire.FieldMaxCompletionTokens, wire.FieldStream, wire.FieldStreamOptions, wire.FieldMinTokens,
+	wire.FieldMaxOutputTokens, wire.FieldStore, wire.FieldBackground}
 
 // checkControlled refuses a body Tandem cannot rewrite safely: not a JSON object, or naming one of
 // the keys Tandem sets more than once at the top level. Engines read the last duplicate, so the

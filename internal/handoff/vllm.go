@@ -44,7 +44,7 @@ func (v *VLLM) Prepare(_ context.Context, leg *Leg) (*Plan, error) {
 	if v.Connector == ConnectorSHFS {
 		e.raw(wire.FieldKVTransferParams, prefillKVParams)
 	}
-	prefill, err := e.prefillOnly(true).done()
+	prefill, err := e.prefillOnlyFor(leg.API, true).done()
 	if err != nil {
 		return nil, fmt.Errorf("building the vLLM prefill body: %w", err)
 	}

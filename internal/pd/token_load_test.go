@@ -493,3 +493,37 @@ func TestTokenLoadProfileKnobs(t *testing.T) {
 	}
 	d.Lifecycle.Done(nil)
 }
+
+// A completions prompt of token ids is as long as its ids: bucketing compares that length with
+// the ranges, and token_load charges it (not a quarter of the ids' JSON bytes, which here would
+// be about 1750).
+func TestTokenIDPromptLengthAndCharges(t *testing.T) {
+	h := newTL(t, func(g *config.PD) {
+		g.PrefillScorePolicy = pd.PolicyTokenLoad
+		g.DecodeScorePolicy = pd.PolicyTokenLoad
+		g.PromptLengthBucketing = true
+	},
+		"p0:prefill:A:1200", "d0:decode:A:1200", "p1:prefill:B:800", "d1:decode:B:800")
+	ids := make([]int, 1000)
+	for i := range ids {
+		ids[i] = 100000 + i
+	}
+	body, _ := json.Marshal(map[string]any{"model": "m", "prompt": ids, "max_tokens": 4})
+	r, err := request.Parse("POST", "/v1/completions", map[string]string{}, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body)/4 < 1700 {
+		t.Fatalf("the body is %d bytes: the example must make bytes/4 differ from the length", len(body))
+	}
+	d := h.pick(r)
+	if d.Prefill[0].Name != "p0" || d.Destination[0].Name != "d0" {
+		t.Fatalf("picked %s/%s, want roleset A, whose bucket (≤1200) holds 1000 tokens", d.Prefill[0].Name, d.Destination[0].Name)
+	}
+	active, kv := h.prefillLoad("p0")
+	dec, _, _ := h.tl.Decode.Local(h.pod("d0"))
+	if active != 3500+1000 || kv != 3500+1000 || dec != 1000 {
+		t.Fatalf("charges active %v kv %v decode %v; want 4500, 4500 and 1000 (the prompt's 1000 tokens)", active, kv, dec)
+	}
+	d.Lifecycle.Done(nil)
+}

@@ -19,15 +19,26 @@ import (
 	"github.com/tandem-epp/tandem/internal/wire"
 )
 
-// API is the OpenAI endpoint a request calls.
+// API is the inference endpoint a request calls.
 type API string
 
 const (
-	APICompletions     API = "completions"
-	APIChatCompletions API = "chat_completions"
+	APICompletions     API = "completions"      // OpenAI /v1/completions
+	APIChatCompletions API = "chat_completions" // OpenAI /v1/chat/completions
+	APIMessages        API = "messages"         // Anthropic /v1/messages (vLLM, SGLang)
+	APIResponses       API = "responses"        // OpenAI /v1/responses (vLLM)
 	// APIOther covers embeddings, models and any other path: routed by the default strategy.
 	APIOther API = "other"
 )
+
+// Inference reports whether Tandem parses and validates the API's body (every API but APIOther).
+func (a API) Inference() bool {
+	switch a {
+	case APICompletions, APIChatCompletions, APIMessages, APIResponses:
+		return true
+	}
+	return false
+}
 
 // HeaderSessionKey is the caller-owned session key used by the token-load session-delta rule.
 const HeaderSessionKey = wire.HeaderSessionKey
@@ -43,19 +54,30 @@ type Request struct {
 	Headers map[string]string
 	Body    []byte
 
-	API    API
-	Model  string
-	Prompt string // text used for prefix hashing and the prompt-length estimate
-	// PromptTokens estimates the prompt length: one token per four bytes of prompt text.
+	API   API
+	Model string
+	// Prompt is the text prefix hashing reads: the text the engine sees, in order (roles and
+	// text of every message, a Messages request's system prompt, a Responses request's
+	// instructions); a token-id prompt's ids in their JSON text form.
+	Prompt string
+	// PromptTokens estimates the prompt length: one token per four bytes of the text
+	// PromptLength counts; a token-id prompt's exact length.
 	PromptTokens int
 	// PromptLength is the prompt's length in cl100k_base tokens, counted only as far as the
 	// decisions that compare it with a boundary need (bucketing, config-profile: auto), each
-	// token at most once per request. Never nil for a parsed request.
+	// token at most once per request. It counts the text AIBrix counts (see countText): the
+	// messages' contents joined by one space, content-part arrays as their JSON. A token-id
+	// prompt's length is known without a tokenizer: the number of ids. Never nil for a parsed
+	// request.
 	PromptLength *tokenize.Length
-	// MaxTokens is max_tokens, else max_completion_tokens, when the body has one as an integer.
+	// TokenPrompt says the prompt is token ids (completions): PromptTokens is their count.
+	TokenPrompt bool
+	// MaxTokens is the output limit when the body has one as an integer: max_tokens, else
+	// max_completion_tokens (chat, completions, Messages), max_output_tokens (Responses).
 	MaxTokens    int64
 	HasMaxTokens bool
-	// BodyTokens is the seed's token-load estimate: one token per four bytes of request body.
+	// BodyTokens is the seed's token-load estimate: one token per four bytes of request body;
+	// for a token-id prompt, its length.
 	BodyTokens int
 	Stream     bool
 	// SessionKey is x-aibrix-session-key when present and at most 256 bytes.
@@ -80,6 +102,10 @@ func APIFromPath(path string) API {
 		return APIChatCompletions
 	case strings.HasSuffix(path, "/completions"):
 		return APICompletions
+	case strings.HasSuffix(path, "/v1/messages"):
+		return APIMessages
+	case strings.HasSuffix(path, "/v1/responses"):
+		return APIResponses
 	case path == "":
 		return ""
 	}
@@ -105,10 +131,10 @@ type Options struct {
 //   - the ControlFields are removed from the body, whatever the route, unless trusted; a JSON
 //     body in an encoding the engines decode but Tandem's scan does not (a byte-order mark,
 //     UTF-16, UTF-32) is a 400 on every route for that reason;
-//   - completions and chat completions are validated as vLLM's OpenAI server validates the
-//     fields Tandem reads (model, messages or prompt and their shapes, stream, max_tokens,
-//     max_completion_tokens, duplicates of them): what it refuses is a 400 naming the field,
-//     and what it accepts is read the way it reads it. Other APIs are never refused;
+//   - completions, chat completions, Messages and Responses are validated as vLLM's server
+//     validates the fields Tandem reads (model, messages, prompt or input and their shapes,
+//     stream, the output limit, duplicates of them): what it refuses is a 400 naming the
+//     field, and what it accepts is read the way it reads it. Other APIs are never refused;
 //   - without a path (clients that send no :path) the body names the API: "messages" is chat
 //     completions, "prompt" (or "prompt_embeds") completions, anything else a 400.
 //
@@ -123,7 +149,7 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 		r.SessionKey = headers[HeaderSessionKey]
 	}
 	api := APIFromPath(path)
-	inference := api == APIChatCompletions || api == APICompletions
+	inference := api.Inference()
 	if !o.TrustPDFields && engineReadsAsJSON(headers["content-type"]) && foreignEncoding(raw) {
 		// Before the control fields are looked for: Tandem's scan reads UTF-8 without a mark,
 		// so the fields of such a body would reach a pod on every route Tandem does not validate.
@@ -206,7 +232,7 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 		r.Stream = f("stream").Type == gjson.True
 		return r, nil
 	}
-	if err := noDuplicates(members); err != nil {
+	if err := noDuplicates(members, api); err != nil {
 		return nil, err
 	}
 	if r.Model == "" {
@@ -221,23 +247,37 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	if r.Stream, err = laxBool(f("stream"), "stream"); err != nil {
 		return nil, err
 	}
-	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+	limits := outputLimits(api)
+	for _, k := range limits {
 		if err := laxCount(f(k), k); err != nil {
 			return nil, err
 		}
 	}
+	var p prompted
 	switch api {
 	case APIChatCompletions:
-		r.Prompt, err = chatText(messages)
+		p, err = chatPrompt(messages)
 	case APICompletions:
-		r.Prompt, err = promptText(prompt, f("prompt_embeds"))
+		p, err = promptText(prompt, f("prompt_embeds"))
+	case APIMessages:
+		p, err = messagesPrompt(messages, f("system"), f("max_tokens"))
+	case APIResponses:
+		p, err = responsesPrompt(f("input"), f("instructions"))
 	}
 	if err != nil {
 		return nil, err
 	}
-	r.PromptLength = tokenize.NewLength(r.Prompt)
+	r.Prompt = p.hash
+	if p.ids >= 0 {
+		// Token ids need no tokenizer: the prompt is as long as the list.
+		r.TokenPrompt = true
+		r.PromptLength = tokenize.KnownLength(p.ids)
+		r.BodyTokens = p.ids
+	} else {
+		r.PromptLength = tokenize.NewLength(p.count)
+	}
 	r.PromptTokens = r.PromptLength.Estimate()
-	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+	for _, k := range limits {
 		if v := f(k); v.Type == gjson.Number {
 			if n, err := strconv.ParseInt(v.Raw, 10, 64); err == nil {
 				r.MaxTokens, r.HasMaxTokens = n, true
@@ -247,6 +287,23 @@ func ParseWith(method, path string, headers map[string]string, raw []byte, o Opt
 	}
 	return r, nil
 }
+
+// outputLimits are the fields that bound an API's output, the first present one read.
+func outputLimits(api API) []string {
+	switch api {
+	case APIResponses:
+		return responsesLimits
+	case APIMessages:
+		return messagesLimits
+	}
+	return openAILimits
+}
+
+var (
+	openAILimits    = []string{"max_tokens", "max_completion_tokens"}
+	messagesLimits  = []string{"max_tokens"}
+	responsesLimits = []string{"max_output_tokens"}
+)
 
 // engineReadsAsJSON reports whether the engines' OpenAI servers parse a body of this
 // content type as JSON: FastAPI does when there is none, for application/json and for
@@ -279,14 +336,15 @@ func foreignEncoding(raw []byte) bool {
 	return false
 }
 
-// noPathBody refuses a request without :path whose body names no inference API: an InferencePool
-// serves completions and chat completions, and without the path nothing else can be told apart.
+// noPathBody refuses a request without :path whose body names neither chat completions nor
+// completions: without the path nothing else can be told apart (a Messages body looks like chat,
+// a Responses body like embeddings).
 func noPathBody() error {
 	return apierror.BadRequest("bad_body", "",
 		"the request has no :path, so its body must be a completions (\"prompt\") or chat completions (\"messages\") JSON object with \"model\"")
 }
 
-// PathFor is the OpenAI path of an inference API ("" for APIOther): where a request that came
+// PathFor is the path of an inference API ("" for APIOther): where a request that came
 // without :path is sent when Tandem itself calls a pod (the epp hand-off's prefill leg).
 func PathFor(api API) string {
 	switch api {
@@ -294,13 +352,22 @@ func PathFor(api API) string {
 		return "/v1/chat/completions"
 	case APICompletions:
 		return "/v1/completions"
+	case APIMessages:
+		return "/v1/messages"
+	case APIResponses:
+		return "/v1/responses"
 	}
 	return ""
 }
 
 func wants(api API) string {
-	if api == APIChatCompletions {
+	switch api {
+	case APIChatCompletions:
 		return "\"messages\""
+	case APIMessages:
+		return "\"messages\" and \"max_tokens\""
+	case APIResponses:
+		return "\"input\""
 	}
 	return "\"prompt\""
 }

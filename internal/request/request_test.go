@@ -16,21 +16,26 @@ func TestParse(t *testing.T) {
 		// want
 		api           API
 		model, prompt string
+		count         string // the text bucket lengths count, when not prompt
+		ids           int    // a token-id prompt's length (its PromptTokens and BodyTokens)
 		stream        bool
 		status        int    // non-zero: an error with this status
 		param, msg    string // error's field and a part of its message
 	}{
 		{name: "chat", method: "POST", path: "/v1/chat/completions",
 			body: `{"model":"m","stream":true,"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"},{"type":"text","text":"!"}]}]}`,
-			api:  APIChatCompletions, model: "m", prompt: "system\nbe brief\nuser\nhi!\n", stream: true},
+			api:  APIChatCompletions, model: "m", prompt: "system\nbe brief\nuser\nhi!\n", stream: true,
+			count: `be brief [{"type":"text","text":"hi"},{"type":"text","text":"!"}]`},
 		{name: "completions string", method: "POST", path: "/v1/completions", body: `{"model":"m","prompt":"abcd"}`,
 			api: APICompletions, model: "m", prompt: "abcd"},
 		{name: "completions list", path: "/v1/completions?x=1", body: `{"model":"m","prompt":["ab","cd"]}`,
 			api: APICompletions, model: "m", prompt: "abcd"},
 		{name: "completions token ids", path: "/v1/completions", body: `{"model":"m","prompt":[1,2,3]}`,
-			api: APICompletions, model: "m", prompt: "1 2 3 "},
+			api: APICompletions, model: "m", prompt: "1 2 3 ", ids: 3},
+		{name: "completions token id lists", path: "/v1/completions", body: `{"model":"m","prompt":[[1,2],[3,4,5]]}`,
+			api: APICompletions, model: "m", prompt: "[1,2] [3,4,5] ", ids: 5},
 		{name: "no path, chat by body", body: `{"model":"m","messages":[{"role":"user","content":"x"}]}`,
-			api: APIChatCompletions, model: "m", prompt: "user\nx\n"},
+			api: APIChatCompletions, model: "m", prompt: "user\nx\n", count: "x"},
 		{name: "no path, completions by body", body: `{"model":"m","prompt":"x"}`, api: APICompletions, model: "m", prompt: "x"},
 		{name: "embeddings routed", path: "/v1/embeddings", body: `{"model":"e","input":"x"}`, api: APIOther, model: "e"},
 		{name: "other path non-JSON routed", path: "/upload", body: `not json`, api: APIOther},
@@ -80,8 +85,16 @@ func TestParse(t *testing.T) {
 			if r.API != tc.api || r.Model != tc.model || r.Prompt != tc.prompt || r.Stream != tc.stream {
 				t.Fatalf("got api %q model %q prompt %q stream %v", r.API, r.Model, r.Prompt, r.Stream)
 			}
-			if r.PromptTokens != (len(tc.prompt)+3)/4 || r.BodyTokens != len(tc.body)/4 {
-				t.Fatalf("tokens %d/%d", r.PromptTokens, r.BodyTokens)
+			count := tc.prompt
+			if tc.count != "" {
+				count = tc.count
+			}
+			wantPrompt, wantBody := (len(count)+3)/4, len(tc.body)/4
+			if tc.ids > 0 {
+				wantPrompt, wantBody = tc.ids, tc.ids
+			}
+			if r.PromptTokens != wantPrompt || r.BodyTokens != wantBody || r.TokenPrompt != (tc.ids > 0) {
+				t.Fatalf("tokens %d/%d (token prompt %v), want %d/%d", r.PromptTokens, r.BodyTokens, r.TokenPrompt, wantPrompt, wantBody)
 			}
 		})
 	}

@@ -94,6 +94,9 @@ func FuzzParse(f *testing.F) {
 		{"/v1/embeddings", `{"model":"e","input":"x"}`},
 		{"/upload", `not json`},
 		{"/v1/completions", `[[[[[[[[`},
+		{"/v1/messages", `{"model":"m","max_tokens":3,"system":[{"type":"text","text":"s"}],"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`},
+		{"/v1/responses", `{"model":"m","input":[{"role":"user","content":"x"},{"type":"function_call_output"}],"max_output_tokens":2}`},
+		{"/v1/completions", `{"model":"m","prompt":[[1,2],[3]]}`},
 		{"/v1/chat/completions", "{\"model\":\"m\",\"messages\":[{\"role\":\"\xff\",\"content\":\"\\ud800\"}]}"},
 	} {
 		f.Add("POST", s.path, "k", s.body)
@@ -114,7 +117,7 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		switch r.API {
-		case APIChatCompletions, APICompletions:
+		case APIChatCompletions, APICompletions, APIMessages, APIResponses:
 			if r.Model == "" {
 				t.Fatalf("%s accepted without a model: %s", r.API, body)
 			}
@@ -122,7 +125,11 @@ func FuzzParse(f *testing.F) {
 		default:
 			t.Fatalf("API %q", r.API)
 		}
-		if r.BodyTokens != len(r.Body)/4 || r.PromptTokens != (len(r.Prompt)+3)/4 {
+		wantBody := len(r.Body) / 4
+		if r.TokenPrompt {
+			wantBody = r.PromptTokens
+		}
+		if r.BodyTokens != wantBody || r.PromptTokens != r.PromptLength.Estimate() {
 			t.Fatalf("tokens %d/%d for %d body bytes and prompt %q", r.BodyTokens, r.PromptTokens, len(r.Body), r.Prompt)
 		}
 		if len(session) > maxSessionKeyBytes && r.SessionKey != "" {

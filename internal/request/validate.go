@@ -17,15 +17,30 @@ import (
 // depends on a later stage (a chat template, the tokenizer), Tandem lets the request through:
 // the engine decides, as it would without Tandem.
 
-// readFields are the top-level fields Tandem reads; a duplicate of one is refused. Engines
-// (Python's json) keep the last duplicate while Tandem's reader sees the first, so the gateway
-// would route by a value the engine never uses.
-var readFields = []string{"model", "messages", "prompt", "stream", "max_tokens", "max_completion_tokens"}
+// readFields are the top-level fields Tandem reads, per API; a duplicate of one is refused.
+// Engines (Python's json) keep the last duplicate while Tandem's reader sees the first, so the
+// gateway would route by a value the engine never uses.
+func readFields(api API) []string {
+	switch api {
+	case APIMessages:
+		return messagesFields
+	case APIResponses:
+		return responsesFields
+	}
+	return openAIFields
+}
 
-func noDuplicates(members []member) error {
-	var seen [6]bool // one per readFields entry
+var (
+	openAIFields    = []string{"model", "messages", "prompt", "stream", "max_tokens", "max_completion_tokens"}
+	messagesFields  = []string{"model", "messages", "system", "stream", "max_tokens"}
+	responsesFields = []string{"model", "input", "instructions", "stream", "max_output_tokens"}
+)
+
+func noDuplicates(members []member, api API) error {
+	fields := readFields(api)
+	var seen [6]bool // one per field
 	for _, m := range members {
-		for i, f := range readFields {
+		for i, f := range fields {
 			if !m.is(f) {
 				continue
 			}
@@ -113,18 +128,20 @@ func truncate(s string, n int) string {
 
 // promptText reads a completions prompt: a string, a list of strings, a list of token ids or a
 // list of such lists (vLLM's Union[list[int], list[list[int]], str, list[str]]); it may be
-// absent when prompt_embeds carries the prompt.
-func promptText(v, embeds gjson.Result) (string, error) {
+// absent when prompt_embeds carries the prompt. Token ids are counted, not tokenised: a list
+// of lists is as long as all its ids (the batch's prompts, each prefilled).
+func promptText(v, embeds gjson.Result) (prompted, error) {
 	switch {
 	case v.Type == gjson.String:
-		return v.Str, nil
+		return text(v.Str), nil
 	case (!v.Exists() || v.Type == gjson.Null) && embeds.Exists() && embeds.Type != gjson.Null:
-		return "", nil
+		return text(""), nil
 	case !v.Exists() || v.Type == gjson.Null:
-		return "", apierror.BadRequest("missing_prompt", "prompt", "the completions API needs \"prompt\" (a string, a list of strings or token ids)")
+		return prompted{}, apierror.BadRequest("missing_prompt", "prompt", "the completions API needs \"prompt\" (a string, a list of strings or token ids)")
 	case v.IsArray():
 		var sb strings.Builder
 		var shape string // "text", "ids" or "lists", from the first item
+		ids := 0
 		ok := true
 		v.ForEach(func(_, item gjson.Result) bool {
 			var s string
@@ -134,10 +151,12 @@ func promptText(v, embeds gjson.Result) (string, error) {
 				sb.WriteString(item.Str)
 			case tokenID(item):
 				s = "ids"
-				sb.WriteString(item.Raw) // token ids keep their text form for hashing and length
+				ids++
+				sb.WriteString(item.Raw) // token ids keep their text form for hashing
 				sb.WriteByte(' ')
 			case item.IsArray() && allTokenIDs(item):
 				s = "lists"
+				ids += len(item.Array())
 				sb.WriteString(item.Raw)
 				sb.WriteByte(' ')
 			}
@@ -147,11 +166,15 @@ func promptText(v, embeds gjson.Result) (string, error) {
 			shape = s
 			return ok
 		})
-		if ok {
-			return sb.String(), nil
+		switch {
+		case !ok:
+		case shape == "ids" || shape == "lists":
+			return prompted{hash: sb.String(), ids: ids}, nil
+		default:
+			return text(sb.String()), nil
 		}
 	}
-	return "", apierror.BadRequest("bad_prompt", "prompt", "\"prompt\" must be a string, a list of strings, a list of token ids or a list of token id lists, not a mix")
+	return prompted{}, apierror.BadRequest("bad_prompt", "prompt", "\"prompt\" must be a string, a list of strings, a list of token ids or a list of token id lists, not a mix")
 }
 
 // tokenID is a pydantic int: a whole, finite number (or a bool).
@@ -170,6 +193,16 @@ func allTokenIDs(list gjson.Result) bool {
 	ok := true
 	list.ForEach(func(_, id gjson.Result) bool { ok = tokenID(id); return ok })
 	return ok
+}
+
+// chatPrompt reads chat completions messages: the hashed text (chatText) and the counted one
+// (countText).
+func chatPrompt(v gjson.Result) (prompted, error) {
+	h, err := chatText(v)
+	if err != nil {
+		return prompted{}, err
+	}
+	return prompted{hash: h, count: countText(v), ids: -1}, nil
 }
 
 // chatText concatenates roles and text content of the messages, in order. A message is an

@@ -136,8 +136,43 @@ func describe(v any) string {
 	return fmt.Sprintf("%T", v)
 }
 
-// inferReq is the simulator's view of a completions or chat completions body.
+// APIs the simulator serves, told by the path.
+const (
+	apiCompletions = "completions"
+	apiChat        = "chat"
+	apiMessages    = "messages"  // Anthropic /v1/messages
+	apiResponses   = "responses" // OpenAI /v1/responses
+)
+
+// apiOf names the API of a path.
+func apiOf(path string) string {
+	path = strings.TrimRight(path, "/")
+	switch {
+	case strings.HasSuffix(path, "/chat/completions"):
+		return apiChat
+	case strings.HasSuffix(path, "/v1/messages"):
+		return apiMessages
+	case strings.HasSuffix(path, "/v1/responses"):
+		return apiResponses
+	}
+	return apiCompletions
+}
+
+// limitKeys are the fields that bound an API's output (the last present one wins, as in
+// vLLM's chat API).
+func limitKeys(api string) []string {
+	switch api {
+	case apiMessages:
+		return []string{"max_tokens"}
+	case apiResponses:
+		return []string{"max_output_tokens"}
+	}
+	return []string{"max_tokens", "max_completion_tokens"}
+}
+
+// inferReq is the simulator's view of an inference body.
 type inferReq struct {
+	api       string
 	chat      bool
 	raw       map[string]any
 	model     string
@@ -162,7 +197,8 @@ func parseInference(path string, body []byte, p Params) (*inferReq, *httpError) 
 	if k := duplicateTopLevelKey(body); k != "" {
 		return nil, badRequest(k, "top-level key %q appears twice; send each key once", k)
 	}
-	q := &inferReq{chat: strings.HasSuffix(strings.TrimRight(path, "/"), "/chat/completions"), raw: m}
+	q := &inferReq{api: apiOf(path), raw: m}
+	q.chat = q.api == apiChat
 	var ok bool
 	if q.model, ok = m["model"].(string); !ok || q.model == "" {
 		return nil, badRequest("model", "\"model\" must be a non-empty string, got %s", describe(m["model"]))
@@ -188,7 +224,10 @@ func parseInference(path string, body []byte, p Params) (*inferReq, *httpError) 
 		}
 	}
 	q.maxTokens = p.DefaultMaxTokens
-	for _, key := range []string{"max_tokens", "max_completion_tokens"} { // the second wins, as in vLLM's chat API
+	if raw, ok := m["max_tokens"]; q.api == apiMessages && (!ok || raw == nil) {
+		return nil, badRequest("max_tokens", "the messages API needs \"max_tokens\", an integer ≥ 1")
+	}
+	for _, key := range limitKeys(q.api) {
 		if raw, ok := m[key]; ok && raw != nil {
 			v, err := asInt(raw)
 			if err != nil || v < 1 {
@@ -229,6 +268,12 @@ func (q *inferReq) readPrompt() *httpError {
 		}
 		q.ids = ids
 		return nil
+	}
+	switch q.api {
+	case apiMessages:
+		return q.readMessages()
+	case apiResponses:
+		return q.readResponses()
 	}
 	if q.chat {
 		msgs, ok := q.raw["messages"].([]any)
@@ -305,7 +350,11 @@ func intList(raw any) ([]int64, error) {
 
 // prefillShape checks what every engine's prefill leg must carry: one output token (max_tokens
 // 1; max_completion_tokens 1 or absent, as AIBrix deletes it for TensorRT-LLM), no streaming.
+// A Responses prefill leg sets max_output_tokens 1 and is neither stored nor in the background.
 func prefillShape(q *inferReq, engine string) *httpError {
+	if q.api == apiResponses {
+		return responsesPrefillShape(q, engine)
+	}
 	v, present, err := intField(q.raw, "max_tokens")
 	if err != nil || !present || v != 1 {
 		return badRequest("max_tokens", "a %s prefill leg must set \"max_tokens\": 1, got %s", engine, describeKey(q.raw, "max_tokens"))

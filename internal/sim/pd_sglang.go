@@ -16,6 +16,14 @@ import (
 type sglangContract struct{}
 
 func (sglangContract) classify(s *Server, q *inferReq) (*leg, *httpError) {
+	if q.api == apiMessages {
+		// SGLang's /v1/messages builds a new chat request from the Anthropic fields alone: the
+		// bootstrap fields and rid never reach its engine.
+		for _, k := range []string{"bootstrap_host", "bootstrap_port", "bootstrap_room", "rid"} {
+			delete(q.raw, k)
+		}
+		q.rid = ""
+	}
 	_, h := q.raw["bootstrap_host"]
 	_, p := q.raw["bootstrap_port"]
 	_, r := q.raw["bootstrap_room"]

@@ -85,7 +85,7 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 	}
 	h := s.eng.add(sq)
 	defer h.cancel()
-	a := &answer{s: s, w: w, q: q, id: s.nextID(map[bool]string{true: "chatcmpl-", false: "cmpl-"}[q.chat]), created: time.Now().Unix()}
+	a := &answer{s: s, w: w, q: q, id: s.nextID(idPrefix(q.api)), created: time.Now().Unix()}
 	s.met.promptTokens.Add(int64(len(q.ids)))
 	i := 0 // tokens emitted
 	for {
@@ -259,6 +259,11 @@ func (a *answer) add(i int) {
 		a.text.WriteString(tok)
 		return
 	}
+	if a.q.api == apiMessages || a.q.api == apiResponses {
+		a.text.WriteString(tok)
+		a.addEvent(tok)
+		return
+	}
 	a.start()
 	finish := any(nil)
 	if a.tokens == a.q.maxTokens {
@@ -281,6 +286,15 @@ func (a *answer) usage() map[string]any {
 
 // finish ends the answer: the usage chunk and [DONE], or the JSON object with x added.
 func (a *answer) finish(x extra) {
+	if a.q.api == apiMessages || a.q.api == apiResponses {
+		if a.q.stream {
+			a.start()
+			a.finishEvents()
+		} else {
+			a.finishJSON(x)
+		}
+		return
+	}
 	if a.q.stream {
 		a.start()
 		if a.q.usage {
@@ -314,6 +328,10 @@ func (a *answer) interrupted(ctx context.Context) {
 	}
 	if !a.started {
 		a.s.fail(ctx, a.w, nil)
+		return
+	}
+	if a.q.api == apiMessages || a.q.api == apiResponses {
+		a.interruptedEvents()
 		return
 	}
 	if a.q.chat {

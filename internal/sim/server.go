@@ -350,6 +350,8 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", s.handleInference)
 	mux.HandleFunc("POST /v1/chat/completions", s.handleInference)
+	mux.HandleFunc("POST /v1/messages", s.handleInference)
+	mux.HandleFunc("POST /v1/responses", s.handleInference)
 	mux.HandleFunc("GET /v1/models", s.handleModels)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	s.met.mount(mux)
@@ -434,7 +436,7 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, 200, f)
 }
 
-// handleInference serves /v1/completions and /v1/chat/completions.
+// handleInference serves /v1/completions, /v1/chat/completions, /v1/messages and /v1/responses.
 func (s *Server) handleInference(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body) // already bounded and buffered by record
 	s.serveInference(w, r, body, true)

@@ -220,3 +220,9 @@ func (l *Length) step() {
 		l.scanOff, l.scanMin = l.off, 0
 	}
 }
+
+// KnownLength is a length known without counting: a prompt of n token ids. Its estimate, its
+// probes and its count are all n.
+func KnownLength(n int) *Length {
+	return &Length{estimate: n, n: n}
+}

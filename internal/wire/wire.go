@@ -89,6 +89,11 @@ const (
 	FieldStreamOptions       = "stream_options"
 	FieldMaxTokens           = "max_tokens"
 	FieldMaxCompletionTokens = "max_completion_tokens"
+	// FieldMaxOutputTokens, FieldStore and FieldBackground are the Responses API's output
+	// limit and the two fields that keep a response after it is answered.
+	FieldMaxOutputTokens = "max_output_tokens"
+	FieldStore           = "store"
+	FieldBackground      = "background"
 	// FieldMinTokens is vLLM's extension; a prefill leg that must stop after one token drops it.
 	FieldMinTokens = "min_tokens"
 )
