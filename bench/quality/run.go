@@ -266,13 +266,21 @@ func (r *runResult) costRatio() float64 {
 }
 
 // stallRouted is how many requests were routed, while a pod stalled, to that pod (prefill or
-// decode), and the stalled pod-seconds: their ratio is requests sent into a stall per second
-// of stall.
+// decode), and the stalled pod-seconds while requests arrived (stalls after the last arrival,
+// while queues drain, can receive nothing): their ratio is requests sent into a stall per
+// second of stall.
 func (r *runResult) stallRouted() (routed int, seconds float64) {
+	if len(r.recs) == 0 {
+		return 0, 0
+	}
+	first, last := r.recs[0].arrive, r.recs[0].arrive
+	for i := range r.recs {
+		first, last = min(first, r.recs[i].arrive), max(last, r.recs[i].arrive)
+	}
 	byPod := map[string][]stallEvent{}
 	for _, s := range r.stalls {
 		byPod[s.pod] = append(byPod[s.pod], s)
-		seconds += s.to - s.from
+		seconds += max(0, min(s.to, last)-max(s.from, first))
 	}
 	for i := range r.recs {
 		q := &r.recs[i]
