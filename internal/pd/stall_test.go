@@ -30,11 +30,25 @@ func TestStalledPodIsNotChosen(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := predictivePool(combinedProfile)
-	stalled := "prefill-0"
-	var stuck []*picker.Decision
-	on := func(d *picker.Decision) []string { return append(names(d.Prefill), names(d.Destination)...) }
-	// Requests arrive every 50 ms and are served at once, but those whose prompt runs on the
-	// stalled pod: its engine stops.
+	stalled := "" // the pod that runs the first request's prompt: its engine stalls
+	var stuck []*picker.Decision // requests that have not ended
+	// on are the pods a request was routed to (the others of a list are its fallbacks).
+	on := func(d *picker.Decision) []string {
+		if len(d.Prefill) > 0 {
+			return []string{d.Prefill[0].Name, d.Destination[0].Name}
+		}
+		return []string{d.Destination[0].Name}
+	}
+	// first is the pod that runs a request's prompt: its prefill pod, or its destination.
+	first := func(d *picker.Decision) string {
+		if len(d.Prefill) > 0 {
+			return d.Prefill[0].Name
+		}
+		return d.Destination[0].Name
+	}
+	// Requests arrive every 25 ms or so; their prompts are served at once and they go on
+	// decoding (so the healthy pods hold more requests than the stalled one), but those
+	// routed to the stalled pod: its engine stopped.
 	pick := func(i int) *picker.Decision {
 		text := strings.Repeat(fmt.Sprintf("prompt %d ", i), 400) // ≈ 1k tokens, no shared prefix
 		d, err := p.Router.Schedule(context.Background(), completion(t, text, nil), snap, snap.Endpoints)
@@ -50,30 +64,20 @@ func TestStalledPodIsNotChosen(t *testing.T) {
 		}
 		clock.Advance(5 * time.Millisecond)
 		d.Lifecycle.ResponseHeaders(200, "")
-		for range 5 {
-			d.Lifecycle.ResponseBody(16, false)
-		}
-		d.Lifecycle.Done(nil)
+		d.Lifecycle.ResponseBody(16, false)
+		stuck = append(stuck, d) // decoding until the test ends
 	}
-	i := 0
-	for ; len(stuck) == 0 && i < 50; i++ {
-		d := pick(i)
-		if slices.Contains(on(d), stalled) {
-			stuck = append(stuck, d)
-		} else {
-			serve(d)
-		}
-		clock.Advance(25 * time.Millisecond)
-	}
-	if len(stuck) == 0 {
-		t.Fatalf("no request went to %s in %d picks", stalled, i)
-	}
+	d := pick(0)
+	stalled = first(d)
+	stuck = append(stuck, d)
+	i := 1
 	clock.Advance(time.Second) // the stall lasts: its prompt is long past due
 	var into []int
 	for j := range 40 {
 		d := pick(i + j)
 		if slices.Contains(on(d), stalled) {
 			into = append(into, j)
+			t.Logf("pick %d: %s %s prefill %v dest %v %v", j, d.Outcome, d.Step, names(d.Prefill), names(d.Destination), d.Trace.Scores)
 			stuck = append(stuck, d)
 		} else {
 			serve(d)
