@@ -13,7 +13,7 @@ ARGS ?=
 IMAGE ?= ghcr.io/tandem-epp/tandem-epp:$(shell hack/ldflags.sh | sed -n 's/.*version=\([^ ]*\).*/\1/p')
 IMAGE_TAR ?= bin/tandem-epp-image.tar
 
-.PHONY: demo test build image lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality
+.PHONY: demo test build image lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full
 
 ## demo: simulated prefill/decode/standard pods, Tandem and a local gateway on loopback, a real trace replayed.
 demo:
@@ -62,3 +62,7 @@ bench-handoff:
 ## bench-quality: replay real traces through the real picker in virtual time.
 bench-quality:
 	$(GO) run ./bench/quality
+
+## bench-quality-full: every shape, load, engine scenario and workload (about three times the default's time).
+bench-quality-full:
+	$(GO) run ./bench/quality -full

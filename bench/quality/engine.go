@@ -92,6 +92,10 @@ type vpod struct {
 	class string // "prefill", "decode" or "standard"
 	link  sim.Link
 	busy  bool // an iteration is in flight
+	// the engine scenario of this pod (nil: the calibrated profile), and the stalls it
+	// caused (for the report: which pod, from when to when)
+	perturb *sim.Perturbation
+	stalls  *[]stallEvent
 
 	gen      int64
 	prefillS float64 // sum of the prefill-time histogram (model seconds)
@@ -126,6 +130,12 @@ func (h *histTotals) interval() (mean, count float64, ok bool) {
 	}
 	h.lastSum, h.lastN = h.sum, h.n
 	return h.lastMean, count, h.n > 0
+}
+
+// stallEvent is one stalled iteration of a pod, in virtual seconds.
+type stallEvent struct {
+	pod      string
+	from, to float64
 }
 
 // handler is a sequence's Owner in the virtual engine: what to do on each of its events.
@@ -168,6 +178,9 @@ func (v *vpod) kick() {
 	evs, secs, ok := v.b.Plan()
 	if ok {
 		v.busy = true
+		if v.perturb != nil && v.perturb.Stalled && v.stalls != nil {
+			*v.stalls = append(*v.stalls, stallEvent{pod: v.ep.Key(), from: v.d.now, to: v.d.now + secs})
+		}
 		v.d.after(secs, v.commit)
 	}
 	dispatch(evs)

@@ -62,6 +62,12 @@ type options struct {
 	params    sim.Params
 	full      bool
 	slo       sloSpec
+	// the capacity section: engine scenarios, seeds per scenario, TPOT objectives, policies
+	capacity    bool
+	scenarios   []string
+	seeds       int
+	capTPOTs    []float64
+	capPolicies []policy
 }
 
 // defaultRequests per repetition: with 4 repetitions and the first and last 10 % of each left
@@ -128,6 +134,12 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	sloTTFT := fs.Duration("slo-ttft", secondsDur(defaultSLO.ttft), "SLO: TTFT bound (the larger of this and -slo-ttft-prefill × the request's idle-pod prefill)")
 	sloTTFTx := fs.Float64("slo-ttft-prefill", defaultSLO.ttftPrefill, "SLO: TTFT bound as a multiple of the request's own idle-pod prefill time")
 	sloTPOT := fs.Duration("slo-tpot", secondsDur(defaultSLO.tpot), "SLO: TPOT bound (mean time per output token after the first)")
+	capOn := fs.Bool("capacity", true, "search every policy's SLO-goodput capacity against the best baseline (the headline section)")
+	scen := fs.String("scenarios", "none,jitter,stalls", "engine scenarios of the capacity section: "+strings.Join(sim.ScenarioNames, ", ")+
+		"; none runs on every workload and shape, the others on mix at the first shape (-full: all scenarios everywhere)")
+	seeds := fs.Int("seeds", 3, "seeds per engine scenario other than none (the worst is reported)")
+	capTPOT := fs.String("capacity-tpots", "50ms,20ms", "TPOT objectives of the capacity section (RESULT names tpot<ms>)")
+	capPols := fs.String("capacity-policies", "", "policies whose capacity is searched besides the baselines (default pd-predictive; -full or -policies: every policy run)")
 	reps := fs.Int("reps", 4, "repetitions per cell: repetition k replays window k of the trace with Poisson arrivals and picker seed seed+k; requests are pooled")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -140,6 +152,9 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 		}
 		if !set["clusters"] {
 			*clusters = fullClusters
+		}
+		if !set["scenarios"] {
+			*scen = strings.Join(sim.ScenarioNames, ",")
 		}
 	}
 	mk, ok := sim.Profiles[*profile]
@@ -197,6 +212,47 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 				return nil, fmt.Errorf("-policies: unknown policy %q; valid: %s", n, policyNames())
 			}
 			o.policies = append(o.policies, allPolicies[i])
+		}
+	}
+	o.capacity, o.seeds = *capOn, *seeds
+	if o.seeds < 1 || o.seeds > 100 {
+		return nil, fmt.Errorf("-seeds=%d: want 1..100", o.seeds)
+	}
+	for _, n := range splitList(*scen) {
+		if err := sim.CheckScenario(n); err != nil {
+			return nil, fmt.Errorf("-scenarios: %w", err)
+		}
+		o.scenarios = append(o.scenarios, n)
+	}
+	for _, s := range splitList(*capTPOT) {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("-capacity-tpots: %q: want positive durations, e.g. 50ms,20ms", s)
+		}
+		o.capTPOTs = append(o.capTPOTs, d.Seconds())
+	}
+	if o.capacity && (len(o.scenarios) == 0 || len(o.capTPOTs) == 0) {
+		return nil, fmt.Errorf("-scenarios and -capacity-tpots: need at least one each (or -capacity=false)")
+	}
+	var capNames []string
+	switch {
+	case *capPols != "":
+		capNames = splitList(*capPols)
+	case *full || *pols != "":
+		for _, p := range o.policies {
+			capNames = append(capNames, p.name)
+		}
+	default:
+		capNames = []string{"pd-predictive"}
+	}
+	for _, n := range capNames {
+		if !slices.ContainsFunc(allPolicies, func(p policy) bool { return p.name == n }) {
+			return nil, fmt.Errorf("-capacity-policies: unknown policy %q; valid: %s", n, policyNames())
+		}
+	}
+	for _, p := range allPolicies {
+		if isBaseline(p.name) || slices.Contains(capNames, p.name) {
+			o.capPolicies = append(o.capPolicies, p)
 		}
 	}
 	if len(o.workloads) == 0 || len(o.loads) == 0 || len(o.clusters) == 0 || len(o.policies) == 0 {
@@ -338,7 +394,9 @@ func run(o *options, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rep := &report{o: o, started: start}
+	rep := &report{o: o, started: start, loadStart: loadAverage()}
+	fmt.Fprintf(stdout, "machine load average at start: %s (%d CPUs)\n", rep.loadStart, runtime.NumCPU())
+	capWins, guesses := map[string]*workload{}, map[string]float64{}
 	if o.validate {
 		vs, err := validateEngine(o)
 		if err != nil {
@@ -367,6 +425,7 @@ func run(o *options, stdout io.Writer) error {
 			if err != nil {
 				return err
 			}
+			capWins[c.name+"/"+wn], guesses[c.name+"/"+wn] = w, cp
 			traceRate := float64(len(w.reqs)-1) / w.span
 			rep.workloads = append(rep.workloads, wlInfo{w: w, cluster: c.name, capacity: cp, traceRate: traceRate})
 			type job struct {
@@ -428,8 +487,42 @@ func run(o *options, stdout io.Writer) error {
 				wn, c.name, len(w.reqs), cp, len(jobs), time.Since(t0).Round(time.Millisecond))
 		}
 	}
+	if o.capacity {
+		t0 := time.Now()
+		cases := capacityCases(o, capWins, guesses)
+		res, err := capacities(o, cases, o.capPolicies)
+		if err != nil {
+			return err
+		}
+		rep.capacity = res
+		runs := 0
+		for _, r := range res {
+			runs += r.runs
+			if r.k.scenario != sim.ScenarioNone {
+				fmt.Fprintf(stdout, "scenario %s on %s/%s (%s, seeds %v): realised engine cost ratio %.4f over %d runs\n",
+					r.k.scenario, r.k.workload, r.k.cluster, r.k.tpotName(), r.k.seeds, r.costRatio, r.runs)
+			}
+		}
+		fmt.Fprintf(stdout, "capacity section: %d cases, %d policies, %d runs in %s\n", len(cases), len(o.capPolicies), runs, time.Since(t0).Round(time.Millisecond))
+	}
 	rep.elapsed = time.Since(start)
+	rep.loadEnd = loadAverage()
+	fmt.Fprintf(stdout, "machine load average at end: %s; wall time %s\n", rep.loadEnd, rep.elapsed.Round(time.Second))
 	return rep.write(stdout)
+}
+
+// loadAverage is the machine's 1, 5 and 15 minute load averages ("unknown" where /proc
+// does not say), so a reader can judge the wall times.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func repoRoot() (string, error) {

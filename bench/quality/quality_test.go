@@ -285,7 +285,8 @@ func TestRunIsDeterministic(t *testing.T) {
 	var outs [2]string
 	for i := range outs {
 		o, err := parseFlags([]string{"-workloads", "code", "-clusters", "2x1p1d+1s", "-requests", "120", "-reps", "2",
-			"-policies", "least_request,token_load,round-robin", "-validate=false", "-out", t.TempDir()}, io.Discard)
+			"-policies", "least_request,token_load,round-robin", "-validate=false", "-out", t.TempDir(),
+			"-scenarios", "none,stalls", "-seeds", "2"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,7 +304,10 @@ func TestRunIsDeterministic(t *testing.T) {
 		t.Fatalf("two runs with one seed differ:\n%s\nvs\n%s", outs[0], outs[1])
 	}
 	for _, want := range []string{"RESULT model_prefill_s_8192=", "RESULT model_prefill_s_131072=", "RESULT model_tpot_ms_batch32_ctx8192=",
-		"RESULT ttft_p99_gain_vs_least_request_code=", "RESULT goodput_ratio_best_vs_least_request_code="} {
+		"RESULT ttft_p99_gain_vs_least_request_code=", "RESULT goodput_ratio_best_vs_least_request_code=",
+		"RESULT worst_capacity_ratio_vs_best_baseline_token_load=", "RESULT best_baseline_code_2x1p1d+1s_tpot50=",
+		"RESULT capacity_ratio_vs_best_baseline_code_2x1p1d+1s_stalls_tpot20_token_load=",
+		"RESULT capacity_ratio_vs_best_baseline_code_2x1p1d+1s_none_tpot50_least-request-nopd="} {
 		if !strings.Contains(outs[0], want) {
 			t.Errorf("no %q line in:\n%s", want, outs[0])
 		}
@@ -332,4 +336,49 @@ func TestReportArgsDropPaths(t *testing.T) {
 	if err != nil || len(o.loads) != 1 || len(o.clusters) != 3 {
 		t.Errorf("-full -loads 0.9: loads %v, %d clusters, err %v; want [0.9] and 3", o.loads, len(o.clusters), err)
 	}
+}
+
+// An engine scenario changes iteration costs only: every request still completes, the
+// realised cost ratio is near 1, and stalled iterations are recorded with their pod and times;
+// the none scenario is the calibrated engine itself.
+func TestScenarioRunsRecordStalls(t *testing.T) {
+	w := tinyWorkload(t, "mix", 200)
+	c, err := parseCluster("2x1p1d+1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := byName(t, "least_request")
+	plain, err := simulate(w, c, pol, runOpts{params: sim.Llama8BH100(), scrape: 1, seed: 3, rate: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	none, err := simulate(w, c, pol, runOpts{params: sim.Llama8BH100(), scrape: 1, seed: 3, rate: 2, scenario: sim.ScenarioNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range plain.recs {
+		if plain.recs[i].done != none.recs[i].done {
+			t.Fatalf("request %d: done at %v without a scenario, %v under none", i, plain.recs[i].done, none.recs[i].done)
+		}
+	}
+	st, err := simulate(w, c, pol, runOpts{params: sim.Llama8BH100(), scrape: 1, seed: 3, rate: 2, scenario: sim.ScenarioStalls, scenarioSeed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.stalls) == 0 {
+		t.Fatal("no stall recorded under the stalls scenario")
+	}
+	for _, s := range st.stalls {
+		if s.pod == "" || !(s.to > s.from) {
+			t.Errorf("stall event %+v: want a pod and a positive length", s)
+		}
+	}
+	if r := st.costRatio(); r < 0.5 || r > 2 {
+		t.Errorf("realised cost ratio %v", r)
+	}
+	routed, secs := st.stallRouted()
+	if secs <= 0 || routed < 0 {
+		t.Errorf("stallRouted = %d, %v", routed, secs)
+	}
+	t.Logf("%d stalls, cost ratio %.3f, %d requests routed into %.2f stalled pod-seconds", len(st.stalls), st.costRatio(), routed, secs)
 }

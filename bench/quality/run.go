@@ -196,7 +196,9 @@ type record struct {
 	preempt  int  // times its sequences lost their KV
 	// where its work ran: the pods of its prefill and of its decode ("prefill", "decode", "standard")
 	prefillOn, decodeOn string
-	failed              string
+	// the keys of those pods (the same pod for a whole request)
+	prefillPod, decodePod string
+	failed                string
 }
 
 func (r *record) ttft() float64 { return r.first - r.arrive }
@@ -224,8 +226,12 @@ type runOpts struct {
 	params sim.Params
 	scrape float64 // scrape interval, seconds
 	seed   uint64
-	rate   float64          // offered requests per second (a Poisson process); 0: the workload's own arrival times
-	sched  picker.Scheduler // when set, routes instead of the policy (validation)
+	// scenario is the engine scenario of every pod (sim.ScenarioNames; "" is none), seeded
+	// by scenarioSeed; the router is not told
+	scenario     string
+	scenarioSeed uint64
+	rate         float64          // offered requests per second (a Poisson process); 0: the workload's own arrival times
+	sched        picker.Scheduler // when set, routes instead of the policy (validation)
 }
 
 // runResult is one (workload, cluster, policy, load) run.
@@ -245,6 +251,49 @@ type runResult struct {
 	// pred is how far the latency models' TTFT predictions were from the TTFTs the
 	// gateway observed (pd-predictive only; zero N otherwise), per repetition.
 	pred []latency.ErrorSummary
+	// under an engine scenario: the calibrated and the perturbed seconds of every iteration
+	// run (their ratio is the realised cost ratio), and every stalled iteration
+	baseSeconds, scenSeconds float64
+	stalls                   []stallEvent
+}
+
+// costRatio is the realised cost ratio of the run's engine scenario (1 without one).
+func (r *runResult) costRatio() float64 {
+	if r.baseSeconds == 0 {
+		return 1
+	}
+	return r.scenSeconds / r.baseSeconds
+}
+
+// stallRouted is how many requests were routed, while a pod stalled, to that pod (prefill or
+// decode), and the stalled pod-seconds: their ratio is requests sent into a stall per second
+// of stall.
+func (r *runResult) stallRouted() (routed int, seconds float64) {
+	byPod := map[string][]stallEvent{}
+	for _, s := range r.stalls {
+		byPod[s.pod] = append(byPod[s.pod], s)
+		seconds += s.to - s.from
+	}
+	for i := range r.recs {
+		q := &r.recs[i]
+		if q.failed != "" {
+			continue
+		}
+		for _, pod := range []string{q.prefillPod, q.decodePod} {
+			hit := false
+			for _, s := range byPod[pod] {
+				if q.arrive >= s.from && q.arrive < s.to {
+					hit = true
+					break
+				}
+			}
+			if hit {
+				routed++
+				break
+			}
+		}
+	}
+	return routed, seconds
 }
 
 // rrScheduler is the bench's round-robin: every pod in turn, ignoring roles and load —
@@ -270,9 +319,34 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	snap := store.Publish(pool.Info{Name: "bench", Namespace: "bench", TargetPorts: []int32{8000}}, eps, true)
 	pods := make(map[string]*vpod, len(eps))
 	podList := make([]*vpod, len(eps))
+	res := &runResult{recs: make([]record, len(w.reqs)), busy: map[string]float64{}, pods: map[string]int{}}
+	var calib []int
+	if o.scenario != "" && o.scenario != sim.ScenarioNone {
+		calib = make([]int, len(w.reqs))
+		for i, q := range w.reqs {
+			calib[i] = q.prompt
+		}
+	}
+	roleCount, roleIndex := map[string]int{}, map[string]int{}
 	for i, e := range snap.Endpoints {
 		podList[i] = newPod(d, e, o.params)
 		pods[e.Key()] = podList[i]
+		roleCount[podList[i].class]++
+	}
+	for _, v := range podList {
+		if o.scenario == "" {
+			break
+		}
+		x, err := sim.NewPerturbation(o.scenario, o.scenarioSeed, o.params,
+			sim.PodRole{Role: v.class, Index: roleIndex[v.class], Count: roleCount[v.class]}, calib)
+		if err != nil {
+			return nil, err
+		}
+		roleIndex[v.class]++
+		if x != nil {
+			v.perturb, v.stalls = x, &res.stalls
+			v.b.Cost = x.Cost
+		}
 	}
 	var sched picker.Scheduler
 	var deps *picker.Deps
@@ -308,7 +382,6 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	}
 
 	arrivals := w.arrivals(o.rate, o.seed)
-	res := &runResult{recs: make([]record, len(w.reqs)), busy: map[string]float64{}, pods: map[string]int{}}
 	lo, hi := measureWindow(len(arrivals))
 	res.span = arrivals[hi-1] - arrivals[lo]
 	pending := len(w.reqs)
@@ -360,6 +433,12 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 				res.note = dec.Trace.Note
 			}
 			dest := pods[dec.Destination[0].Key()]
+			rec.decodePod = dest.ep.Key()
+			if dec.Outcome == picker.OutcomePD && len(dec.Prefill) > 0 {
+				rec.prefillPod = dec.Prefill[0].Key()
+			} else {
+				rec.prefillPod = rec.decodePod
+			}
 			if dec.Outcome == picker.OutcomePD && len(dec.Prefill) > 0 {
 				runPD(d, q, rec, pods[dec.Prefill[0].Key()], dest, dec.Lifecycle, finish)
 			} else {
@@ -400,6 +479,10 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 		}
 	}
 	for _, p := range podList {
+		if p.perturb != nil {
+			res.baseSeconds += p.perturb.BaseSeconds
+			res.scenSeconds += p.perturb.Seconds
+		}
 		res.busy[p.class] += p.b.BusySeconds
 		res.pods[p.class]++
 		if p.class == "standard" {

@@ -42,6 +42,10 @@ type Batch struct {
 	// accrue every iteration's time, scheduled in it or not)
 	prefilling map[*Seq]struct{}
 
+	// Cost, if set, is an iteration's length instead of IterationSeconds(p, work): work[i] is
+	// seqs[i]'s share (an engine scenario, Perturbation.Cost).
+	Cost func(work []Work, seqs []*Seq) float64
+
 	// Counters for reports.
 	Iterations, Mixed, Preemptions int // iterations; of which carried prefill and decode work; preemptions
 	BusySeconds                    float64
@@ -301,7 +305,11 @@ func (b *Batch) Plan() (events []Event, seconds float64, ok bool) {
 		return events, 0, false
 	}
 	b.planned, b.inflight = true, sched
-	seconds = IterationSeconds(b.p, work)
+	if b.Cost != nil {
+		seconds = b.Cost(work, sched)
+	} else {
+		seconds = IterationSeconds(b.p, work)
+	}
 	b.last = seconds
 	b.Iterations++
 	b.BusySeconds += seconds
