@@ -30,7 +30,6 @@ func TestStalledPodIsNotChosen(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := predictivePool(combinedProfile)
-	stalled := "" // the pod that runs the first request's prompt: its engine stalls
 	var stuck []*picker.Decision // requests that have not ended
 	// on are the pods a request was routed to (the others of a list are its fallbacks).
 	on := func(d *picker.Decision) []string {
@@ -68,7 +67,7 @@ func TestStalledPodIsNotChosen(t *testing.T) {
 		stuck = append(stuck, d) // decoding until the test ends
 	}
 	d := pick(0)
-	stalled = first(d)
+	stalled := first(d) // the pod that runs the first request's prompt: its engine stalls
 	stuck = append(stuck, d)
 	i := 1
 	clock.Advance(time.Second) // the stall lasts: its prompt is long past due
