@@ -61,18 +61,24 @@ var podMemo = pool.NewMemo()
 
 // route is what the models remember of one routed request until it ends.
 type route struct {
-	kind              outcome.Kind
-	prefillOn, dest   string // the pod whose ledger holds the prefill, the destination
-	tokens            int
-	prompt            Prompt // as the prefill-running pod sees it
-	picked            time.Time
-	charged           bool
-	service           float64   // predicted prefill seconds
-	due               time.Time // predicted end of the prefill on the ledger, at booking
-	shiftAt           float64   // the ledger's shift at booking
-	unseenHist        bool      // at booking, the engine's queue histogram showed work the ledger does not hold
-	ttft, tpot        float64   // predicted at pick, seconds (0: none)
-	prefillDone       bool
+	kind            outcome.Kind
+	prefillOn, dest string // the pod whose ledger holds the prefill, the destination
+	tokens          int
+	prompt          Prompt // as the prefill-running pod sees it
+	picked          time.Time
+	charged         bool
+	service         float64   // predicted prefill seconds
+	due             time.Time // predicted end of the prefill on the ledger, at booking
+	shiftAt         float64   // the ledger's shift at booking
+	unseenHist      bool      // at booking, the engine's queue histogram showed work the ledger does not hold
+	ttft, tpot      float64   // predicted at pick, seconds (0: none)
+	prefillDone     bool
+	// grace: seconds after its due the prefill's end may be seen without being late (an
+	// end inferred from the decode pod's answer includes the hand-over).
+	grace float64
+	// legDue: when the decode leg's first byte is predicted, once the prefill ended
+	// elsewhere.
+	legDue            time.Time
 	destBacklog       float64 // the destination's booked prefill and one iteration when the prefill ended
 	tpotObjective     float64
 	maxTokens         int
@@ -264,6 +270,14 @@ func (m *Models) Charge(id uint64, c Charge) {
 	q.knownN++
 	r.unseenHist = !m.noEngine && q.hasEng && q.unseenWait > 0
 	r.due, r.shiftAt = q.charge(now, c.Service)
+	r.grace = 0
+	if c.Kind == outcome.KindPD && q.directPrefill == 0 {
+		// No prefill end was observed on the pod yet: it may be known only from the decode
+		// pod's answer, a hand-over later.
+		d := m.podLocked(c.Destination, now)
+		r.grace = d.handoverSeconds(c.Prompt.Tokens) + d.stepSeconds(max(float64(d.requests), d.engRunning), max(d.kv, d.engKV))
+	}
+	q.outstanding = append(q.outstanding, r)
 	if c.Kind == outcome.KindWhole {
 		// The prompt stalls the decodes on its pod for about its prefill beyond one step.
 		q.stallCum += math.Max(c.Service-q.stepSeconds(math.Max(float64(q.requests), q.engRunning), math.Max(q.kv, q.engKV)), 0)
@@ -335,6 +349,8 @@ func (m *Models) prefillEndLocked(rt *outcome.Route) string {
 		// The decode leg now waits for the prefill work booked on its pod ahead of it, and
 		// for one of its iterations.
 		r.destBacklog = d.backlog(t) + m.tpotLocked(r.dest, d, t, r.tokens, 0)
+		r.legDue = t.Add(seconds(r.destBacklog + d.handoverSeconds(r.tokens)))
+		d.legs = append(d.legs, r)
 	} else {
 		// Inferred from the decode pod's answer: the hand-over is part of it.
 		adjust, fit = d.handoverSeconds(r.tokens)+m.tpotLocked(r.dest, d, t, r.tokens, 0), fitInferred
@@ -481,6 +497,10 @@ func (m *Models) Forget(live func(key string) bool) {
 		if now.Sub(r.picked) > routeTTL {
 			delete(m.routes, id)
 			r.life.gone = true
+			if q := m.pods[r.prefillOn]; q != nil && r.charged && !r.prefillDone {
+				r.prefillDone = true
+				q.drop(now, r.due, r.shiftAt, r.service)
+			}
 		}
 	}
 }

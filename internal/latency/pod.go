@@ -79,6 +79,10 @@ type pod struct {
 	// shift is how far corrections moved the ledger since the pod was first charged: a
 	// charge's due then is its due at booking + (shift − its shift at booking).
 	shift float64
+	// outstanding are the charges booked here whose prefill has not ended, oldest first;
+	// legs the PD routes whose prefill ended elsewhere and whose first byte here has not come,
+	// in the order their prefills ended. Their heads say whether the pod is overdue.
+	outstanding, legs []*route
 
 	// Prefill load: finished prefill seconds (cumulative), and an exponentially decaying
 	// rate of them (prefill seconds per second, time constant rhoTau).
@@ -174,9 +178,55 @@ func (q *pod) stepSeconds(n, kv float64) float64 {
 	return max(s, minStep)
 }
 
-// backlog is the prefill work, in seconds, still ahead of a prompt arriving now.
+// backlog is the prefill work, in seconds, still ahead of a prompt arriving now. Booked
+// work past due is evidence, not a debt the clock pays off: while the oldest charge's
+// prefill is overdue, nothing booked behind it has started (the pod serves prompts in
+// order), so the ledger moves with the clock, and the late prefill is expected to need
+// about as long again as it is already late (the longer a pause has lasted, the longer it
+// is likely to last). A decode pod whose hand-over is overdue is held by the same kind of
+// pause, for about as long again.
 func (q *pod) backlog(now time.Time) float64 {
-	return max(q.busyUntil.Sub(now).Seconds(), 0)
+	ahead := q.busyUntil.Sub(now).Seconds()
+	if r := q.headCharge(); r != nil {
+		if late := q.lateness(r, now); late > 0 {
+			ahead += 2 * late
+		}
+	}
+	if r := q.headLeg(); r != nil {
+		ahead = max(ahead, now.Sub(r.legDue).Seconds())
+	}
+	return max(ahead, 0)
+}
+
+// lateness is how many seconds r's prefill, booked here, is past its due at now (negative:
+// not yet due), beyond its grace.
+func (q *pod) lateness(r *route, now time.Time) float64 {
+	return now.Sub(r.due).Seconds() - (q.shift - r.shiftAt) - r.grace
+}
+
+// headCharge is the oldest charge whose prefill has not ended (nil: none), the ended ones
+// before it dropped.
+func (q *pod) headCharge() *route {
+	for len(q.outstanding) > 0 {
+		if r := q.outstanding[0]; !r.prefillDone && !r.life.gone {
+			return r
+		}
+		q.outstanding[0] = nil
+		q.outstanding = q.outstanding[1:]
+	}
+	return nil
+}
+
+// headLeg is the oldest decode leg waiting for its first byte here (nil: none).
+func (q *pod) headLeg() *route {
+	for len(q.legs) > 0 {
+		if r := q.legs[0]; r.firstByte.IsZero() && !r.life.gone {
+			return r
+		}
+		q.legs[0] = nil
+		q.legs = q.legs[1:]
+	}
+	return nil
 }
 
 // rhoAtNow is the recent prefill load (seconds of prefill per second).
@@ -202,10 +252,12 @@ func (q *pod) arrived(now time.Time) {
 }
 
 // charge books s seconds of prefill work at now behind what is booked already and returns
-// when it is predicted to end, and the ledger's shift then.
+// when it is predicted to end, and the ledger's shift then. Behind overdue work it is booked
+// where the ledger stands, past or not: it starts once that work ends, and the late end
+// moves it with the rest.
 func (q *pod) charge(now time.Time, s float64) (time.Time, float64) {
 	start := q.busyUntil
-	if start.Before(now) {
+	if q.charges == 0 && start.Before(now) {
 		start = now
 	}
 	q.busyUntil = start.Add(seconds(s))
