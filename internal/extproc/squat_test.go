@@ -42,7 +42,7 @@ func TestSilentStreamsCannotHoldEverySlot(t *testing.T) {
 		if r.Immediate == nil {
 			break
 		}
-		if code := r.Immediate.GetStatus().GetCode(); int(code) != 429 {
+		if code := r.Immediate.Status; code != 429 {
 			t.Fatalf("attempt %d answered %d, want 429 while the slots are held, then a route", attempts, code)
 		}
 		time.Sleep(10 * time.Millisecond)

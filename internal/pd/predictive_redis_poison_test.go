@@ -50,7 +50,7 @@ func TestSharedPoisonKeepsPredictiveRouting(t *testing.T) {
 	var mu sync.Mutex
 	rejected := map[string]int{}
 	prefix := "test:" + t.Name() + ":"
-	const liveness, skew = 400 * time.Millisecond, 200 * time.Millisecond
+	const liveness, skew = 3 * time.Second, 200 * time.Millisecond
 	s, err := redisledger.New(redisledger.Options{Addr: srv.Addr(), ReplicaID: "self", KeyPrefix: prefix, Clock: clock,
 		Latency: p.Models, Liveness: liveness, HeartbeatSkew: skew, RefreshInterval: 20 * time.Millisecond,
 		PublishInterval: 50 * time.Millisecond, Rejected: func(kind string, n int) {
@@ -108,7 +108,8 @@ func TestSharedPoisonKeepsPredictiveRouting(t *testing.T) {
 			t.Fatalf("pick %d with poisoned shared values: %v", i, err)
 		}
 		for _, e := range eps {
-			if w := p.Models.Forecast(e.Key()).Wait(); w > 3600 {
+			f := p.Models.Forecast(e.Key())
+			if w := f.Wait(); w > 3600 {
 				t.Fatalf("pick %d: predicted wait %.3g s on %s: a poisoned value was added", i, w, e.Key())
 			}
 		}

@@ -69,9 +69,11 @@ func TestIdleConnectionIsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, r, err := c.Route(ctx, envoy.Request{Method: "GET", Path: "/", NoBody: true}); err != nil || r.Destination == "" {
+	rctx, cancel := context.WithCancel(ctx)
+	if _, r, err := c.Route(rctx, envoy.Request{Method: "GET", Path: "/", NoBody: true}); err != nil || r.Destination == "" {
 		t.Fatalf("route: %v %+v", err, r)
 	}
+	cancel() // the request's stream ends: the connection has no stream left
 	conn := c.Conn()
 	for st := conn.GetState(); st == connectivity.Ready; st = conn.GetState() {
 		if !conn.WaitForStateChange(ctx, st) {
