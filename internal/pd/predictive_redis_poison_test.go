@@ -2,6 +2,7 @@ package pd_test
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,6 +126,7 @@ func TestSharedPoisonKeepsPredictiveRouting(t *testing.T) {
 	// The poison expires: with the replica running, the far-future heartbeat is brought back
 	// to now plus the skew allowance, and once the poisoning replicas are silent for the
 	// liveness window their fields are deleted.
+	began := time.Now()
 	go s.Run(ctx)
 	eventually(t, "the heartbeat a year ahead is brought back to Redis's now plus the skew allowance", func() bool {
 		sc, err := rdb.ZScore(ctx, prefix+"replicas", "evil-future").Result()
@@ -145,6 +147,11 @@ func TestSharedPoisonKeepsPredictiveRouting(t *testing.T) {
 		}
 		return true
 	})
+	t.Logf("rejected %v; poison gone %v after the replica started (liveness %v)", func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(rejected)
+	}(), time.Since(began), liveness)
 	keys, err := rdb.Keys(ctx, prefix+"*").Result()
 	if err != nil {
 		t.Fatal(err)
