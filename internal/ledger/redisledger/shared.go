@@ -40,7 +40,7 @@ import (
 // replica that stopped heartbeating is ignored and pruned.
 //
 // Nothing read from Redis is trusted: every number must be finite and inside the bound its
-// parser documents (parseValue, parseVector, parseBusyUntil, parseHeartbeat), or the field is
+// parser documents (parseValue, parseVector, parseBusyUntil, parseLive), or the field is
 // ignored, counted (Options.Rejected, tandem_redis_values_rejected_total{kind}) and deleted. Every
 // key Tandem writes carries a TTL (KeyTTL), renewed with each write.
 
