@@ -35,7 +35,7 @@ func TestSilentStreamsCannotHoldEverySlot(t *testing.T) {
 	attempts := 0
 	for {
 		attempts++
-		_, r, err := c.Route(ctx, envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)})
+		_, r, err := c.Route(ctx, envoy.Request{Method: "GET", Path: "/", NoBody: true}) // no body: a refusal cannot race its sending
 		if err != nil {
 			t.Fatalf("attempt %d: %v", attempts, err)
 		}
