@@ -53,7 +53,7 @@ func TestSharedPoisonKeepsPredictiveRouting(t *testing.T) {
 	prefix := "test:" + t.Name() + ":"
 	const liveness, skew = 3 * time.Second, 200 * time.Millisecond
 	s, err := redisledger.New(redisledger.Options{Addr: srv.Addr(), ReplicaID: "self", KeyPrefix: prefix, Clock: clock,
-		Latency: p.Models, Liveness: liveness, HeartbeatSkew: skew, RefreshInterval: 20 * time.Millisecond,
+		Latency: p.Models, Liveness: liveness, HeartbeatSkew: skew, RefreshInterval: 20 * time.Millisecond, ReadTimeout: 2 * time.Second,
 		PublishInterval: 50 * time.Millisecond, Rejected: func(kind string, n int) {
 			mu.Lock()
 			rejected[kind] += n
