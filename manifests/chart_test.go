@@ -502,16 +502,21 @@ func TestChartValuesReachTheEPP(t *testing.T) {
 // than the body budget, which the EPP refuses at start, fails at helm time instead.
 func TestChartLimitValues(t *testing.T) {
 	dep := typed[appsv1.Deployment](t, helmTemplate(t, "--set", "maxBodyBytes=314572800", "--set", "maxStreams=512",
-		"--set", "maxBufferedBodyBytes=629145600", "--set", "requestBodyTimeout=20s", "--set", "trustClientPDFields=true"),
+		"--set", "maxBufferedBodyBytes=629145600", "--set", "requestBodyTimeout=20s", "--set", "trustClientPDFields=true",
+		"--set", "requestHeadersTimeout=3s", "--set", "maxStreamsPerConnection=100", "--set", "grpcKeepaliveMinTime=5s",
+		"--set", "grpcKeepaliveTime=30s", "--set", "grpcKeepaliveTimeout=7s", "--set", "grpcMaxConnectionIdle=2m"),
 		"Deployment", "tandem-epp")
 	opts := parseArgs(t, dep.Spec.Template.Spec.Containers[0].Args)
 	if opts.MaxBodyBytes != 314572800 || opts.MaxStreams != 512 || opts.MaxBufferedBodyBytes != 629145600 ||
-		opts.RequestBodyTimeout != 20*time.Second || !opts.TrustClientPDFields {
+		opts.RequestBodyTimeout != 20*time.Second || !opts.TrustClientPDFields ||
+		opts.RequestHeadersTimeout != 3*time.Second || opts.MaxStreamsPerConnection != 100 || opts.GRPCKeepaliveMinTime != 5*time.Second ||
+		opts.GRPCKeepaliveTime != 30*time.Second || opts.GRPCKeepaliveTimeout != 7*time.Second || opts.GRPCMaxConnectionIdle != 2*time.Minute {
 		t.Errorf("args %q: the limit values did not arrive", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 	def := parseArgs(t, typed[appsv1.Deployment](t, helmTemplate(t), "Deployment", "tandem-epp").Spec.Template.Spec.Containers[0].Args)
 	if def.MaxStreams != extproc.DefaultMaxStreams || def.MaxBufferedBodyBytes != extproc.DefaultMaxBufferedBodyBytes ||
-		def.RequestBodyTimeout != extproc.DefaultRequestBodyTimeout || def.TrustClientPDFields {
+		def.RequestBodyTimeout != extproc.DefaultRequestBodyTimeout || def.TrustClientPDFields ||
+		def.RequestHeadersTimeout != extproc.DefaultRequestHeadersTimeout || def.MaxStreamsPerConnection != 1024 {
 		t.Errorf("the defaults render Tandem's own defaults: %+v", def)
 	}
 	for _, c := range []struct {
@@ -521,6 +526,8 @@ func TestChartLimitValues(t *testing.T) {
 		{[]string{"--set", "maxBodyBytes=314572800"}, "maxBufferedBodyBytes"},
 		{[]string{"--set", "maxStreams=-1"}, "maxStreams"},
 		{[]string{"--set", "requestBodyTimeout=soon"}, "requestBodyTimeout"},
+		{[]string{"--set", "requestHeadersTimeout=soon"}, "requestHeadersTimeout"},
+		{[]string{"--set", "grpcKeepaliveTime=0"}, "grpcKeepaliveTime"},
 	} {
 		if _, err := runHelm(t, append([]string{"template", "tandem", chartDir}, c.args...)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want it to name %s", c.args, err, c.want)

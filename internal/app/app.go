@@ -165,7 +165,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 			}}
 		a.shared, err = redisledger.New(redisledger.Options{Addr: opts.RedisAddr, Password: opts.RedisPassword,
 			TLS: opts.RedisTLS, TLSSkipVerify: opts.RedisTLSSkipVerify, Clock: a.deps.Clock,
-			Logger: log.WithName("shared-ledger"), Latency: pk.Models}, dec, counts)
+			Logger: log.WithName("shared-ledger"), Latency: pk.Models, Rejected: tel.m.RedisValuesRejected}, dec, counts)
 		if err != nil {
 			return nil, fmt.Errorf("shared request counts (--redis-addr=%s): %w", opts.RedisAddr, err)
 		}
@@ -221,6 +221,10 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if bodyTimeout == 0 {
 		bodyTimeout = -1 // the flag's 0 disables it; extproc's zero means its default
 	}
+	headersTimeout := opts.RequestHeadersTimeout
+	if headersTimeout == 0 {
+		headersTimeout = -1 // the flag's 0 disables it; extproc's zero means its default
+	}
 	ext := extproc.NewServer(a.store, sched, extproc.Options{
 		MaxBodyBytes: opts.MaxBodyBytes, ConformanceMode: opts.Conformance,
 		DebugTraceHeader: opts.DebugTraceHeader, Logger: log, Observer: tel.extprocObserver(),
@@ -228,13 +232,15 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		Client: opts.GatewayClient, Fallbacks: opts.DestinationFallbacks, DestinationOnlyHold: opts.DestinationOnlyHold,
 		Outcomes: a.outcomes, Health: a.health, Retry: gw.Retry,
 		Limits: extproc.Limits{MaxStreams: opts.MaxStreams, MaxBufferedBodyBytes: opts.MaxBufferedBodyBytes,
-			RequestBodyTimeout: bodyTimeout},
+			RequestBodyTimeout: bodyTimeout, RequestHeadersTimeout: headersTimeout},
 	})
 	tel.m.BufferedBodyBytesFrom(func() float64 { return float64(ext.BufferedBodyBytes()) })
 	a.serving, err = serving.New(serving.Config{
 		Host: opts.BindAddress, GRPCPort: opts.GRPCPort, HealthPort: opts.GRPCHealthPort,
 		SecureServing: opts.SecureServing, CertPath: opts.CertPath, GracePeriod: opts.GracePeriod,
 		Logger: log.WithName("serving"), Recovered: tel.grpcRecovered,
+		MaxStreamsPerConnection: opts.MaxStreamsPerConnection, KeepaliveMinTime: opts.GRPCKeepaliveMinTime,
+		KeepaliveTime: opts.GRPCKeepaliveTime, KeepaliveTimeout: opts.GRPCKeepaliveTimeout, MaxConnectionIdle: opts.GRPCMaxConnectionIdle,
 	}, ext, a.store)
 	if err != nil {
 		if a.metricsL != nil {

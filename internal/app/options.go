@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
+	"github.com/tandem-epp/tandem/internal/serving"
 )
 
 // Options are the command-line settings of the EPP. Names and defaults follow GIE's lwepp so
@@ -46,6 +48,14 @@ type Options struct {
 	MaxBufferedBodyBytes int64
 	RequestBodyTimeout   time.Duration
 	TrustClientPDFields  bool
+
+	// Connection limits of the ext_proc server (config.LimitFlags).
+	RequestHeadersTimeout   time.Duration
+	MaxStreamsPerConnection int
+	GRPCKeepaliveMinTime    time.Duration
+	GRPCKeepaliveTime       time.Duration
+	GRPCKeepaliveTimeout    time.Duration
+	GRPCMaxConnectionIdle   time.Duration
 
 	// What the gateway client applies of an answer (config.GatewayClientFlags).
 	GatewayClient        string
@@ -129,6 +139,12 @@ Flags:
 	fs.IntVar(&o.MaxStreams, "max-streams", extproc.DefaultMaxStreams, limitFlag("max-streams"))
 	fs.Int64Var(&o.MaxBufferedBodyBytes, "max-buffered-body-bytes", extproc.DefaultMaxBufferedBodyBytes, limitFlag("max-buffered-body-bytes"))
 	fs.DurationVar(&o.RequestBodyTimeout, "request-body-timeout", extproc.DefaultRequestBodyTimeout, limitFlag("request-body-timeout"))
+	fs.DurationVar(&o.RequestHeadersTimeout, "request-headers-timeout", extproc.DefaultRequestHeadersTimeout, limitFlag("request-headers-timeout"))
+	fs.IntVar(&o.MaxStreamsPerConnection, "max-streams-per-connection", serving.DefaultMaxStreamsPerConnection, limitFlag("max-streams-per-connection"))
+	fs.DurationVar(&o.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", serving.DefaultKeepaliveMinTime, limitFlag("grpc-keepalive-min-time"))
+	fs.DurationVar(&o.GRPCKeepaliveTime, "grpc-keepalive-time", serving.DefaultKeepaliveTime, limitFlag("grpc-keepalive-time"))
+	fs.DurationVar(&o.GRPCKeepaliveTimeout, "grpc-keepalive-timeout", serving.DefaultKeepaliveTimeout, limitFlag("grpc-keepalive-timeout"))
+	fs.DurationVar(&o.GRPCMaxConnectionIdle, "grpc-max-connection-idle", serving.DefaultMaxConnectionIdle, limitFlag("grpc-max-connection-idle"))
 	fs.BoolVar(&o.TrustClientPDFields, "trust-client-pd-fields", false, limitFlag("trust-client-pd-fields"))
 	fs.StringVar(&o.GatewayClient, "gateway-client", config.ClientAuto, clientFlag("gateway-client"))
 	fs.StringVar(&o.DestinationFallbacks, "destination-fallbacks", config.FallbacksAuto, clientFlag("destination-fallbacks"))
@@ -142,6 +158,16 @@ Flags:
 	fs.BoolVar(&o.Version, "version", false, "Print the version, commit and Go version, then exit.")
 	o.Zap.BindFlags(fs)
 	return fs
+}
+
+// fsDefault is the reference's default of one of config.LimitFlags.
+func fsDefault(name string) string {
+	for _, f := range config.LimitFlags {
+		if f.Name == name {
+			return f.Default
+		}
+	}
+	return ""
 }
 
 // limitFlag is the description of one of config.LimitFlags (the reference shows the same text).
@@ -256,6 +282,21 @@ func (o *Options) validate() error {
 	}
 	if o.RequestBodyTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--request-body-timeout=%s: must not be negative (0 disables it)", o.RequestBodyTimeout))
+	}
+	if o.RequestHeadersTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--request-headers-timeout=%s: must not be negative (0 disables it)", o.RequestHeadersTimeout))
+	}
+	if o.MaxStreamsPerConnection <= 0 || o.MaxStreamsPerConnection > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("--max-streams-per-connection=%d: must be between 1 and %d", o.MaxStreamsPerConnection, math.MaxInt32))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"grpc-keepalive-min-time", o.GRPCKeepaliveMinTime}, {"grpc-keepalive-time", o.GRPCKeepaliveTime},
+		{"grpc-keepalive-timeout", o.GRPCKeepaliveTimeout}, {"grpc-max-connection-idle", o.GRPCMaxConnectionIdle}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("--%s=%s: must be positive, e.g. %s", d.name, d.v, fsDefault(d.name)))
+		}
 	}
 	switch o.GatewayClient {
 	case config.ClientAuto, config.ClientFull, config.ClientDestinationOnly:

@@ -420,6 +420,10 @@ func TestHelpDocumentsTheLimits(t *testing.T) {
 		"--max-streams=0":                  "--max-streams=0",
 		"--max-buffered-body-bytes=1024":   "at least --max-body-bytes",
 		"--request-body-timeout=-1s":       "--request-body-timeout=-1s",
+		"--request-headers-timeout=-1s":    "--request-headers-timeout=-1s",
+		"--max-streams-per-connection=0":   "--max-streams-per-connection=0",
+		"--grpc-keepalive-time=0s":         "--grpc-keepalive-time=0s",
+		"--grpc-max-connection-idle=-1m":   "--grpc-max-connection-idle=-1m0s",
 		"--max-buffered-body-bytes=-1":     "--max-buffered-body-bytes=-1",
 		"--trust-client-pd-fields=perhaps": "trust-client-pd-fields",
 	} {

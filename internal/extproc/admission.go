@@ -5,13 +5,16 @@ import (
 	"time"
 )
 
-// Defaults of Limits (the epp flags --max-streams, --max-buffered-body-bytes and
-// --request-body-timeout). With them, 200 streams each holding a 5 MiB partial body keep the
+// Defaults of Limits (the epp flags --max-streams, --max-buffered-body-bytes,
+// --request-body-timeout and --request-headers-timeout). With them, 200 streams each holding a 5 MiB partial body keep the
 // process under 700 MiB: the budget holds about 38 of them and answers the others 503 at once.
 const (
 	DefaultMaxStreams           = 4096
 	DefaultMaxBufferedBodyBytes = 192 << 20
 	DefaultRequestBodyTimeout   = 60 * time.Second
+	// DefaultRequestHeadersTimeout: a gateway opens an ext_proc stream when a request arrives
+	// and sends its headers at once; a stream silent this long holds a slot for nothing.
+	DefaultRequestHeadersTimeout = 10 * time.Second
 )
 
 // Limits bound what one client, or many, can make the server hold. A request over a limit is
@@ -31,6 +34,11 @@ type Limits struct {
 	// (slow senders hold memory and a stream); past it the request is answered 408. Zero
 	// means DefaultRequestBodyTimeout; negative disables it.
 	RequestBodyTimeout time.Duration
+	// RequestHeadersTimeout is how long a stream may stay open before its request headers
+	// arrive; past it the stream ends with DeadlineExceeded and its slot is free again (a
+	// stream that sends nothing would otherwise hold it for as long as it stays open). Zero
+	// means DefaultRequestHeadersTimeout; negative disables it.
+	RequestHeadersTimeout time.Duration
 }
 
 func (l Limits) withDefaults() Limits {
@@ -42,6 +50,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.RequestBodyTimeout == 0 {
 		l.RequestBodyTimeout = DefaultRequestBodyTimeout
+	}
+	if l.RequestHeadersTimeout == 0 {
+		l.RequestHeadersTimeout = DefaultRequestHeadersTimeout
 	}
 	return l
 }

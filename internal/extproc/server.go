@@ -191,12 +191,24 @@ func (st *stream) run(srv extprocv3.ExternalProcessor_ProcessServer) (err error)
 			}
 		}
 	}()
+	var headersDue <-chan time.Time // the request headers' deadline, until they arrive
+	if d := st.srv.limits.RequestHeadersTimeout; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		headersDue = t.C
+	}
 	for {
 		var (
 			stop bool
 			herr error
 		)
+		if st.gotHeaders {
+			headersDue = nil
+		}
 		select {
+		case <-headersDue:
+			return status.Errorf(codes.DeadlineExceeded, "no request headers within %s (--request-headers-timeout): the stream is closed to free its slot",
+				st.srv.limits.RequestHeadersTimeout)
 		case r := <-msgs:
 			if r.err != nil {
 				return st.recvFailed(r.err)

@@ -68,16 +68,21 @@ func (l *lifecycle) RouteID() uint64 { return l.route.ID() }
 // releases kv and decode tokens when the prefill call fails); the trackers wait for Done.
 func (l *lifecycle) PrefillDone(err error) {
 	l.route.PrefillEnd(err, true)
-	l.mu.Lock()
-	l.prefillDoneLocked()
-	var done []func()
-	if err != nil {
-		done, l.chargeDone = l.chargeDone, nil
-	}
-	l.mu.Unlock()
-	for _, f := range done {
+	for _, f := range l.endPrefill(err != nil) {
 		f()
 	}
+}
+
+// endPrefill ends the prefill leg under the lock (released even if a release panics) and,
+// when the leg failed, takes the request charges for the caller to release.
+func (l *lifecycle) endPrefill(failed bool) (done []func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.prefillDoneLocked()
+	if failed {
+		done, l.chargeDone = l.chargeDone, nil
+	}
+	return done
 }
 
 func (l *lifecycle) prefillDoneLocked() {
@@ -100,17 +105,23 @@ func (l *lifecycle) prefillDoneLocked() {
 // the latency models give its booking back rather than time a prefill that took no time.
 func (l *lifecycle) RoutedWhole() {
 	l.route.PrefillEnd(outcome.ErrPrefillNotRun, false)
+	for _, f := range l.skipPrefill() {
+		f()
+	}
+}
+
+// skipPrefill ends the prefill pod's in-flight count under the lock (released even if the
+// release panics) and takes the prefill charges for the caller to release.
+func (l *lifecycle) skipPrefill() []func() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.releasePrefill != nil {
 		l.releasePrefill()
 		l.releasePrefill = nil
 	}
 	charges := l.chargePrefill
 	l.chargePrefill = nil
-	l.mu.Unlock()
-	for _, f := range charges {
-		f()
-	}
+	return charges
 }
 
 // ResponseHeaders implements picker.Lifecycle: the decode pod is answering. When the
@@ -155,10 +166,25 @@ func (l *lifecycle) ResponseBody(size int, _ bool) { l.route.Chunk(size) }
 // Done implements picker.Lifecycle.
 func (l *lifecycle) Done(err error) {
 	l.route.End(err)
-	l.mu.Lock()
-	if l.finished {
-		l.mu.Unlock()
+	done, first := l.finish()
+	if !first {
 		return
+	}
+	if l.deps.Drain != nil {
+		l.deps.Drain.Record(l.key)
+	}
+	for _, f := range done {
+		f()
+	}
+}
+
+// finish releases the request's counts under the lock (released even if a release panics)
+// and takes its request charges; first is false when the request had already finished.
+func (l *lifecycle) finish() (done []func(), first bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.finished {
+		return nil, false
 	}
 	l.finished = true
 	l.prefillDoneLocked()
@@ -168,15 +194,8 @@ func (l *lifecycle) Done(err error) {
 			*rel = nil
 		}
 	}
-	done := l.chargeDone
-	l.chargeDone = nil
-	l.mu.Unlock()
-	if l.deps.Drain != nil {
-		l.deps.Drain.Record(l.key)
-	}
-	for _, f := range done {
-		f()
-	}
+	done, l.chargeDone = l.chargeDone, nil
+	return done, true
 }
 
 // PrefillObserver is implemented by the Lifecycle of PD decisions: a hand-off that runs

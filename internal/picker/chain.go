@@ -92,22 +92,7 @@ func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
 			return nil, apierror.From(err)
 		}
 	}
-	var lock Locker
-	if ex, ok := s.Handler.(Exclusive); ok {
-		lock = ex.CriticalSection()
-	}
-	if lock != nil {
-		lock.Lock()
-	}
-	d, done, err := s.decide(ctx, c)
-	if err == nil {
-		for _, r := range s.Reservers {
-			r.Reserve(ctx, c, d)
-		}
-	}
-	if lock != nil {
-		lock.Unlock()
-	}
+	d, done, err := s.decideExclusive(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -125,6 +110,25 @@ func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
 		d.Lifecycle = t
 	}
 	return d, nil
+}
+
+// decideExclusive runs decide and the Reservers inside the handler's critical section, when
+// it has one. The lock is released however the section ends: a plugin that panics fails its
+// request (the stream recovers the panic) and must not block every later pick.
+func (s *Chain) decideExclusive(ctx context.Context, c *Cycle) (*Decision, map[string]*ProfileResult, error) {
+	if ex, ok := s.Handler.(Exclusive); ok {
+		if lock := ex.CriticalSection(); lock != nil {
+			lock.Lock()
+			defer lock.Unlock()
+		}
+	}
+	d, done, err := s.decide(ctx, c)
+	if err == nil {
+		for _, r := range s.Reservers {
+			r.Reserve(ctx, c, d)
+		}
+	}
+	return d, done, err
 }
 
 // decide runs the handler's rounds and its Result, and keeps prefill-only pods out of the
@@ -241,7 +245,14 @@ func NewTracked(d *Deps, e *pool.Endpoint, promptTokens int, onDone func(error))
 // and the outcome record names it (the latency models and passive health time the pod that
 // answered, not the primary the gateway could not use).
 func (t *Tracked) ResponseHeaders(status int, served string) {
+	t.route.Response(status, t.moveTo(served))
+}
+
+// moveTo moves the running count to the served endpoint when it is one of the fallbacks, and
+// returns the endpoint counted (the lock is released even if a tracker panics).
+func (t *Tracked) moveTo(served string) string {
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	if !t.done && served != "" {
 		for _, e := range t.dest {
 			if e.HostPort() == served && e.Key() != t.key {
@@ -251,9 +262,7 @@ func (t *Tracked) ResponseHeaders(status int, served string) {
 			}
 		}
 	}
-	key := t.key
-	t.mu.Unlock()
-	t.route.Response(status, key)
+	return t.key
 }
 
 // ResponseBody implements Lifecycle.
@@ -263,10 +272,7 @@ func (t *Tracked) ResponseBody(size int, _ bool) { t.route.Chunk(size) }
 func (t *Tracked) Done(err error) {
 	t.route.End(err)
 	t.once.Do(func() {
-		t.mu.Lock()
-		t.done = true
-		release, key := t.release, t.key
-		t.mu.Unlock()
+		release, key := t.markDone()
 		release()
 		if t.deps.Drain != nil {
 			t.deps.Drain.Record(key)
@@ -275,4 +281,11 @@ func (t *Tracked) Done(err error) {
 			t.onDone(err)
 		}
 	})
+}
+
+func (t *Tracked) markDone() (release func(), key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.done = true
+	return t.release, t.key
 }

@@ -34,6 +34,21 @@ const (
 	DefaultHealthPort     = 9003
 	DefaultGracePeriod    = 30 * time.Second
 	DefaultMaxRecvMsgSize = 16 << 20
+	// DefaultMaxStreamsPerConnection is the HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS of the
+	// ext_proc server. A gateway multiplexes its requests' streams over few connections;
+	// Envoy's connection pool treats a connection at the peer's limit as full and opens
+	// another, and its default circuit breaker allows 1024 requests per cluster anyway, so
+	// 1024 never throttles it; it keeps one connection from taking every --max-streams slot.
+	DefaultMaxStreamsPerConnection = 1024
+	// Keepalive: a client may ping at most every DefaultKeepaliveMinTime (faster pingers are
+	// disconnected); the server pings a connection silent for DefaultKeepaliveTime and closes
+	// it when no answer comes within DefaultKeepaliveTimeout (a peer that vanished frees its
+	// streams); a connection with no stream for DefaultMaxConnectionIdle is closed (GOAWAY; a
+	// gateway reconnects on its next request).
+	DefaultKeepaliveMinTime  = 10 * time.Second
+	DefaultKeepaliveTime     = time.Minute
+	DefaultKeepaliveTimeout  = 20 * time.Second
+	DefaultMaxConnectionIdle = 5 * time.Minute
 )
 
 // Config says where and how to serve.
@@ -54,6 +69,13 @@ type Config struct {
 	// MaxRecvMsgSize bounds one ext_proc message (default 16 MiB: a gateway misconfigured to
 	// BUFFERED sends the whole body in one).
 	MaxRecvMsgSize int
+	// MaxStreamsPerConnection, KeepaliveMinTime, KeepaliveTime, KeepaliveTimeout and
+	// MaxConnectionIdle bound what one ext_proc connection holds (zero: the defaults above).
+	MaxStreamsPerConnection int
+	KeepaliveMinTime        time.Duration
+	KeepaliveTime           time.Duration
+	KeepaliveTimeout        time.Duration
+	MaxConnectionIdle       time.Duration
 	// Recovered, when set, is told about a panic that escaped a gRPC handler (the outer
 	// safety net: the ext_proc server recovers its own per stream). The call gets an Internal
 	// status; the process goes on. Nil logs it.
@@ -87,6 +109,7 @@ func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (
 	if cfg.MaxRecvMsgSize <= 0 {
 		cfg.MaxRecvMsgSize = DefaultMaxRecvMsgSize
 	}
+	cfg.connectionDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, store: store, health: health.NewServer()}
 	for _, name := range HealthServices {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -103,7 +126,10 @@ func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (
 		guard, guardUnary,
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		// Gateways keep ext_proc connections open for long; let them ping.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: cfg.MaxConnectionIdle,
+			Time: cfg.KeepaliveTime, Timeout: cfg.KeepaliveTimeout}),
+		grpc.MaxConcurrentStreams(uint32(cfg.MaxStreamsPerConnection)),
 	}
 	if cfg.SecureServing {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
@@ -142,6 +168,21 @@ func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (
 		return nil, fmt.Errorf("listening for gRPC health on --grpc-health-port %d: %w", cfg.HealthPort, err)
 	}
 	return s, nil
+}
+
+func (c *Config) connectionDefaults() {
+	if c.MaxStreamsPerConnection <= 0 {
+		c.MaxStreamsPerConnection = DefaultMaxStreamsPerConnection
+	}
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&c.KeepaliveMinTime, DefaultKeepaliveMinTime}, {&c.KeepaliveTime, DefaultKeepaliveTime},
+		{&c.KeepaliveTimeout, DefaultKeepaliveTimeout}, {&c.MaxConnectionIdle, DefaultMaxConnectionIdle}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
 }
 
 // ExtProcAddr is the ext_proc listener's address ("host:port").

@@ -100,6 +100,7 @@ type Metrics struct {
 	outlierDuration  *prometheus.HistogramVec
 	outlierFiltered  *prometheus.CounterVec
 	prefillRetries   *prometheus.CounterVec
+	redisRejected    *prometheus.CounterVec
 	bufferedBody     prometheus.GaugeFunc
 	bufferedSource   atomic.Pointer[func() float64]
 	configReload     configReload
@@ -172,6 +173,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.outlierDuration = m.histogramVec("tandem_outlier_ejection_duration_seconds", "How long an endpoint stayed ejected, observed when it returned, by role.", ejectionBuckets, "role")
 	m.outlierFiltered = m.counterVec("tandem_outlier_filtered_decisions_total", "Routing decisions that left candidates out for passive health, by why (ejected, recent_failure).", "state")
 	m.prefillRetries = m.counterVec("tandem_pd_prefill_retries_total", "Pair-level retries of failed prefill legs (epp hand-off), by result: recovered, failed (every attempt failed), budget_exhausted, no_candidate (not retried).", "result")
+	m.redisRejected = m.counterVec("tandem_redis_values_rejected_total", "Values read from Redis (the shared ledger) that were not finite or outside their bound and were ignored, by kind (decode_charge, signal, prefill_busy_until, heartbeat: one ahead of the skew allowance, counted as now; replicas: live replicas past the per-read bound).", "kind")
 	m.def("tandem_extproc_buffered_body_bytes", "gauge", "Request-body bytes the open ext_proc streams hold now, against --max-buffered-body-bytes.", nil)
 	m.bufferedBody = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tandem_extproc_buffered_body_bytes",
 		Help: "Request-body bytes the open ext_proc streams hold now, against --max-buffered-body-bytes."}, func() float64 {
@@ -209,7 +211,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.predRatio, m.predAbsError, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
 		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
 		m.panics, m.fieldsRemoved, m.outlierEjected, m.outlierEjections, m.outlierReturns, m.outlierOverflow, m.outlierDuration,
-		m.outlierFiltered, m.prefillRetries, m.bufferedBody,
+		m.outlierFiltered, m.prefillRetries, m.redisRejected, m.bufferedBody,
 		m.configReload.total, m.configReload.applied}
 }
 
@@ -351,6 +353,11 @@ func (m *Metrics) ModelServed(model string) { m.servedModels.value(model) }
 // PanicRecovered counts a recovered panic; where is a bounded label such as "extproc_stream".
 func (m *Metrics) PanicRecovered(where string) {
 	m.panics.WithLabelValues(m.bound("where", where)).Inc()
+}
+
+// RedisValuesRejected counts n values of a kind read from Redis and refused.
+func (m *Metrics) RedisValuesRejected(kind string, n int) {
+	m.redisRejected.WithLabelValues(m.bound("kind", kind)).Add(float64(n))
 }
 
 // ClientFieldsRemoved counts client-sent PD control fields removed from one request's body.

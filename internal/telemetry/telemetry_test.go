@@ -68,6 +68,7 @@ func exercise(m *Metrics) {
 	m.OutlierOverflow(d, "consecutive_5xx", "max_ejection_percent")
 	m.OutlierFiltered("ejected")
 	m.PrefillRetry("recovered")
+	m.RedisValuesRejected("prefill_busy_until", 2)
 	closed()
 }
 

@@ -25,6 +25,8 @@ import (
 // Redis layout (KeyPrefix defaults to "tandem:dtl:"):
 //
 //	<prefix>replicas        sorted set: replica ID → last heartbeat, Redis clock, Unix ms
+//	                        (one in the future beyond HeartbeatSkew is rewritten to now +
+//	                        HeartbeatSkew; a read takes at most MaxReplicas of the live ones)
 //	<prefix><ns>/<pod>      hash per decode pod: replica ID → "tokens,count,sumAt"
 //	<prefix>pf:<endpoint>   hash per endpoint with booked prefill work (pd-predictive's
 //	                        busy-until ledger): replica ID → busy-until, Unix seconds on the
@@ -36,6 +38,11 @@ import (
 // time is Redis's, so replicas' clocks (or a simulation's virtual clock) never need to agree.
 // Values are absolute, never deltas: a replica rewrites its whole field, and a field of a
 // replica that stopped heartbeating is ignored and pruned.
+//
+// Nothing read from Redis is trusted: every number must be finite and inside the bound its
+// parser documents (parseValue, parseVector, parseBusyUntil, parseLive), or the field is
+// ignored, counted (Options.Rejected, tandem_redis_values_rejected_total{kind}) and deleted. Every
+// key Tandem writes carries a TTL (KeyTTL), renewed with each write.
 
 // Defaults.
 const (
@@ -45,6 +52,12 @@ const (
 	DefaultPublishInterval = time.Second
 	DefaultLiveness        = 3 * time.Second
 	DefaultKeyTTL          = 10 * time.Minute
+	// DefaultHeartbeatSkew is how far ahead of Redis's clock a heartbeat may be (a replica
+	// writes Redis's own TIME, so only a foreign writer is further ahead).
+	DefaultHeartbeatSkew = time.Second
+	// DefaultMaxReplicas bounds the live replicas one read takes from the replica set, so a
+	// flood of fake replicas cannot make every read time out (and switch sharing off).
+	DefaultMaxReplicas = 1024
 	// watchTTL: a pod nobody scored for this long is no longer read from Redis.
 	watchTTL = 10 * time.Minute
 )
@@ -69,6 +82,14 @@ type Options struct {
 	PublishInterval time.Duration
 	Liveness        time.Duration
 	KeyTTL          time.Duration
+	// HeartbeatSkew: a heartbeat further ahead of Redis's clock counts as now + HeartbeatSkew
+	// (default 1 s) and is rewritten so, so it ages out like any other. MaxReplicas bounds
+	// the live replicas one read takes, newest first (default 1024).
+	HeartbeatSkew time.Duration
+	MaxReplicas   int
+	// Rejected, when set, is told of values read from Redis that were refused: n of a kind
+	// (RejectedKinds).
+	Rejected func(kind string, n int)
 
 	Clock  load.Clock // the decode ledger's clock; default the system clock
 	Logger logr.Logger
@@ -106,6 +127,10 @@ func (o *Options) defaults() error {
 	set(&o.PublishInterval, DefaultPublishInterval)
 	set(&o.Liveness, DefaultLiveness)
 	set(&o.KeyTTL, DefaultKeyTTL)
+	set(&o.HeartbeatSkew, DefaultHeartbeatSkew)
+	if o.MaxReplicas <= 0 {
+		o.MaxReplicas = DefaultMaxReplicas
+	}
 	if o.Clock == nil {
 		o.Clock = load.SystemClock{}
 	}
@@ -265,15 +290,32 @@ func (s *Shared) Watch(pods ...ledger.Pod) {
 	s.watchMu.Unlock()
 }
 
-// heartbeatScript renews this replica's heartbeat at Redis's own time and drops replicas
-// silent for ten liveness windows. KEYS[1] replicas; ARGV id, key TTL ms, prune age ms.
+// heartbeatScript renews this replica's heartbeat at Redis's own time, brings heartbeats
+// dated beyond the skew allowance back to now + skew (a bounded number per call), and drops
+// replicas silent for ten liveness windows. KEYS[1] replicas; ARGV id, key TTL ms, prune age
+// ms, skew ms.
 const heartbeatScript = `
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local cap = ms + tonumber(ARGV[4])
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. cap, '+inf', 'LIMIT', 0, 256)) do
+  redis.call('ZADD', KEYS[1], cap, m)
+end
 redis.call('ZADD', KEYS[1], ms, ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms - tonumber(ARGV[3]))
 return ms`
+
+// liveScript reads Redis's clock, how many replicas heartbeat within the liveness window, and
+// at most ARGV[2] of them, newest first, with their heartbeats. KEYS[1] replicas; ARGV
+// liveness ms, max replicas.
+const liveScript = `
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local from = ms - tonumber(ARGV[1])
+local n = redis.call('ZCOUNT', KEYS[1], from, '+inf')
+local live = redis.call('ZREVRANGEBYSCORE', KEYS[1], '+inf', from, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
+return {t[1], t[2], n, live}`
 
 // publishScript writes one pod's field with sumAt on the Redis clock.
 // KEYS[1] pod key; ARGV id, tokens, count, local Σ elapsed seconds, key TTL ms.
@@ -318,8 +360,7 @@ func (s *Shared) Refresh(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, s.o.ReadTimeout)
 	defer cancel()
 	pipe := s.rdb.Pipeline()
-	tcmd := pipe.Time(ctx)
-	zcmd := pipe.ZRangeWithScores(ctx, s.replicasKey(), 0, -1)
+	lcmd := pipe.Eval(ctx, liveScript, []string{s.replicasKey()}, s.o.Liveness.Milliseconds(), s.o.MaxReplicas)
 	hcmds := make([]*redis.MapStringStringCmd, len(pods))
 	for i, p := range pods {
 		hcmds[i] = pipe.HGetAll(ctx, s.podKey(p))
@@ -336,16 +377,24 @@ func (s *Shared) Refresh(ctx context.Context) error {
 		s.health(err, "read")
 		return fmt.Errorf("shared decode ledger read: %w", err)
 	}
+	reps, err := parseLive(lcmd.Val(), s.o.HeartbeatSkew)
+	if err != nil {
+		s.dropRemote()
+		s.health(err, "read")
+		return fmt.Errorf("shared decode ledger read: %w", err)
+	}
 	s.health(nil, "read")
-	rnow := tcmd.Val()
-	cutoff := float64(rnow.Add(-s.o.Liveness).UnixMilli())
-	live := map[string]bool{}
-	for _, z := range zcmd.Val() {
-		if m, ok := z.Member.(string); ok && z.Score >= cutoff {
-			live[m] = true
+	s.reject(RejectedHeartbeat, reps.future)
+	s.reject(RejectedReplicas, reps.unread)
+	live := reps.live
+	// A field whose replica is not among the live ones read is pruned only when every live
+	// replica was read: past MaxReplicas, its replica may be live but unread.
+	prune := func(key, field string) {
+		if reps.unread == 0 {
+			s.queuePrune(key, field)
 		}
 	}
-	rsec := float64(rnow.UnixNano()) / 1e9
+	rsec := float64(reps.now.UnixNano()) / 1e9
 	out := make(map[ledger.Pod]ledger.RemoteLoad, len(pods))
 	for i, p := range pods {
 		var acc ledger.RemoteLoad
@@ -354,16 +403,19 @@ func (s *Shared) Refresh(ctx context.Context) error {
 				continue
 			}
 			if !live[field] {
-				s.queuePrune(s.podKey(p), field)
+				prune(s.podKey(p), field)
 				continue
 			}
 			tokens, count, sumAt, ok := parseValue(val)
-			if !ok {
+			elapsed := float64(count)*rsec - sumAt
+			if !ok || elapsed > float64(count)*maxRequestAge {
+				s.reject(RejectedDecodeCharge, 1)
+				s.queuePrune(s.podKey(p), field)
 				continue
 			}
 			acc.Tokens += tokens
 			acc.Count += count
-			acc.Elapsed += max(float64(count)*rsec-sumAt, 0)
+			acc.Elapsed += max(elapsed, 0)
 		}
 		if acc.Count > 0 || acc.Tokens > 0 {
 			out[p] = acc
@@ -376,21 +428,30 @@ func (s *Shared) Refresh(ctx context.Context) error {
 				continue
 			}
 			if !live[field] {
+				prune(s.prefillKey(k), field)
+				continue
+			}
+			ahead, ok := parseBusyUntil(val, rsec)
+			if !ok {
+				s.reject(RejectedPrefillBusyUntil, 1)
 				s.queuePrune(s.prefillKey(k), field)
 				continue
 			}
-			until, err := strconv.ParseFloat(val, 64)
-			if err != nil {
-				continue
-			}
-			if ahead := until - rsec; ahead > 0 {
+			if ahead > 0 {
 				pf[k] = append(pf[k], ahead)
 			}
 		}
 	}
 	s.view.Store(&view{at: now, pods: out, prefill: pf})
-	s.applySignalReads(sigKeys, sigCmds, live)
+	s.applySignalReads(sigKeys, sigCmds, live, prune)
 	return nil
+}
+
+// reject counts n values of a kind refused on a read.
+func (s *Shared) reject(kind string, n int) {
+	if s.o.Rejected != nil && n > 0 {
+		s.o.Rejected(kind, n)
+	}
 }
 
 func (s *Shared) queuePrune(key, field string) {
@@ -414,6 +475,10 @@ func parseValue(v string) (tokens float64, count int64, sumAt float64, ok bool) 
 		!math.IsNaN(sumAt) && !math.IsInf(sumAt, 0)
 	return tokens, count, sumAt, ok
 }
+
+// maxRequestAge bounds the age of a replica's outstanding decode requests, in seconds, read
+// from its sumAt: no request decodes for a day. Beyond it the field is no replica's.
+const maxRequestAge = 24 * 3600
 
 // maxLedgerTokens bounds a replica's published decode tokens for one pod: far above any real
 // KV cache (a 1e12-token pod does not exist), low enough that a malformed or hostile field
@@ -452,7 +517,8 @@ func (s *Shared) Publish(ctx context.Context, all bool) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*s.o.ReadTimeout)
 	defer cancel()
 	pipe := s.rdb.Pipeline()
-	pipe.Eval(ctx, heartbeatScript, []string{s.replicasKey()}, s.o.ReplicaID, ttlMs, (10 * s.o.Liveness).Milliseconds())
+	pipe.Eval(ctx, heartbeatScript, []string{s.replicasKey()}, s.o.ReplicaID, ttlMs, (10 * s.o.Liveness).Milliseconds(),
+		s.o.HeartbeatSkew.Milliseconds())
 	for _, p := range pods {
 		key := s.podKey(p)
 		tokens, count, elapsed := s.dec.Local(p)

@@ -104,7 +104,8 @@ func (s *Shared) queueSignalReads(ctx context.Context, pipe redis.Pipeliner) ([]
 }
 
 // applySignalReads sums the other live replicas' values per key and hands them to each signal.
-func (s *Shared) applySignalReads(keys [][]string, cmds [][]*redis.MapStringStringCmd, live map[string]bool) {
+// prune deletes a field whose replica is not live.
+func (s *Shared) applySignalReads(keys [][]string, cmds [][]*redis.MapStringStringCmd, live map[string]bool, prune func(key, field string)) {
 	for i, st := range s.signals {
 		sums := map[string][]float64{}
 		for j, k := range keys[i] {
@@ -113,11 +114,13 @@ func (s *Shared) applySignalReads(keys [][]string, cmds [][]*redis.MapStringStri
 					continue
 				}
 				if !live[field] {
-					s.queuePrune(s.signalKey(st, k), field)
+					prune(s.signalKey(st, k), field)
 					continue
 				}
 				v, ok := parseVector(val)
 				if !ok {
+					s.reject(RejectedSignal, 1)
+					s.queuePrune(s.signalKey(st, k), field)
 					continue
 				}
 				acc := sums[k]
