@@ -86,7 +86,7 @@ type App struct {
 	metricsL net.Listener
 	// objectives are the InferenceObjectives requests may name (cluster or endpoints file).
 	objectives *objective.Set
-	source   func(ctx context.Context) error
+	source     func(ctx context.Context) error
 	// configData is the --config-file content applied; getenv the environment over it.
 	configData []byte
 	getenv     func(string) string
