@@ -44,16 +44,28 @@ func TestObjectivesFromKubernetesShed(t *testing.T) {
 	if err := c.Create(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "standard-0", Namespace: ns, Labels: map[string]string{"app": "vllm", "model.aibrix.ai/name": "m"},
-			Annotations: map[string]string{"model.aibrix.ai/config": `{"profiles":{"default":{"routingConfig":{"combined":true}}}}`}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
-	}
-	if err := c.Create(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.SetPodStatus(ctx, c, pod, "127.0.0.1", true); err != nil {
-		t.Fatal(err)
+	// A PD pair (the decode pod names llm-d's sidecar, so no hand-off runs) and a standard pod.
+	for _, p := range []struct {
+		name, ip string
+		labels   map[string]string
+	}{
+		{"prefill-0", "127.0.0.2", map[string]string{"role-name": "prefill", "roleset-name": "group-0"}},
+		{"decode-0", "127.0.0.3", map[string]string{"role-name": "decode", "roleset-name": "group-0", "llm-d.ai/role": "decode"}},
+		{"standard-0", "127.0.0.1", nil},
+	} {
+		labels := map[string]string{"app": "vllm", "model.aibrix.ai/name": "m"}
+		maps.Copy(labels, p.labels)
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: ns, Labels: labels,
+				Annotations: map[string]string{"model.aibrix.ai/config": `{"profiles":{"default":{"routingConfig":{"combined":true}}}}`}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm"}}},
+		}
+		if err := c.Create(ctx, pod); err != nil {
+			t.Fatal(err)
+		}
+		if err := testenv.SetPodStatus(ctx, c, pod, p.ip, true); err != nil {
+			t.Fatal(err)
+		}
 	}
 	create := func(group, name, poolName string, priority *int64) *unstructured.Unstructured {
 		t.Helper()
