@@ -184,9 +184,11 @@ func checkFitsTogether(t *testing.T, objs []*unstructured.Unstructured) {
 	for _, r := range role.Rules {
 		rules = append(rules, fmt.Sprintf("%v/%v:%v", r.APIGroups, r.Resources, r.Verbs))
 	}
-	// Read access to pods and pools is all routing needs; the events rule is optional (Warning
-	// events on pods with a bad model.aibrix.ai/config annotation) and tolerated when absent.
-	if want := "[[]/[pods]:[get list watch] [inference.networking.k8s.io]/[inferencepools]:[get list watch] [events.k8s.io]/[events]:[create patch]]"; fmt.Sprint(rules) != want {
+	// Read access to pods, pools and InferenceObjectives is all routing needs; the events rule
+	// is optional (Warning events on pods with a bad model.aibrix.ai/config annotation) and
+	// tolerated when absent.
+	if want := "[[]/[pods]:[get list watch] [inference.networking.k8s.io]/[inferencepools]:[get list watch] " +
+		"[llm-d.ai inference.networking.x-k8s.io]/[inferenceobjectives]:[get list watch] [events.k8s.io]/[events]:[create patch]]"; fmt.Sprint(rules) != want {
 		t.Errorf("Role rules = %v, want exactly %s", rules, want)
 	}
 	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != dep.Spec.Template.Spec.ServiceAccountName {

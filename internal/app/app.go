@@ -28,6 +28,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger"
 	"github.com/tandem-epp/tandem/internal/metrics"
+	"github.com/tandem-epp/tandem/internal/objective"
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
@@ -83,7 +84,9 @@ type App struct {
 	health   *health.Detector
 	serving  *serving.Server
 	metricsL net.Listener
-	source   func(ctx context.Context) error
+	// objectives are the InferenceObjectives requests may name (cluster or endpoints file).
+	objectives *objective.Set
+	source     func(ctx context.Context) error
 	// configData is the --config-file content applied; getenv the environment over it.
 	configData []byte
 	getenv     func(string) string
@@ -129,7 +132,10 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	a.health = health.New(health.Options{Config: gw.Outlier, Store: a.store, Observer: healthObserver{tel.m},
 		Logger: log.WithName("outlier-detection"), Recorder: a.outcomes})
 	a.outcomes.Subscribe(a.health)
-	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile,
+	// InferenceObjectives (x-gateway-inference-objective), from the cluster or the endpoints file.
+	objectives := &objective.Set{}
+	a.objectives = objectives
+	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile, Objectives: objectives,
 		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m, Predictions: tel.m, Health: a.health})
 	if err != nil {
 		return nil, err
@@ -185,7 +191,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		path := opts.EndpointsFile
 		a.source = func(ctx context.Context) error {
 			w := &file.Watcher{Path: path, Store: a.store, Logger: log.WithName("endpoints-file"),
-				OnError: func(err error) { tel.sourceError("file", err) }}
+				OnError: func(err error) { tel.sourceError("file", err) }, OnObjectives: objectives.Replace}
 			if err := w.Load(); err != nil {
 				return err
 			}
@@ -205,6 +211,10 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		mgr, err := kube.NewManager(rc, kube.Options{PoolName: opts.PoolName, PoolNamespace: opts.PoolNamespace,
 			PoolGroup: opts.PoolGroup, Store: a.store, Logger: log.WithName("kube")})
 		if err != nil {
+			return nil, err
+		}
+		if err := objective.Watch(mgr, rc, objective.WatchOptions{Namespace: opts.PoolNamespace,
+			PoolName: opts.PoolName, PoolGroup: opts.PoolGroup, Set: objectives, Logger: log.WithName("objectives")}); err != nil {
 			return nil, err
 		}
 		a.source = mgr.Start

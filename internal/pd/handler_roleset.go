@@ -494,6 +494,9 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 	s.trace.Add("prefill_score:" + s.prefPol.Name())
 	s.trace.Add("decode_score:" + s.decPol.Name())
 	s.pb = &PrefillBatch{Pods: pre, MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: k, Objective: s.obj}
+	if s.prefPol.Name() == PolicyConductor {
+		s.pb.TokenizedLen = len(picker.PrefixText(cy))
+	}
 	b.PromptTokens, b.Objective = cy.Req.PromptTokens, s.obj
 	for _, p := range pre {
 		s.pb.MaxInFlight = math.Max(s.pb.MaxInFlight, p.InFlight)

@@ -40,6 +40,10 @@ type PrefillBatch struct {
 	// MaxInFlight is max(1, InFlight over all candidates).
 	MaxInFlight  float64
 	PromptTokens int
+	// TokenizedLen is the length of the prefix tokenizer's output (picker.PrefixText: bytes
+	// of the prompt, or four per cl100k_base id with the tiktoken tokenizer): AIBrix's
+	// totalTokens, which conductor's costs count. Set for conductor only; 0: PromptTokens.
+	TokenizedLen int
 	Knobs        *config.PD
 	// Objective is the request's latency objectives (the predictive policies' units).
 	Objective Objective

@@ -47,6 +47,21 @@ func TestPrefillPolicyFormulas(t *testing.T) {
 	}
 }
 
+// conductor counts what AIBrix's does: its tokenizer's output (a 4000-byte prompt is 4000 with
+// the default character tokenizer), not the 1000-token estimate. A pod with half of it cached
+// and 2 prefills in flight beats an idle pod without it, as in AIBrix:
+// busy = 2·16.5852 + (0.005·2000 + 1) + (0.001·2000^1.5 + 5) = 138.6132;
+// idle = 0.001·4000^1.5 + 5 = 257.9822. Counted as 1000 tokens the idle pod would win
+// (52.8509 against 36.6228).
+func TestConductorCountsTheTokenizersOutput(t *testing.T) {
+	k := config.DefaultPD()
+	b := &PrefillBatch{Pods: []PrefillPod{{MatchPct: 50, InFlight: 2}, {}}, MaxInFlight: 2, PromptTokens: 1000, TokenizedLen: 4000, Knobs: &k}
+	busy, idle := conductorPrefill{}.Score(b, 0), conductorPrefill{}.Score(b, 1)
+	if math.Abs(busy-138.6132) > 1e-3 || math.Abs(idle-257.9822) > 1e-3 || !(busy < idle) {
+		t.Errorf("busy %.4f, idle %.4f; want 138.6132 < 257.9822", busy, idle)
+	}
+}
+
 func TestDecodePolicyFormulas(t *testing.T) {
 	k := config.DefaultPD()
 	k2 := k

@@ -27,6 +27,9 @@ func (conductorPrefill) UsesPrefix() bool { return true }
 func (conductorPrefill) Score(b *PrefillBatch, i int) float64 {
 	p := &b.Pods[i]
 	total := float64(b.PromptTokens)
+	if b.TokenizedLen > 0 {
+		total = float64(b.TokenizedLen) // AIBrix counts its tokenizer's output (bytes by default)
+	}
 	matched := total * p.MatchPct / 100
 	unmatched := total - matched
 	avgMs := conductorPrefillMs(conductorDefaultPrefillTokens)

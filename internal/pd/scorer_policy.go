@@ -255,6 +255,9 @@ func (s *PolicyScorer) prefillCosts(ctx context.Context, cy *picker.Cycle, eps [
 	}
 	p := s.resolve(ctx, cy)
 	pb := &PrefillBatch{Pods: make([]PrefillPod, len(eps)), MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: &cy.Resolved.PD}
+	if p.prefill.Name() == PolicyConductor {
+		pb.TokenizedLen = len(picker.PrefixText(cy))
+	}
 	var match map[string]float64
 	if p.prefill.UsesPrefix() {
 		tmp := &selection{knobs: &cy.Resolved.PD}

@@ -39,6 +39,9 @@ type PrefillBatch struct {
 	// MaxInFlight is max(1, InFlight over all candidates).
 	MaxInFlight  float64
 	PromptTokens int
+	// TokenizedLen is AIBrix's totalTokens (the prefix tokenizer's output length), which
+	// conductor counts since it was made to match AIBrix (issue 29); 0: PromptTokens.
+	TokenizedLen int
 	Knobs        *config.PD
 }
 
@@ -239,6 +242,9 @@ func (conductorPrefill) UsesPrefix() bool { return true }
 func (conductorPrefill) Score(b *PrefillBatch, i int) float64 {
 	p := &b.Pods[i]
 	total := float64(b.PromptTokens)
+	if b.TokenizedLen > 0 {
+		total = float64(b.TokenizedLen)
+	}
 	matched := total * p.MatchPct / 100
 	unmatched := total - matched
 	avgMs := conductorPrefillMs(conductorDefaultPrefillTokens)

@@ -81,7 +81,8 @@ func (c *Cascade) selectLocked(cy *picker.Cycle, s *selection) (*picker.Decision
 	// Steps 3–5: score both sides, best pod per roleset, then the best pair.
 	s.trace.Add("prefill_score:" + s.prefPol.Name())
 	s.trace.Add("decode_score:" + s.decPol.Name())
-	pb := &PrefillBatch{Pods: pre, MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: k}
+	pb := &PrefillBatch{Pods: pre, MaxInFlight: 1, PromptTokens: cy.Req.PromptTokens, Knobs: k,
+		TokenizedLen: len(picker.PrefixText(cy))}
 	for _, p := range pre {
 		pb.MaxInFlight = math.Max(pb.MaxInFlight, p.InFlight)
 	}

@@ -88,6 +88,9 @@ func TestDocumentedFieldsAreTheParsersFields(t *testing.T) {
 	for _, f := range EndpointFields {
 		want = append(want, "endpoints[]."+f)
 	}
+	for _, f := range ObjectiveFields {
+		want = append(want, "objectives[]."+f)
+	}
 	got := firstCells(section(t, readDoc(t), "Fields"))
 	sort.Strings(want)
 	sort.Strings(got)

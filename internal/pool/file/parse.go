@@ -14,6 +14,8 @@
 //	  labels: {role-name: prefill, roleset-name: group-0}
 //	  annotations: {model.aibrix.ai/config: '{"profiles":{}}'}
 //	  ready: true               # default true; false keeps the entry out of the pool
+//	objectives:                 # optional: InferenceObjectives by name
+//	- {name: batch, priority: -1}
 //
 // An entry's ports play the InferencePool's target ports for that pod, and the same rules as in
 // Kubernetes apply (internal/pool/podports): rank = index in ports, the active-ports annotation
@@ -26,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"slices"
@@ -44,10 +47,21 @@ const maxPorts = 8
 // The fields the file may hold, by level; any other is an error. docs/pool-file.md documents
 // each one (docs_test.go checks both ways).
 var (
-	TopFields      = []string{"pool", "endpoints"}
-	PoolFields     = []string{"name", "namespace"}
-	EndpointFields = []string{"name", "namespace", "address", "port", "ports", "labels", "annotations", "ready"}
+	TopFields       = []string{"pool", "endpoints", "objectives"}
+	PoolFields      = []string{"name", "namespace"}
+	EndpointFields  = []string{"name", "namespace", "address", "port", "ports", "labels", "annotations", "ready"}
+	ObjectiveFields = []string{"name", "priority"}
 )
+
+// Document is a parsed endpoints file.
+type Document struct {
+	Info pool.Info
+	// Endpoints are those of the ready entries.
+	Endpoints []*pool.Endpoint
+	// Objectives are the InferenceObjectives' priorities by name (`objectives:`), the file
+	// form of the InferenceObjective objects a cluster holds; never nil.
+	Objectives map[string]int
+}
 
 // Load reads and validates an endpoints file. It returns the endpoints of the ready entries.
 func Load(path string) (pool.Info, []*pool.Endpoint, error) {
@@ -65,10 +79,16 @@ func Load(path string) (pool.Info, []*pool.Endpoint, error) {
 // Parse validates the file's content. The error lists every problem, one per line, each
 // starting with its path: `endpoints[2].address: "abc" is not an IP address`.
 func Parse(data []byte) (pool.Info, []*pool.Endpoint, error) {
-	p := &parser{}
+	d, err := ParseDocument(data)
+	return d.Info, d.Endpoints, err
+}
+
+// ParseDocument is Parse with the file's objectives.
+func ParseDocument(data []byte) (Document, error) {
+	p := &parser{objectives: map[string]int{}}
 	info, entries := p.document(data)
 	if len(p.errs) > 0 {
-		return pool.Info{}, nil, errors.New(strings.Join(p.errs, "\n"))
+		return Document{}, errors.New(strings.Join(p.errs, "\n"))
 	}
 	var eps []*pool.Endpoint
 	for _, e := range entries {
@@ -76,7 +96,7 @@ func Parse(data []byte) (pool.Info, []*pool.Endpoint, error) {
 			eps = append(eps, e.endpoints...)
 		}
 	}
-	return info, eps, nil
+	return Document{Info: info, Endpoints: eps, Objectives: p.objectives}, nil
 }
 
 type entry struct {
@@ -85,7 +105,8 @@ type entry struct {
 }
 
 type parser struct {
-	errs []string
+	errs       []string
+	objectives map[string]int
 }
 
 func (p *parser) errorf(path, format string, args ...any) {
@@ -118,6 +139,9 @@ func (p *parser) document(data []byte) (pool.Info, []entry) {
 		pf := p.mapping("pool", n, PoolFields...)
 		info.Name = p.str("pool.name", pf["name"])
 		info.Namespace = p.str("pool.namespace", pf["namespace"])
+	}
+	if n, ok := fields["objectives"]; ok {
+		p.objectiveList(n)
 	}
 	list, ok := fields["endpoints"]
 	if !ok {
@@ -331,4 +355,44 @@ func (p *parser) stringMap(path string, n *yaml.Node, isLabels bool) map[string]
 		out[k.Value] = v.Value
 	}
 	return out
+}
+
+// objectiveList reads `objectives:`, a list of {name, priority}: InferenceObjectives as the
+// file gives them (a name as in Kubernetes, a 32-bit priority, 0 when left out).
+func (p *parser) objectiveList(n *yaml.Node) {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf("objectives", "must be a list of {name, priority} (line %d)", n.Line)
+		return
+	}
+	seen := map[string]int{}
+	for i, item := range n.Content {
+		path := fmt.Sprintf("objectives[%d]", i)
+		f := p.mapping(path, item, ObjectiveFields...)
+		if f == nil {
+			continue
+		}
+		name := p.str(path+".name", f["name"])
+		if name == "" {
+			p.errorf(path+".name", "required: the name requests give in x-gateway-inference-objective")
+			continue
+		}
+		for _, msg := range validation.IsDNS1123Subdomain(name) {
+			p.errorf(path+".name", "%q: %s", name, msg)
+		}
+		if j, dup := seen[name]; dup {
+			p.errorf(path+".name", "duplicate objective %q (also objectives[%d])", name, j)
+			continue
+		}
+		seen[name] = i
+		prio := 0
+		if v := f["priority"]; v != nil {
+			var x int64
+			if v.Kind != yaml.ScalarNode || v.Tag != "!!int" || v.Decode(&x) != nil || x < math.MinInt32 || x > math.MaxInt32 {
+				p.errorf(path+".priority", "must be a whole number (a 32-bit integer; negative is sheddable), got %q (line %d)", v.Value, v.Line)
+				continue
+			}
+			prio = int(x)
+		}
+		p.objectives[name] = prio
+	}
 }

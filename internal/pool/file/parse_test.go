@@ -2,6 +2,7 @@ package file
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -78,12 +79,23 @@ var parseErrorCases = func() []parseErrorCase {
 		{"empty file", "  \n", "the file is empty; it needs `endpoints:` with a list of endpoints"},
 		{"bad yaml", "endpoints: [", "not valid YAML: line 1: did not find expected node content"},
 		{"two documents", "endpoints: []\n---\nendpoints: []\n", "a second YAML document (after ---); put everything in one"},
-		{"top level list", "- a", "(top level): must be a mapping with fields pool, endpoints (line 1)"},
+		{"top level list", "- a", "(top level): must be a mapping with fields pool, endpoints, objectives (line 1)"},
 		{"missing endpoints", "pool: {name: p}", "endpoints: required: a list of endpoints (it may be empty: endpoints: [])"},
 		{"endpoints not a list", "endpoints: {a: 1}", "endpoints: must be a list (line 1)"},
-		{"unknown top-level field", "endpoint: []\nendpoints: []", "endpoint: unknown field (line 1); known fields: pool, endpoints"},
+		{"unknown top-level field", "endpoint: []\nendpoints: []", "endpoint: unknown field (line 1); known fields: pool, endpoints, objectives"},
 		{"pool not a mapping", "pool: demo\nendpoints: []", "pool: must be a mapping with fields name, namespace (line 1)"},
 		{"pool name not a string", "pool: {name: [a]}\nendpoints: []", "pool.name: must be a string (line 1)"},
+		{"objectives not a list", "objectives: {batch: -1}\nendpoints: []", "objectives: must be a list of {name, priority} (line 1)"},
+		{"objective without a name", "objectives: [{priority: -1}]\nendpoints: []",
+			"objectives[0].name: required: the name requests give in x-gateway-inference-objective"},
+		{"objective with a bad name", "objectives: [{name: Batch}]\nendpoints: []",
+			`objectives[0].name: "Batch": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')`},
+		{"objective given twice", "objectives: [{name: batch}, {name: batch, priority: 1}]\nendpoints: []",
+			`objectives[1].name: duplicate objective "batch" (also objectives[0])`},
+		{"objective priority not a number", "objectives: [{name: batch, priority: low}]\nendpoints: []",
+			`objectives[0].priority: must be a whole number (a 32-bit integer; negative is sheddable), got "low" (line 1)`},
+		{"objective priority out of range", "objectives: [{name: batch, priority: 3000000000}]\nendpoints: []",
+			`objectives[0].priority: must be a whole number (a 32-bit integer; negative is sheddable), got "3000000000" (line 1)`},
 		{"label given twice", "endpoints: [{" + ok + ", labels: {a: b, a: c}}]", `endpoints[0].labels["a"]: given twice (line 1)`},
 		{"unknown pool field", "pool: {nam: p}\nendpoints: []", "pool.nam: unknown field (line 1); known fields: name, namespace"},
 		{"unknown endpoint field", "endpoints:\n- {" + ok + ", adress: x}", "endpoints[0].adress: unknown field (line 2); known fields: name, namespace, address, port, ports, labels, annotations, ready"},
@@ -155,5 +167,20 @@ func TestLoadMissingFile(t *testing.T) {
 	_, _, err := Load(filepath.Join(t.TempDir(), "nope.yaml"))
 	if err == nil || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// The objectives list: names with priorities (0 when left out), in the document.
+func TestParseObjectives(t *testing.T) {
+	d, err := ParseDocument([]byte("objectives:\n- {name: batch, priority: -1}\n- {name: chat, priority: 5}\n- name: plain\nendpoints: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"batch": -1, "chat": 5, "plain": 0}; !maps.Equal(d.Objectives, want) {
+		t.Errorf("objectives %v, want %v", d.Objectives, want)
+	}
+	d, err = ParseDocument([]byte("endpoints: []\n"))
+	if err != nil || d.Objectives == nil || len(d.Objectives) != 0 {
+		t.Errorf("no objectives: %v %v, want an empty set", d.Objectives, err)
 	}
 }

@@ -42,6 +42,9 @@ type Watcher struct {
 	OnError func(error)
 	// OnReload is told the number of endpoints after each successful load; nil ignores it.
 	OnReload func(endpoints int)
+	// OnObjectives receives the file's objectives after each successful load (before the
+	// endpoints are published); nil ignores them.
+	OnObjectives func(byName map[string]int)
 	// PollInterval re-reads the file as a safety net for missed notifications; 0 means DefaultPollInterval.
 	PollInterval time.Duration
 	Logger       logr.Logger
@@ -73,14 +76,18 @@ func (w *Watcher) apply(data []byte) error {
 		return nil
 	}
 	w.last = data
-	info, eps, err := Parse(data)
+	d, err := ParseDocument(data)
 	if err != nil {
 		err = fmt.Errorf("endpoints file %s: %w", w.Path, err)
 		w.fail(err)
 		return err
 	}
-	snap := w.Store.Publish(info, eps, true)
-	w.Logger.Info("endpoints file loaded", "path", w.Path, "endpoints", len(eps), "version", snap.Version)
+	if w.OnObjectives != nil {
+		w.OnObjectives(d.Objectives)
+	}
+	eps := d.Endpoints
+	snap := w.Store.Publish(d.Info, eps, true)
+	w.Logger.Info("endpoints file loaded", "path", w.Path, "endpoints", len(eps), "objectives", len(d.Objectives), "version", snap.Version)
 	if w.OnReload != nil {
 		w.OnReload(len(eps))
 	}
