@@ -106,9 +106,9 @@ Usage: epp [flags]
 Pool source: --pool-name (Kubernetes InferencePool) or --endpoints-file (YAML, no cluster).
 Routing knobs are AIBRIX_* environment variables (see docs/configuration.md).
 
-Flags:
+Flags may start with - or --.
 `)
-		fs.PrintDefaults()
+		printGroupedFlags(out, fs)
 	}
 	fs.StringVar(&o.PoolName, "pool-name", "", "Name of the InferencePool this EPP serves (Kubernetes source).")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", "", "Namespace of the InferencePool; empty means $NAMESPACE or \"default\".")
@@ -174,8 +174,13 @@ var ErrHelp = flag.ErrHelp
 func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Options, error) {
 	o := &Options{}
 	fs := NewFlagSet(o, out)
+	fs.SetOutput(io.Discard) // a mistake is one line (flagError); only --help prints the help
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+			return nil, err
+		}
+		return nil, flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: epp takes flags only (see --help)", fs.Args())
