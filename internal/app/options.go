@@ -99,7 +99,7 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(out, `Tandem: a prefill/decode-aware Endpoint Picker for the Gateway API Inference Extension.
+		fmt.Fprintf(fs.Output(), `Tandem: a prefill/decode-aware Endpoint Picker for the Gateway API Inference Extension.
 
 Usage: epp [flags]
 
@@ -108,7 +108,7 @@ Routing knobs are AIBRIX_* environment variables (see docs/configuration.md).
 
 Flags may start with - or --.
 `)
-		printGroupedFlags(out, fs)
+		printGroupedFlags(fs.Output(), fs)
 	}
 	fs.StringVar(&o.PoolName, "pool-name", "", "Name of the InferencePool this EPP serves (Kubernetes source).")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", "", "Namespace of the InferencePool; empty means $NAMESPACE or \"default\".")
@@ -177,6 +177,7 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 	fs.SetOutput(io.Discard) // a mistake is one line (flagError); only --help prints the help
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(out)
 			fs.Usage()
 			return nil, err
 		}
