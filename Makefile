@@ -13,7 +13,7 @@ ARGS ?=
 IMAGE ?= ghcr.io/tandem-epp/tandem-epp:$(shell hack/ldflags.sh | sed -n 's/.*version=\([^ ]*\).*/\1/p')
 IMAGE_TAR ?= bin/tandem-epp-image.tar
 
-.PHONY: demo test build image lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full
+.PHONY: demo test build image release lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full
 
 ## demo: simulated prefill/decode/standard pods, Tandem and a local gateway on loopback, a real trace replayed.
 demo:
@@ -34,6 +34,12 @@ build:
 image:
 	$(GO) run ./hack/image -ldflags "-s -w $(LDFLAGS)" -image "$(IMAGE)" -out "$(IMAGE_TAR)" $(if $(GOARCH),-arch $(GOARCH))
 
+## release: a version's artifacts in dist/VERSION (hack/release.sh): epp, gateway and sim per platform,
+## the image tarball per platform, the chart package with the release's image, the chart rendered, SHA256SUMS.
+## make release VERSION=v0.1.0 [IMAGE_REPO=<registry>/tandem-epp] [PLATFORMS='linux/amd64'].
+release:
+	VERSION='$(VERSION)' IMAGE_REPO='$(IMAGE_REPO)' PLATFORMS='$(PLATFORMS)' hack/release.sh
+
 lint:
 	gofmt -l $$(git ls-files '*.go') | (! grep .)
 	$(GO) vet ./...
@@ -41,7 +47,7 @@ lint:
 
 ## helm-lint: helm lint of charts/tandem (Helm is built once from the Go module proxy).
 helm-lint:
-	$$(hack/ensure-helm.sh) lint --strict charts/tandem
+	$$(hack/ensure-helm.sh) lint --strict charts/tandem --set image.tag=lint
 
 ## bench-extproc: whole ext_proc round trip, Tandem vs upstream lwepp in the same run.
 bench-extproc:

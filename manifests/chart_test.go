@@ -66,8 +66,13 @@ func helm(t *testing.T) string {
 }
 
 // runHelm runs helm with args and returns stdout, or the error with stderr.
+// The chart has no default image tag (none is published): template and lint get the tag the
+// kustomize base names, which a test's own --set image.tag=… overrides (the last --set wins).
 func runHelm(t *testing.T, args ...string) ([]byte, error) {
 	t.Helper()
+	if len(args) > 0 && (args[0] == "template" || args[0] == "lint") {
+		args = append([]string{args[0], "--set", "image.tag=latest"}, args[1:]...)
+	}
 	cmd := exec.Command(helm(t), args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -603,6 +608,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{[]string{"--set", "gateway.create=true"}, "gateway.className"},
 		{[]string{"--set", "serviceAccount.create=false"}, "serviceAccount.name"},
 		{[]string{"--set", "replicas=two"}, "replicas"},
+		{[]string{"--set", "image.tag="}, "image.tag (or image.digest) is required: Tandem publishes no image yet"},
 	}
 	for _, c := range cases {
 		_, err := runHelm(t, append([]string{"template", "tandem", chartDir}, c.args...)...)

@@ -6,8 +6,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -21,11 +23,22 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	err := run(os.Args[1:])
+	var usage usageError
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.As(err, &usage):
+		fmt.Fprintln(os.Stderr, "gateway:", err, "(gateway -h lists the flags)")
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "gateway:", err)
 		os.Exit(1)
 	}
 }
+
+// usageError is a mistake on the command line (exit 2), not a failure to serve (exit 1).
+type usageError struct{ error }
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
@@ -43,15 +56,23 @@ func run(args []string) error {
 	clientKind := fs.String("client", gateway.ClientEnvoy, "ext_proc client to play: envoy, or nginx (NGINX Gateway Fabric's shim; needs --default-endpoints, the pool's pods)")
 	streamEnd := fs.String("stream-end", gateway.EndReset, "how an ext_proc stream ends early (the client left): reset, or envoy (half-close, then reset, as Envoy's ext_proc filter)")
 	strip := fs.String("strip-headers", "", "nginx client: comma-separated request headers removed before the upstream request (an HTTPRoute RequestHeaderModifier)")
+	// A mistyped flag gets one line (main), not the whole help: only -h prints that.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stderr)
+			fmt.Fprintln(os.Stderr, "Usage of gateway, the local test gateway (flags may start with - or --):")
+			fs.PrintDefaults()
+			return err
+		}
+		return usageError{err}
 	}
 	if *showVersion {
 		fmt.Println(version.Line("gateway"))
 		return nil
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q: all settings are flags (see -h)", fs.Args())
+		return usageError{fmt.Errorf("unexpected arguments %q: all settings are flags", fs.Args())}
 	}
 	log := funcr.New(func(prefix, args string) { fmt.Fprintln(os.Stderr, prefix, args) }, funcr.Options{Verbosity: *verbosity})
 	opts := gateway.Options{

@@ -312,6 +312,7 @@ func (a *App) Run(ctx context.Context) error {
 		warnDisaggregation(ctx, a.store, a.gw, a.opts.GatewayClient, a.log)
 		return nil
 	})
+	run("pool check", func(ctx context.Context) error { checkPool(ctx, a.store, a.picker, a.log.WithName("pool")); return nil })
 	run("grpc servers", a.serving.Run)
 	if a.metricsL != nil {
 		srv := &http.Server{Handler: a.metricsHandler(), ReadHeaderTimeout: 10 * time.Second}

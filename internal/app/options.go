@@ -109,16 +109,16 @@ func NewFlagSet(o *Options, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.Usage = func() {
-		fmt.Fprintf(out, `Tandem: a prefill/decode-aware Endpoint Picker for the Gateway API Inference Extension.
+		fmt.Fprintf(fs.Output(), `Tandem: a prefill/decode-aware Endpoint Picker for the Gateway API Inference Extension.
 
 Usage: epp [flags]
 
 Pool source: --pool-name (Kubernetes InferencePool) or --endpoints-file (YAML, no cluster).
 Routing knobs are AIBRIX_* environment variables (see docs/configuration.md).
 
-Flags:
+Flags may start with - or --.
 `)
-		fs.PrintDefaults()
+		printGroupedFlags(fs.Output(), fs)
 	}
 	fs.StringVar(&o.PoolName, "pool-name", "", "Name of the InferencePool this EPP serves (Kubernetes source).")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", "", "Namespace of the InferencePool; empty means $NAMESPACE or \"default\".")
@@ -200,8 +200,14 @@ var ErrHelp = flag.ErrHelp
 func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Options, error) {
 	o := &Options{}
 	fs := NewFlagSet(o, out)
+	fs.SetOutput(io.Discard) // a mistake is one line (flagError); only --help prints the help
 	if err := fs.Parse(args); err != nil {
-		return nil, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(out)
+			fs.Usage()
+			return nil, err
+		}
+		return nil, flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: epp takes flags only (see --help)", fs.Args())

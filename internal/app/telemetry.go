@@ -46,8 +46,9 @@ func (t *tel) annotationReporter() config.Reporter {
 	return config.ReporterFunc(func(podKey, field, value string, err error) {
 		ns, name := splitPodKey(podKey)
 		t.m.PodConfigError(ns, name, "annotation")
-		t.log.Error(err, "bad pod annotation; keeping the pod's last good routing config",
-			"pod", podKey, "field", field, "value", value)
+		// A configuration mistake, not a failure of Tandem: a warning line without a stack trace.
+		t.log.Info("WARNING: bad pod annotation model.aibrix.ai/config; the pod's last good routing config (or the gateway defaults) applies",
+			"pod", podKey, "field", field, "value", value, "problem", err.Error())
 		if t.events != nil {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 			t.events.Eventf(pod, nil, corev1.EventTypeWarning, "BadRoutingConfig", "Route",

@@ -39,7 +39,7 @@ var rcFields = []rcField{
 			return ""
 		}},
 	{"combined", "boolean", "false", "must be true or false",
-		"Marks a standard pod (both phases) as a PD fallback: used when no complete prefill/decode pair covers the prompt, or when PD is saturated and it is idle.",
+		"Marks a standard pod (both phases) as a PD fallback: used when no complete prefill/decode pair covers the prompt, or, with prompt-length bucketing on (as in AIBrix), when PD is saturated and it is idle (docs/troubleshooting.md).",
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			b, ok := jsonBool(raw)
 			if !ok {

@@ -40,52 +40,6 @@ func TestReferenceIsCurrent(t *testing.T) {
 	}
 }
 
-const (
-	readmeStart = "<!-- configuration-reference:start -->"
-	readmeEnd   = "<!-- configuration-reference:end -->"
-)
-
-// readmeSection is the reference as the README embeds it: from the gateway settings on, one
-// heading level down (the README's own "Configuration reference" section holds it).
-func readmeSection() string {
-	ref := string(reference())
-	ref = ref[strings.Index(ref, "## Gateway settings"):]
-	var b strings.Builder
-	for _, line := range strings.SplitAfter(ref, "\n") {
-		if strings.HasPrefix(line, "#") {
-			b.WriteString("#")
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
-
-// TestReadmeEmbedsReference fails when the README's configuration tables drift from the code.
-// Regenerate with: go generate ./internal/config
-func TestReadmeEmbedsReference(t *testing.T) {
-	path := filepath.Join("..", "..", "README.md")
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(raw)
-	i, j := strings.Index(doc, readmeStart), strings.Index(doc, readmeEnd)
-	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the %s … %s markers", readmeStart, readmeEnd)
-	}
-	want := "\n" + readmeSection()
-	if *update {
-		doc = doc[:i+len(readmeStart)] + want + doc[j:]
-		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if doc[i+len(readmeStart):j] != want {
-		t.Fatal("README.md's configuration reference is out of date with internal/config; regenerate it with: go generate ./internal/config")
-	}
-}
-
 // Every plugin type the build registers is in the reference, with each of its parameters.
 func TestReferenceListsEveryPluginType(t *testing.T) {
 	doc := string(reference())

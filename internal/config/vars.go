@@ -257,7 +257,7 @@ var Vars = []Var{
 		"Default scoring policy for selecting decode pods.",
 		func(g *Gateway) *string { return &g.PD.DecodeScorePolicy }),
 	enumVar("AIBRIX_KV_CONNECTOR_TYPE", "kvConnectorType", []string{"shfs", "nixl"}, false, Exact,
-		"vLLM KV transfer adapter: `shfs` for GPU, `nixl` for Neuron. The pod label `model.aibrix.ai/kv-connector-type` overrides it per pod.",
+		"vLLM KV transfer adapter: `shfs` for GPU (the `kv_transfer_params` round trip of vLLM's NixlConnector, as in `manifests/samples/pd-vllm`), `nixl` for Neuron (the prefill response passed whole as `disagg_prefill_resp`). The pod label `model.aibrix.ai/kv-connector-type` overrides it per pod.",
 		func(g *Gateway) *string { return &g.PD.KVConnectorType }),
 	floatVar("AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD", "prefillLoadImbalanceMinSpread", "prefillLoadImbalanceMinSpread", positive,
 		"Request-count spread between prefill pods above which (strictly) the least-loaded prefill pod is chosen.",

@@ -60,6 +60,7 @@ func Run(ctx context.Context, o Options) error {
 	defer st.Stop()
 	fmt.Fprintf(o.Progress, "Gateway %s → Tandem (ext_proc, pool from %s) → pods. Replaying %d requests over %s (time scale %g).\n",
 		st.GatewayURL, filepath.Join(st.Dir, "endpoints.yaml"), len(reqs), o.Mix.Window, o.TimeScale)
+	fmt.Fprintf(o.Progress, "Tandem's metrics: %s\n", st.MetricsURL)
 
 	podRole := map[string]string{}
 	for _, p := range st.Pods {
@@ -107,7 +108,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	CurlHint(o.Out, st.GatewayURL)
 	if o.Stay {
-		fmt.Fprintln(o.Out, "The stack stays up until Ctrl-C.")
+		fmt.Fprintf(o.Out, "The stack stays up until Ctrl-C: gateway %s, Tandem's metrics %s.\n", st.GatewayURL, st.MetricsURL)
 		<-ctx.Done()
 	} else {
 		fmt.Fprintln(o.Out, "(Run with --stay to keep the stack up for that; everything is stopped now.)")

@@ -1,8 +1,11 @@
 package demo
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -60,5 +63,45 @@ func TestEndpointsFileRoundTrip(t *testing.T) {
 	}
 	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
 		t.Errorf("temporary file left behind: %v", err)
+	}
+}
+
+// The summary says who ran the prefill legs, from the traces of the PD requests.
+func TestHandoffLine(t *testing.T) {
+	roles := map[string]string{"d": "decode", "s": "standard"}
+	pd := func(steps ...string) Result { return Result{Pod: "d", PD: true, Steps: steps} }
+	for _, c := range []struct {
+		results []Result
+		want    string
+	}{
+		{[]Result{{Pod: "s"}}, "hand-off: no PD request"},
+		{[]Result{pd("pd_pair"), pd("pd_pair"), {Pod: "s"}}, "hand-off: sidecar — each decode pod's routing sidecar ran the prefill leg of all 2 PD requests"},
+		{[]Result{pd("pd_pair", "handoff_epp:vllm")}, "hand-off: epp — Tandem ran the prefill leg of all 1 PD requests itself"},
+		{[]Result{pd("handoff_epp:vllm"), pd()}, "hand-off: Tandem (epp) ran 1 prefill legs, the decode pods' sidecars 1"},
+	} {
+		if got := handoffLine(c.results, roles); !strings.HasPrefix(got, c.want) {
+			t.Errorf("handoffLine = %q, want %q…", got, c.want)
+		}
+	}
+}
+
+// The curl CurlHint prints, run by bash, sends a prompt long enough for a prefill/decode pair.
+func TestCurlHintPromptGoesPD(t *testing.T) {
+	var b strings.Builder
+	CurlHint(&b, "http://127.0.0.1:8080")
+	text := b.String()
+	start := strings.Index(text, "-d '")
+	end := strings.Index(text[start:], "\n")
+	script := "printf '%s' " + text[start+3:start+end]
+	out, err := exec.Command("bash", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("bash -c %s: %v", script, err)
+	}
+	var body struct{ Model, Prompt string }
+	if err := json.Unmarshal(out, &body); err != nil {
+		t.Fatalf("the hint's body is not JSON: %v\n%s", err, out)
+	}
+	if body.Model != Model || len(body.Prompt) < BucketTokens*4 {
+		t.Errorf("model %q, prompt of %d bytes: want %q and at least %d bytes", body.Model, len(body.Prompt), Model, BucketTokens*4)
 	}
 }

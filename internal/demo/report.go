@@ -11,8 +11,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/tandem-epp/tandem/internal/demo/workload"
 )
 
 // decisionMetrics are the names Tandem has counted its decisions under (the app's telemetry,
@@ -194,6 +192,7 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 		strat = append(strat, fmt.Sprintf("%s ×%d", name, strategies[s]))
 	}
 	fmt.Fprintf(w, "  strategy used (routing-strategy response header): %s\n", strings.Join(strat, ", "))
+	fmt.Fprintf(w, "  %s\n", handoffLine(results, podRole))
 
 	fmt.Fprintln(w, "\nWhy (Tandem's decision counter tandem_decisions_total: outcome, strategy, deciding step, count):")
 	switch {
@@ -237,6 +236,37 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 	}
 }
 
+// handoffLine says who ran the prefill legs of the PD requests: Tandem (the epp hand-off, a
+// handoff_epp step in the request's trace) or the decode pod's sidecar (no such step).
+func handoffLine(results []Result, podRole map[string]string) string {
+	byEPP, bySidecar := 0, 0
+	for _, r := range results {
+		if r.Err != "" || Kind(podRole[r.Pod], r.PD) != KindPD {
+			continue
+		}
+		epp := false
+		for _, s := range r.Steps {
+			if strings.HasPrefix(s, "handoff_epp") {
+				epp = true
+			}
+		}
+		if epp {
+			byEPP++
+		} else {
+			bySidecar++
+		}
+	}
+	switch {
+	case byEPP+bySidecar == 0:
+		return "hand-off: no PD request, so no prefill leg ran"
+	case byEPP == 0:
+		return fmt.Sprintf("hand-off: sidecar — each decode pod's routing sidecar ran the prefill leg of all %d PD requests (--handoff epp makes Tandem run it)", bySidecar)
+	case bySidecar == 0:
+		return fmt.Sprintf("hand-off: epp — Tandem ran the prefill leg of all %d PD requests itself", byEPP)
+	}
+	return fmt.Sprintf("hand-off: Tandem (epp) ran %d prefill legs, the decode pods' sidecars %d", byEPP, bySidecar)
+}
+
 // received counts the HTTP inference requests a pod got (the recorder's sequence number).
 func received(p *Pod) int {
 	reqs := p.Server.Requests()
@@ -255,12 +285,14 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// CurlHint tells the user how to reach the stack by hand.
+// CurlHint tells the user how to reach the stack by hand: a long prompt that goes to a
+// prefill/decode pair, and a short one that goes to the standard pod.
 func CurlHint(w io.Writer, gatewayURL string) {
 	fmt.Fprintf(w, `
-Try it by hand (gateway → Tandem → pods):
-  curl -sN %s/v1/completions -H 'content-type: application/json' \
-    -d '{"model":"%s","prompt":"Hello, Tandem","max_tokens":8,"stream":true}' -D -
-  (a prompt of %d+ tokens ≈ %d+ bytes goes PD; look at the X-Sim-Pod, routing-strategy and x-tandem-trace headers)
-`, gatewayURL, Model, BucketTokens, BucketTokens*workload.BytesPerToken)
+Try it by hand (gateway → Tandem → pods). A prompt of %d+ tokens goes to a prefill/decode pair:
+  curl -sN %s/v1/completions -H 'content-type: application/json' -D - \
+    -d '{"model":"%s","max_tokens":8,"stream":true,"prompt":"'"$(printf 'Tandem sends long prompts to a prefill and decode pair. %%.0s' $(seq 150))"'"}'
+  (headers: X-Sim-Pod names a decode pod, x-tandem-trace shows the PD steps; a short prompt such as
+  "Hello, Tandem" goes to the standard pod, whose bucket holds prompts under %d tokens)
+`, BucketTokens, gatewayURL, Model, BucketTokens)
 }

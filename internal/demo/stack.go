@@ -114,7 +114,7 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 		"--grpc-health-port", strconv.Itoa(healthPort),
 		"--metrics-port", strconv.Itoa(metricsPort),
 		"--debug-trace-header",
-		"--zap-log-level", "error",
+		"--zap-log-level", "info", // start-up, pool and configuration warnings; requests are not logged at info
 	}
 	eppCtx, stopEPP := context.WithCancel(context.Background())
 	eppDone := make(chan error, 1)

@@ -423,7 +423,9 @@ func (h *RolesetHandler) Next(_ context.Context, cy *picker.Cycle, _ []*picker.P
 func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.ProfileRun {
 	c, k, pt := h.c, s.knobs, &s.pt
 
-	// Step 0b: a bucket match exists, but PD is saturated and a combined pod is idle.
+	// Step 0b: a bucket match exists, but PD is saturated and a combined pod is idle. Only with
+	// bucketing, as in AIBrix (its gateway collects combined pods and runs shouldPickCombined only
+	// under AIBRIX_PROMPT_LENGTH_BUCKETING); docs/troubleshooting.md says when standard pods serve.
 	if pt.bucketed && len(pt.combined) > 0 && h.overflow != nil && h.overflow.Overflow(cy, pt.combined, pt.rolesets) {
 		s.overflow = true
 		return nil

@@ -103,7 +103,7 @@ func laxCount(v gjson.Result, field string) error {
 	case f != math.Trunc(f):
 		return apierror.BadRequest("bad_"+field, field, "%q must be an integer, not %s", field, describe(v))
 	case f < 0:
-		return apierror.BadRequest("bad_"+field, field, "%q must be 0 or more, not %s", field, describe(v))
+		return apierror.BadRequest("bad_"+field, field, "%q must be 0 or more, not %s", field, truncate(v.Raw, 40))
 	}
 	return nil
 }

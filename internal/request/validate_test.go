@@ -42,7 +42,7 @@ func TestFieldsTandemReadsFollowVLLMsRules(t *testing.T) {
 		{name: "stream an object", path: chat, body: `{"model":"m",` + msgs + `,"stream":{}}`, param: "stream", msg: "boolean"},
 		{name: "max_tokens fractional", path: comp, body: `{"model":"m","prompt":"x","max_tokens":1.5}`, param: "max_tokens", msg: "integer"},
 		{name: "max_tokens a word", path: comp, body: `{"model":"m","prompt":"x","max_tokens":"ten"}`, param: "max_tokens", msg: "integer"},
-		{name: "max_tokens negative", path: comp, body: `{"model":"m","prompt":"x","max_tokens":-3}`, param: "max_tokens", msg: "0 or more"},
+		{name: "max_tokens negative", path: comp, body: `{"model":"m","prompt":"x","max_tokens":-3}`, param: "max_tokens", msg: `"max_tokens" must be 0 or more, not -3`},
 		{name: "max_tokens a list", path: comp, body: `{"model":"m","prompt":"x","max_tokens":[1]}`, param: "max_tokens", msg: "integer"},
 		{name: "message without role", path: chat, body: `{"model":"m","messages":[{"content":"x"}]}`, param: "messages[0].role", msg: "role"},
 		{name: "role a number", path: chat, body: `{"model":"m","messages":[{"role":1,"content":"x"}]}`, param: "messages[0].role", msg: "string"},

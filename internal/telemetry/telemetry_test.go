@@ -134,13 +134,8 @@ func TestDocsTable(t *testing.T) {
 		t.Fatalf("gathered %d families but %d are defined: exercise() misses some", len(got), len(m.Defs()))
 	}
 
-	for _, path := range []string{docsPath(), readmePath()} {
-		checkDocsTable(t, m, got, path)
-	}
+	checkDocsTable(t, m, got, docsPath())
 }
-
-// readmePath is the README, which carries the same table between the same markers.
-func readmePath() string { return filepath.Join(filepath.Dir(docsPath()), "..", "README.md") }
 
 func checkDocsTable(t *testing.T, m *Metrics, got map[string]family, path string) {
 	t.Helper()

@@ -72,8 +72,14 @@ func resolve(v, c string, buildInfo func() (*debug.BuildInfo, bool)) Info {
 
 // String is the build's identity as --version prints it after the binary's name:
 // "v0.1.0 (commit 1a2b3c…, go1.26.8, linux/amd64)".
+// A build with neither a version nor a commit (`go run`, which records no VCS information) says
+// how to get one.
 func (i Info) String() string {
-	return fmt.Sprintf("%s (commit %s, %s, %s)", i.Version, i.Commit, i.GoVersion, i.Platform)
+	s := fmt.Sprintf("%s (commit %s, %s, %s)", i.Version, i.Commit, i.GoVersion, i.Platform)
+	if i.Version == "devel" && i.Commit == "unknown" {
+		s += "; not stamped: go run records no version or commit, make build (or go build in a git checkout) does"
+	}
+	return s
 }
 
 // Line is the --version output of the named binary: "epp v0.1.0 (commit …, go1.26.8, linux/amd64)".

@@ -125,7 +125,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "tandem.image" -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
-{{- else -}}
+{{- else if toString .Values.image.tag -}}
 {{- printf "%s:%s" .Values.image.repository (toString .Values.image.tag) -}}
+{{- else -}}
+{{- fail "image.tag (or image.digest) is required: Tandem publishes no image yet. Build one with `make image` (or `make release`), push it to your registry, then --set image.repository=<registry>/tandem-epp --set image.tag=<tag>" -}}
 {{- end -}}
 {{- end -}}

@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -152,6 +153,11 @@ func Build(ctx context.Context, o BuildOptions) error {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	compiled := 0
 	var tail []string // last lines that are not package names, for the error
+	// The clock keeps moving while one large package compiles (k8s.io/api/core/v1 takes minutes
+	// on a busy 2-core machine), and the line names it, so a still count is not a hang.
+	stopTick := p.ticking()
+	defer stopTick()
+	p.update("Building %s: compiling the first of at most %d packages (a cold build compiles most of them)", o.What, total)
 	err = streamLines(cmd, func(line string) {
 		if strings.HasPrefix(line, "#") || strings.Contains(line, ": ") || strings.Contains(line, " ") {
 			tail = append(tail, line)
@@ -161,8 +167,9 @@ func Build(ctx context.Context, o BuildOptions) error {
 			return
 		}
 		compiled++
-		p.update("Building %s: %d of at most %d packages compiled", o.What, compiled, total)
+		p.update("Building %s: %d of at most %d packages compiled (now %s)", o.What, compiled, total, line)
 	})
+	stopTick()
 	if err != nil {
 		p.done()
 		return fmt.Errorf("go build %s: %w\n%s", strings.Join(o.Packages, " "), err, strings.Join(tail, "\n"))
@@ -218,20 +225,33 @@ func streamLines(cmd *exec.Cmd, f func(string)) error {
 }
 
 // progressLine prints a status line: redrawn in place on a terminal, else at most every 10s.
+// Its methods may be called from the build's line reader and its clock at once.
 type progressLine struct {
+	mu      sync.Mutex
 	w       io.Writer
 	tty     bool
 	start   time.Time
 	last    time.Time
+	text    string // the current status, without the clock
 	pending string
 }
 
 func (p *progressLine) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	fmt.Fprintf(p.w, format+"\n", args...)
 }
 
 func (p *progressLine) update(format string, args ...any) {
-	line := fmt.Sprintf(format, args...) + fmt.Sprintf(" [%s]", time.Since(p.start).Round(time.Second))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.text = fmt.Sprintf(format, args...)
+	p.render()
+}
+
+// render prints the current status with the elapsed time. Callers hold p.mu.
+func (p *progressLine) render() {
+	line := p.text + fmt.Sprintf(" [%s]", time.Since(p.start).Round(time.Second))
 	if p.tty {
 		fmt.Fprintf(p.w, "\r%s\033[K", line)
 		return
@@ -243,8 +263,35 @@ func (p *progressLine) update(format string, args ...any) {
 	}
 }
 
+// ticking redraws the status every second (on a terminal; otherwise render's 10 s limit
+// applies) until the returned stop is called; stop may be called more than once.
+func (p *progressLine) ticking() (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				p.mu.Lock()
+				if p.text != "" {
+					p.render()
+				}
+				p.mu.Unlock()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(quit); <-done }) }
+}
+
 // done ends the line: a newline on a terminal, the last unprinted update otherwise.
 func (p *progressLine) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.tty {
 		fmt.Fprintln(p.w)
 		return

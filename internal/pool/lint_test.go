@@ -1,0 +1,33 @@
+package pool
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLintNamesRoleTyposAndOneSidedRolesets(t *testing.T) {
+	ep := func(name string, labels map[string]string) *Endpoint {
+		return NewEndpoint("ns", name, "10.0.0.1", 8000, 0, labels, nil)
+	}
+	got := Lint([]*Endpoint{
+		ep("p0", map[string]string{LabelRoleName: "prefill", LabelRolesetName: "rs0", LabelModelName: "m"}),
+		ep("d0", map[string]string{LabelRoleName: "decode", LabelRolesetName: "rs0", LabelModelName: "m"}),
+		ep("typo", map[string]string{LabelRoleName: "prefil", LabelRolesetName: "rs1", LabelModelName: "m"}),
+		ep("d1", map[string]string{LabelRoleName: "decode", LabelRolesetName: "rs1", LabelModelName: "m"}),
+		ep("std", map[string]string{LabelRoleName: "all", LabelModelName: "m"}),
+		ep("plain", nil),
+		ep("llmd", map[string]string{LabelLLMDRole: "prefil-decode"}),
+	})
+	want := []string{
+		`pod ns/llmd: llm-d.ai/role="prefil-decode" is not a role Tandem knows, so the pod is a standard pod; known values: prefill, decode, or all, standard, combined, both, prefill-decode (or no label) for a standard pod`,
+		`pod ns/typo: role-name="prefil" is not a role Tandem knows (did you mean "prefill"?), so the pod is a standard pod; known values: prefill, decode, or all, standard, combined, both, prefill-decode (or no label) for a standard pod`,
+		`roleset "rs1" (model "m"): decode pods (ns/d1) but no prefill pod, so they serve no prefill/decode pair until a prefill pod joins them`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Lint:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if got := Lint([]*Endpoint{ep("p", map[string]string{LabelRoleName: "prefill"})}); len(got) != 1 ||
+		!strings.HasPrefix(got[0], "the pods without a roleset-name label: prefill pods (ns/p) but no decode pod") {
+		t.Errorf("implicit roleset: %q", got)
+	}
+}
