@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +52,10 @@ const (
 // for the three documented changes), as the ServiceAccount the upstream RBAC binds.
 func TestUpstreamArguments(t *testing.T) {
 	objs := upstreamBase(t)
+	// The v1.6 test InferencePoolMissingEPPRef's pool has no endpointPickerRef; an EPP told to
+	// follow it follows it like any other (it selects the primary model servers).
+	missingRef := upstreamManifest(t, "tests/inferencepool_missing_epp_ref.yaml")
+	objs = append(objs, missingRef...)
 	env := testenv.Start(t, testenv.WithGatewayAPI())
 	ctx := context.Background()
 
@@ -90,8 +97,31 @@ func TestUpstreamArguments(t *testing.T) {
 			}
 		}
 	}
-	if len(epps) < 2 || len(pools) != len(epps) {
-		t.Fatalf("base.yaml has %d EPP Deployments and %d InferencePools; expected one EPP per pool, several pools", len(epps), len(pools))
+	if len(epps) < 2 || len(pools) != len(epps)+1 {
+		t.Fatalf("base.yaml has %d EPP Deployments and, with the missing-ref test's, %d InferencePools; expected one EPP per base pool, several pools", len(epps), len(pools))
+	}
+	// An EPP for the pool without endpointPickerRef: the primary EPP's arguments, that pool named.
+	for _, o := range missingRef {
+		if o.GetKind() != "InferencePool" {
+			continue
+		}
+		if pools[o.GetNamespace()+"/"+o.GetName()].Spec.EndpointPickerRef != nil {
+			t.Fatalf("%s has an endpointPickerRef; the upstream test's pool should not", o.GetName())
+		}
+		d := epps[0].DeepCopy()
+		d.Name = o.GetName() + "-endpoint-picker"
+		args := &d.Spec.Template.Spec.Containers[0].Args
+		*args = upstreamSetFlag(upstreamSetFlag(*args, "--pool-name", o.GetName()), "--pool-namespace", o.GetNamespace())
+		epps = append(epps, d)
+	}
+	// Every endpoint of every pool, for the requests naming other pools' endpoints too.
+	var everyIP []string
+	for _, ip := range pools {
+		for _, hp := range upstreamEndpoints(ip, podsByNS[ip.Namespace]) {
+			if h, _, _ := net.SplitHostPort(hp); !slices.Contains(everyIP, h) {
+				everyIP = append(everyIP, h)
+			}
+		}
 	}
 
 	for _, d := range epps {
@@ -108,13 +138,14 @@ func TestUpstreamArguments(t *testing.T) {
 			}
 			// The upstream RBAC binds the namespace's default ServiceAccount; Tandem runs as it.
 			t.Setenv("KUBECONFIG", upstreamKubeconfig(t, env, "system:serviceaccount:"+d.Namespace+":"+upstreamServiceAccount(d)))
-			upstreamRunEPP(t, args, want)
+			upstreamRunEPP(t, args, want, everyIP)
 		})
 	}
 }
 
-// upstreamRunEPP starts Tandem with the upstream arguments, waits for health, and checks picks.
-func upstreamRunEPP(t *testing.T, upstreamArgs, want []string) {
+// upstreamRunEPP starts Tandem with the upstream arguments, waits for health, and checks picks
+// as the upstream tests steer them: want is the pool's endpoints, everyIP every pool's pod IPs.
+func upstreamRunEPP(t *testing.T, upstreamArgs, want, everyIP []string) {
 	grpcPort, healthPort, metricsPort := upstreamFreePort(t), upstreamFreePort(t), upstreamFreePort(t)
 	args := append([]string{"--conformance"}, upstreamArgs...) // the conformance image's entrypoint
 	args = upstreamSetFlag(args, "--grpc-port", strconv.Itoa(grpcPort))
@@ -151,6 +182,18 @@ func upstreamRunEPP(t *testing.T, upstreamArgs, want []string) {
 		}
 		t.Fatalf("health %q never turned SERVING: %v", upstreamHealthService, err)
 	}
+	// And the Endpoint Picker Protocol's own health services (v1.6), as a probe asks them.
+	hconn, err := grpc.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(healthPort)), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hconn.Close()
+	for _, service := range []string{"liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"} {
+		r, err := healthpb.NewHealthClient(hconn).Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+		if err != nil || r.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q: %v %v, want SERVING", service, r.GetStatus(), err)
+		}
+	}
 
 	// Picks, over real ext_proc streams with TLS (--secure-serving defaults to true, as in lwepp).
 	c, err := envoy.Dial(net.JoinHostPort("127.0.0.1", strconv.Itoa(grpcPort)), true)
@@ -160,28 +203,63 @@ func upstreamRunEPP(t *testing.T, upstreamArgs, want []string) {
 	defer c.Close()
 	body := []byte(`{"model":"conformance-fake-model","prompt":"Hello"}`)
 	route := func(selection string) (string, *envoy.Stream, context.CancelFunc) {
-		t.Helper()
-		sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
-		hs := envoy.Headers(":method", "POST", ":path", "/v1/completions", "content-type", "application/json")
-		if selection != "" {
-			hs = append(hs, envoy.Header{Key: upstreamSelectionHeader, Value: selection})
-		}
-		s, routed, err := c.Route(sctx, envoy.Request{Headers: hs, Body: body})
-		if err != nil {
-			scancel()
-			t.Fatalf("routing (selection %q): %v", selection, err)
-		}
-		if routed.Immediate != nil {
-			scancel()
-			t.Fatalf("routing (selection %q): immediate response %d %s", selection, routed.Immediate.Status, routed.Immediate.Body)
-		}
-		eps := routed.Endpoints()
-		if len(eps) == 0 || routed.MetadataDestination == "" {
-			scancel()
-			t.Fatalf("routing (selection %q): no destination (header %q, metadata %q)", selection, routed.Destination, routed.MetadataDestination)
-		}
-		return eps[0], s, scancel
+		return upstreamRoute(ctx, t, c, selection, envoy.Request{
+			Headers: envoy.Headers(":method", "POST", ":path", "/v1/completions", "content-type", "application/json"), Body: body})
 	}
+	upstreamChecks(t, want, everyIP, route)
+	for _, path := range []string{"/", "/primary", "/secondary"} { // the upstream route tests send GETs without a body
+		got, _, scancel := upstreamRoute(ctx, t, c, "", envoy.Request{Headers: envoy.Headers(":method", "GET", ":path", path), NoBody: true})
+		scancel()
+		if !slices.Contains(want, got) {
+			t.Errorf("GET %s picked %s, which is not in the pool %v", path, got, want)
+		}
+	}
+	stop()
+}
+
+// upstreamRoute routes r (with the selection header when not empty) and returns the primary.
+func upstreamRoute(ctx context.Context, t *testing.T, c *envoy.Client, selection string, r envoy.Request) (string, *envoy.Stream, context.CancelFunc) {
+	t.Helper()
+	sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
+	if selection != "" {
+		r.Headers = append(slices.Clone(r.Headers), envoy.Header{Key: upstreamSelectionHeader, Value: selection})
+	}
+	s, routed, err := c.Route(sctx, r)
+	if err != nil {
+		scancel()
+		t.Fatalf("routing (selection %q): %v", selection, err)
+	}
+	if routed.Immediate != nil {
+		scancel()
+		t.Fatalf("routing (selection %q): immediate response %d %s", selection, routed.Immediate.Status, routed.Immediate.Body)
+	}
+	eps := routed.Endpoints()
+	if len(eps) == 0 || routed.MetadataDestination == "" {
+		scancel()
+		t.Fatalf("routing (selection %q): no destination (header %q, metadata %q)", selection, routed.Destination, routed.MetadataDestination)
+	}
+	for _, e := range eps {
+		if selection != "" && !upstreamSelected(selection, e) {
+			t.Errorf("selection %q: endpoint %s (of %q) was not selected", selection, e, routed.Destination)
+		}
+	}
+	return eps[0], s, scancel
+}
+
+// upstreamSelected says whether the selection header (IPs or IP:ports, comma-separated) names hostPort.
+func upstreamSelected(selection, hostPort string) bool {
+	host, _, _ := net.SplitHostPort(hostPort)
+	for _, entry := range strings.Split(selection, ",") {
+		if entry = strings.TrimSpace(entry); entry == host || entry == hostPort {
+			return true
+		}
+	}
+	return false
+}
+
+// upstreamChecks are the EPP-facing checks of the upstream tests (see README.md).
+func upstreamChecks(t *testing.T, want, everyIP []string, route func(string) (string, *envoy.Stream, context.CancelFunc)) {
+	t.Helper()
 	// Without the selection header the pick is one of the pool's endpoints.
 	for range 2 * len(want) {
 		got, _, scancel := route("")
@@ -205,11 +283,42 @@ func upstreamRunEPP(t *testing.T, upstreamArgs, want []string) {
 			t.Errorf("%s = %q, want %q", upstreamServedHeader, v, hp)
 		}
 	}
-	stop()
+	// GatewayFollowingEPPRouting: a list of pods; every pick is one of them (route checks it).
+	var ips []string
+	for _, hp := range want {
+		if h, _, _ := net.SplitHostPort(hp); !slices.Contains(ips, h) {
+			ips = append(ips, h)
+		}
+	}
+	if len(ips) >= 2 {
+		for range 6 {
+			_, _, scancel := route(ips[0] + "," + ips[1])
+			scancel()
+		}
+	}
+	// GatewayWeightedAcrossTwoInferencePools: every pool's IPs in the header; the EPP ignores
+	// the other pools' and picks from its own.
+	for range 6 {
+		got, _, scancel := route(strings.Join(everyIP, ","))
+		scancel()
+		if !slices.Contains(want, got) {
+			t.Errorf("with every pool's IPs selected, picked %s, which is not in the pool %v", got, want)
+		}
+	}
 }
 
-// upstreamBase reads resources/base.yaml from the upstream conformance module in the module cache.
-func upstreamBase(t *testing.T) []*unstructured.Unstructured {
+// upstreamManifest reads one manifest of the upstream conformance module.
+func upstreamManifest(t *testing.T, name string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(upstreamDir(t), filepath.FromSlash(name)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upstreamDecode(t, name, data)
+}
+
+// upstreamDir locates the upstream conformance module in the module cache.
+func upstreamDir(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command("go", "mod", "download", "-json", upstreamModule+"@"+upstreamVersion).Output()
 	if err != nil {
@@ -219,10 +328,24 @@ func upstreamBase(t *testing.T) []*unstructured.Unstructured {
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
 		t.Fatalf("go mod download %s@%s: %s %v", upstreamModule, upstreamVersion, mod.Error, err)
 	}
-	data, err := os.ReadFile(filepath.Join(mod.Dir, "resources", "base.yaml"))
+	return mod.Dir
+}
+
+// upstreamBase reads resources/base.yaml from the upstream conformance module in the module cache.
+func upstreamBase(t *testing.T) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(upstreamDir(t), "resources", "base.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	objs := upstreamDecode(t, "base.yaml", data)
+	// Namespaces first, as kubectl would need them.
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+	return objs
+}
+
+func upstreamDecode(t *testing.T, name string, data []byte) []*unstructured.Unstructured {
+	t.Helper()
 	var objs []*unstructured.Unstructured
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
@@ -231,14 +354,12 @@ func upstreamBase(t *testing.T) []*unstructured.Unstructured {
 			if errors.Is(err, io.EOF) {
 				break
 			}
-			t.Fatalf("base.yaml: %v", err)
+			t.Fatalf("%s: %v", name, err)
 		}
 		if len(u.Object) > 0 {
 			objs = append(objs, u)
 		}
 	}
-	// Namespaces first, as kubectl would need them.
-	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
 	return objs
 }
 

@@ -39,6 +39,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/pool/kube"
+	"github.com/tandem-epp/tandem/internal/serving"
 	k8stest "github.com/tandem-epp/tandem/internal/testenv"
 )
 
@@ -142,9 +143,10 @@ func checkFitsTogether(t *testing.T, objs []*unstructured.Unstructured) {
 	if fmt.Sprint(ports) != "map[grpc:9002 grpc-health:9003 metrics:9090]" {
 		t.Errorf("container ports = %v", ports)
 	}
-	for name, probe := range map[string]*corev1.Probe{"liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if probe == nil || probe.GRPC == nil || probe.GRPC.Port != 9003 || probe.GRPC.Service == nil || *probe.GRPC.Service != "inference-extension" {
-			t.Errorf("%s probe = %+v, want gRPC on 9003 service inference-extension", name, probe)
+	// The probes ask the Endpoint Picker Protocol's health services (GIE v1.6), which Tandem serves.
+	for name, probe := range map[string]*corev1.Probe{serving.LivenessService: c.LivenessProbe, serving.ReadinessService: c.ReadinessProbe} {
+		if probe == nil || probe.GRPC == nil || probe.GRPC.Port != 9003 || probe.GRPC.Service == nil || *probe.GRPC.Service != name {
+			t.Errorf("%s probe = %+v, want gRPC on 9003 service %q", name, probe, name)
 		}
 	}
 	if sc := c.SecurityContext; sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {

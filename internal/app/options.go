@@ -126,7 +126,7 @@ Flags may start with - or --.
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig; empty uses in-cluster config or $KUBECONFIG.")
 	fs.Var(&o.TargetPorts, "endpoint-target-ports", "Accepted for lwepp compatibility; target ports come from the InferencePool.")
 	fs.IntVar(&o.GRPCPort, "grpc-port", 9002, "Port of the ext_proc gRPC server.")
-	fs.IntVar(&o.GRPCHealthPort, "grpc-health-port", 9003, "Port of the gRPC health server (service names inference-extension, envoy.service.ext_proc.v3.ExternalProcessor and \"\").")
+	fs.IntVar(&o.GRPCHealthPort, "grpc-health-port", 9003, "Port of the gRPC health server: services liveness (the process answers), readiness (the pool has synced; not while shutting down), and, like readiness, envoy.service.ext_proc.v3.ExternalProcessor, inference-extension and \"\".")
 	fs.IntVar(&o.MetricsPort, "metrics-port", 9090, "Port of the Prometheus /metrics endpoint; 0 disables it.")
 	fs.StringVar(&o.BindAddress, "bind-address", "", "Address the servers listen on; empty means all interfaces.")
 	fs.BoolVar(&o.SecureServing, "secure-serving", true, "Serve ext_proc over TLS: a self-signed certificate made at start, or the one in --cert-path.")

@@ -11,6 +11,8 @@ type Info struct {
 	Name        string
 	Namespace   string
 	TargetPorts []int32
+	// AppProtocol is how the gateway speaks to the pool's model servers: "http" (HTTP/1.1)
+	// or "kubernetes.io/h2c" (HTTP/2 cleartext); "" for a file source.
 	AppProtocol string
 }
 

@@ -23,10 +23,22 @@ import (
 	"github.com/tandem-epp/tandem/internal/pool"
 )
 
-// HealthServices are the gRPC health service names Tandem answers for: lwepp's (what the
-// conformance manifests probe), ext_proc's own (what Envoy's cluster health check asks) and
-// the whole server (""). All are NOT_SERVING until the pool has synced.
-var HealthServices = []string{"inference-extension", extprocv3.ExternalProcessor_ServiceDesc.ServiceName, ""}
+// The gRPC health services of the Endpoint Picker Protocol (GIE v1.6, proposal 004).
+const (
+	// LivenessService is SERVING while the process answers gRPC, synced or not, and through
+	// the shutdown's grace period.
+	LivenessService = "liveness"
+	// ReadinessService is SERVING once the pool has synced, NOT_SERVING before and from the
+	// start of shutdown. Tandem has no leader election (every replica keeps its own view of the
+	// pool and serves), so there is no follower state to report.
+	ReadinessService = "readiness"
+)
+
+// ReadinessServices are the health names that follow readiness: readiness itself, ext_proc's
+// own name (the protocol's rule, and what Envoy's cluster health check asks), lwepp's
+// "inference-extension" (what the upstream conformance manifests probe) and the whole
+// server ("").
+var ReadinessServices = []string{ReadinessService, extprocv3.ExternalProcessor_ServiceDesc.ServiceName, "inference-extension", ""}
 
 // Defaults, lwepp-compatible where lwepp has the same knob.
 const (
@@ -98,7 +110,7 @@ type Server struct {
 }
 
 // New listens on both ports and registers ext on the ext_proc server. Nothing is served
-// until Run. The health of HealthServices follows store's Synced flag.
+// until Run. LivenessService is SERVING; ReadinessServices follow store's Synced flag.
 func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (*Server, error) {
 	if cfg.CertPath != "" && !cfg.SecureServing {
 		return nil, fmt.Errorf("--cert-path %q is set but --secure-serving is off: drop --cert-path or turn --secure-serving on", cfg.CertPath)
@@ -111,9 +123,8 @@ func New(cfg Config, ext extprocv3.ExternalProcessorServer, store *pool.Store) (
 	}
 	cfg.connectionDefaults()
 	s := &Server{cfg: cfg, log: cfg.Logger, store: store, health: health.NewServer()}
-	for _, name := range HealthServices {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
-	}
+	s.health.SetServingStatus(LivenessService, healthpb.HealthCheckResponse_SERVING)
+	s.setReadiness(healthpb.HealthCheckResponse_NOT_SERVING)
 
 	if cfg.Recovered == nil {
 		cfg.Recovered = func(method string, v any, stack []byte) {
@@ -191,8 +202,9 @@ func (s *Server) ExtProcAddr() string { return s.extLis.Addr().String() }
 // HealthAddr is the health listener's address ("host:port").
 func (s *Server) HealthAddr() string { return s.hlthLis.Addr().String() }
 
-// Run serves until ctx ends, then shuts down gracefully: health turns NOT_SERVING, the
-// listeners close, open ext_proc streams get GracePeriod to finish and are cut after it.
+// Run serves until ctx ends, then shuts down gracefully: readiness turns NOT_SERVING (liveness
+// stays SERVING while the health port answers), the ext_proc listener closes, open ext_proc
+// streams get GracePeriod to finish and are cut after it, then the health server stops.
 // It returns nil after a shutdown and the error when a server fails.
 func (s *Server) Run(ctx context.Context) error {
 	watchCtx, stopWatch := context.WithCancel(context.Background())
@@ -214,8 +226,8 @@ func (s *Server) Run(ctx context.Context) error {
 	case failed = <-errc:
 	}
 	stopWatch()
-	<-synced // followSync has stopped, so Shutdown's NOT_SERVING is final
-	s.health.Shutdown()
+	<-synced // followSync has stopped, so this NOT_SERVING is final
+	s.setReadiness(healthpb.HealthCheckResponse_NOT_SERVING)
 	close(s.draining)
 	s.log.Info("shutting down", "gracePeriod", s.cfg.GracePeriod.String())
 
@@ -246,9 +258,7 @@ func (s *Server) followSync(ctx context.Context, stopped chan<- struct{}) {
 			if synced {
 				st = healthpb.HealthCheckResponse_SERVING
 			}
-			for _, name := range HealthServices {
-				s.health.SetServingStatus(name, st)
-			}
+			s.setReadiness(st)
 			if synced != last {
 				s.log.Info("health", "status", st.String())
 			}
@@ -259,6 +269,13 @@ func (s *Server) followSync(ctx context.Context, stopped chan<- struct{}) {
 			return
 		case <-changes:
 		}
+	}
+}
+
+// setReadiness sets every name of ReadinessServices to st.
+func (s *Server) setReadiness(st healthpb.HealthCheckResponse_ServingStatus) {
+	for _, name := range ReadinessServices {
+		s.health.SetServingStatus(name, st)
 	}
 }
 

@@ -86,8 +86,9 @@ func watchHealth(t *testing.T, ctx context.Context, conn *grpc.ClientConn, servi
 	}
 }
 
-// TestHealthFollowsSync: every health name is NOT_SERVING until the pool is synced, on the
+// TestHealthFollowsSync: every readiness name is NOT_SERVING until the pool is synced, on the
 // health port and on the ext_proc port, then SERVING; an unsynced publish turns it back.
+// Liveness stays SERVING throughout.
 func TestHealthFollowsSync(t *testing.T) {
 	store := pool.NewStore()
 	s, _, _ := start(t, Config{SecureServing: true}, store)
@@ -108,7 +109,7 @@ func TestHealthFollowsSync(t *testing.T) {
 		next  func() healthpb.HealthCheckResponse_ServingStatus
 	}
 	var watches []watch
-	for _, name := range HealthServices {
+	for _, name := range ReadinessServices {
 		watches = append(watches, watch{"health port " + name, watchHealth(t, ctx, plain, name)})
 		watches = append(watches, watch{"ext_proc port " + name, watchHealth(t, ctx, ext.Conn(), name)})
 	}
@@ -119,6 +120,10 @@ func TestHealthFollowsSync(t *testing.T) {
 				t.Errorf("%s: %v, want %v", w.where, got, want)
 			}
 		}
+	}
+	live := watchHealth(t, ctx, plain, LivenessService)
+	if got := live(); got != healthpb.HealthCheckResponse_SERVING {
+		t.Errorf("liveness %v before sync, want SERVING", got)
 	}
 	expect(healthpb.HealthCheckResponse_NOT_SERVING)
 	store.Publish(pool.Info{}, onePod(), false) // endpoints but not yet synced: no change

@@ -24,6 +24,10 @@
 //     single-port pool.
 //   - If the pool is deleted (or was never created), the snapshot is empty with Synced=false,
 //     as lwepp does: health turns NOT_SERVING until the pool exists again.
+//   - spec.appProtocol is published as given, "http" when unset; it does not change endpoints.
+//   - A pool without spec.endpointPickerRef (optional since InferencePool v1.5) is followed
+//     like any other; the missing reference is logged, since gateways that require it route
+//     nothing of that pool to an EPP.
 package kube
 
 import (
@@ -213,8 +217,9 @@ type reconciler struct {
 	store  *pool.Store
 	log    logr.Logger
 
-	last   *published
-	warned map[string]string // pod key -> warnings last logged, so each is logged once
+	last      *published
+	warned    map[string]string // pod key -> warnings last logged, so each is logged once
+	pickerRef string            // the pool's endpointPickerRef last logged ("none": unset)
 }
 
 type published struct {
@@ -236,7 +241,8 @@ func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{}, nil
 	}
 
-	info := pool.Info{Name: ip.Name, Namespace: ip.Namespace, AppProtocol: string(ip.Spec.AppProtocol)}
+	info := pool.Info{Name: ip.Name, Namespace: ip.Namespace, AppProtocol: appProtocol(ip.Spec.AppProtocol)}
+	r.noteEndpointPickerRef(&ip)
 	for _, p := range ip.Spec.TargetPorts {
 		info.TargetPorts = append(info.TargetPorts, int32(p.Number))
 	}
@@ -257,6 +263,37 @@ func (r *reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	}
 	r.publish(info, endpoints, true)
 	return reconcile.Result{}, nil
+}
+
+// appProtocol is the pool's protocol to its model servers: "http" (HTTP/1.1) when unset, as
+// the API defaults it (a CRD older than the field leaves it empty). It tells the gateway how to
+// reach the pods; the endpoints and the routing are the same for every value.
+func appProtocol(p infv1.AppProtocol) string {
+	if p == "" {
+		return string(infv1.AppProtocolHTTP)
+	}
+	return string(p)
+}
+
+// noteEndpointPickerRef logs, when it changes, whether the pool names an endpoint picker. The
+// field is optional since InferencePool v1.5: a pool without it is followed all the same (its
+// selector and target ports define the endpoints, and readiness follows the sync), but a
+// gateway that requires the field marks the pool Accepted=False (EndpointPickerRefMissing) and
+// sends it no traffic, so this EPP will see none for it.
+func (r *reconciler) noteEndpointPickerRef(ip *infv1.InferencePool) {
+	ref := "none"
+	if er := ip.Spec.EndpointPickerRef; er != nil {
+		ref = string(er.Kind) + "/" + string(er.Name)
+	}
+	if ref == r.pickerRef {
+		return
+	}
+	r.pickerRef = ref
+	if ref == "none" {
+		r.log.Info("InferencePool has no endpointPickerRef; following it anyway. Gateways that require one report the pool Accepted=False (EndpointPickerRefMissing) and route none of its traffic here; set spec.endpointPickerRef to this EPP's Service to receive it")
+		return
+	}
+	r.log.V(1).Info("InferencePool endpoint picker", "endpointPickerRef", ref)
 }
 
 // endpoints builds the endpoints of the routable pods. The pods are the cache's own objects:

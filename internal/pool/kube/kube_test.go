@@ -98,6 +98,27 @@ func TestKubeSource(t *testing.T) {
 		}
 	})
 
+	t.Run("appProtocol and a pool without endpointPickerRef", func(t *testing.T) {
+		h := newHarness(t, env, []int32{8000}, map[string]string{"app": "h2c"})
+		p := h.pod("h2c-0", map[string]string{"app": "h2c"}, nil, "")
+		h.status(p, "10.0.2.1", true)
+		h.wait("http by default", func(s *pool.Snapshot) bool {
+			return s.Synced && s.Info.AppProtocol == "http" && len(s.Endpoints) == 1
+		})
+		h.updatePool(func(ip *infv1.InferencePool) {
+			ip.Spec.AppProtocol = infv1.AppProtocolH2C
+			ip.Spec.EndpointPickerRef = nil // optional since v1.5
+		})
+		s := h.wait("h2c, no endpointPickerRef, still followed", func(s *pool.Snapshot) bool {
+			return s.Synced && s.Info.AppProtocol == "kubernetes.io/h2c"
+		})
+		if e, ok := s.ByHostPort("10.0.2.1:8000"); !ok || e.Rank != 0 || len(s.Endpoints) != 1 {
+			t.Errorf("endpoints %v: want the pod's one endpoint, unchanged by the protocol", s.Endpoints)
+		}
+		h.updatePool(func(ip *infv1.InferencePool) { ip.Spec.AppProtocol = infv1.AppProtocolHTTP })
+		h.wait("back to http", func(s *pool.Snapshot) bool { return s.Synced && s.Info.AppProtocol == "http" && len(s.Endpoints) == 1 })
+	})
+
 	t.Run("multi-port ranks and active-ports", func(t *testing.T) {
 		h := newHarness(t, env, []int32{3000, 3002, 3004}, map[string]string{"app": "dp"})
 		p := h.pod("dp-0", map[string]string{"app": "dp"}, nil, "")
