@@ -15,9 +15,9 @@ var flagGroups = []struct {
 	names []string // exact names, or prefixes ending in "-"
 }{
 	{"Pool source (one of --pool-name or --endpoints-file)", []string{"pool-name", "pool-namespace", "pool-group", "kubeconfig", "endpoint-target-ports", "endpoints-file", "config-file"}},
-	{"Serving", []string{"grpc-port", "grpc-health-port", "metrics-port", "bind-address", "secure-serving", "cert-path", "health-checking", "grace-period"}},
+	{"Serving", []string{"grpc-port", "grpc-health-port", "metrics-port", "bind-address", "secure-serving", "cert-path", "health-checking", "grace-period", "grpc-keepalive-", "grpc-max-connection-idle"}},
 	{"Gateway client", []string{"gateway-client", "destination-fallbacks", "destination-only-hold"}},
-	{"Request limits", []string{"max-", "request-body-timeout", "trust-client-pd-fields"}},
+	{"Request limits", []string{"max-", "request-body-timeout", "request-headers-timeout", "trust-client-pd-fields"}},
 	{"Shared state across replicas (Redis)", []string{"redis-"}},
 	{"Logging", []string{"zap-"}},
 	{"Debugging and tests", []string{"debug-trace-header", "conformance", "version"}},

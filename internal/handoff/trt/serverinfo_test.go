@@ -175,9 +175,11 @@ func TestServerInfoCacheTimeoutAndFailuresNotCached(t *testing.T) {
 			_, _ = w.Write([]byte(goodInfo))
 		}
 	})
-	c := NewServerInfoCache(ServerInfoOptions{Timeout: 100 * time.Millisecond})
+	// 1 s: long enough for the 1 MiB answer of lookup 4 to be read under -race on a busy
+	// machine (100 ms failed there with a deadline instead of "exceeds").
+	c := NewServerInfoCache(ServerInfoOptions{Timeout: time.Second})
 	ep := srv.endpoint(t)
-	for i, want := range []string{"no answer within 100ms", "status 503", "status 302", "exceeds", ""} {
+	for i, want := range []string{"no answer within 1s", "status 503", "status 302", "exceeds", ""} {
 		_, err := c.Lookup(context.Background(), ep)
 		switch {
 		case want == "" && err != nil:
