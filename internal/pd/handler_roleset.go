@@ -580,7 +580,8 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 		tr := &picker.Trace{Candidates: len(cy.Candidates)}
 		tr.Add(picker.StrategyLeastRequest)
 		tr.Scores = picker.RankedScores(done)
-		return &picker.Decision{Outcome: picker.OutcomeSingle, Step: StepNonInference, Destination: r.Ranked, Trace: tr}, nil
+		return &picker.Decision{Outcome: picker.OutcomeSingle, Step: StepNonInference, Destination: r.Ranked, Trace: tr,
+			ResponseHeaders: map[string]string{picker.ResponseHeaderStrategy: picker.StrategyLeastRequest}}, nil
 	case len(s.pt.rolesets) == 0:
 		return c.noPair(cy, s, h.fallbacks)
 	case s.overflow:
