@@ -164,6 +164,10 @@ func TestNonInferenceRequest(t *testing.T) {
 		if got := d.ResponseHeaders[wire.HeaderRoutingStrategy]; got != picker.StrategyLeastRequest || d.Trace.Steps[0] != got {
 			t.Fatalf("%s: %q, trace %v", wire.HeaderRoutingStrategy, got, d.Trace.Steps)
 		}
+		// Its scores are a scorer chain's weighted totals, which read the other way from pd's costs.
+		if len(d.Trace.Scores) == 0 || d.Trace.ScoreDirection != picker.HigherIsBetter {
+			t.Fatalf("scores %v, direction %q", d.Trace.Scores, d.Trace.ScoreDirection)
+		}
 		d.Lifecycle.Done(nil)
 	}
 }
