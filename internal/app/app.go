@@ -117,8 +117,11 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	for _, w := range append(warns, config.UnknownEnv(env.Environ)...) {
+	for _, w := range warns {
 		log.Info("configuration warning", "warning", w.String())
+	}
+	for _, w := range config.UnknownEnv(env.Environ) {
+		log.Info("WARNING: unknown environment variable, ignored", "variable", w.Field, "problem", w.Message)
 	}
 	a.gw = gw
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/tandem-epp/tandem/internal/config"
 )
 
 // flagGroups orders epp --help: each group's flags, by prefix or name; a flag no group names
@@ -76,33 +78,9 @@ func flagError(fs *flag.FlagSet, err error) error {
 	return errors.New(msg + " (epp --help lists the flags)")
 }
 
-// nearestFlag is the defined flag closest to name (at most a third of its letters apart), or "".
+// nearestFlag is the defined flag closest to name (config.Nearest), or "".
 func nearestFlag(fs *flag.FlagSet, name string) string {
-	best, bestD := "", len(name)/3+1
-	fs.VisitAll(func(f *flag.Flag) {
-		if d := editDistance(name, f.Name); d < bestD || (d == bestD && best == "" && d <= 2) {
-			best, bestD = f.Name, d
-		}
-	})
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return config.Nearest(name, names)
 }

@@ -128,8 +128,20 @@ func UnknownEnv(environ []string) []Warning {
 			continue
 		}
 		if _, ok := VarByName(name); !ok {
-			out = append(out, Warning{Field: name, Value: value, Message: "not a setting Tandem reads; check the spelling in docs/configuration.md"})
+			msg := "not a setting Tandem reads; check the spelling in docs/configuration.md"
+			if s := Nearest(name, varNames()); s != "" {
+				msg = "not a setting Tandem reads; did you mean " + s + "? (docs/configuration.md lists them)"
+			}
+			out = append(out, Warning{Field: name, Value: value, Message: msg})
 		}
+	}
+	return out
+}
+
+func varNames() []string {
+	out := make([]string, len(Vars))
+	for i := range Vars {
+		out[i] = Vars[i].Name
 	}
 	return out
 }

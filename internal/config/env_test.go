@@ -330,6 +330,31 @@ func TestUnknownEnv(t *testing.T) {
 	if len(got) != 2 || got[0].Field != "AIBRIX_PROMPT_LENGTH_BUCKETNG" || got[1].Field != "TANDEM_PD_HANDOF" {
 		t.Fatalf("got %v", got)
 	}
+	for i, want := range []string{"did you mean AIBRIX_PROMPT_LENGTH_BUCKETING?", "did you mean TANDEM_PD_HANDOFF?"} {
+		if !strings.Contains(got[i].Message, want) {
+			t.Errorf("%s: %q lacks %q", got[i].Field, got[i].Message, want)
+		}
+	}
+	// A name close to none says where the list is, and suggests nothing.
+	far := UnknownEnv([]string{"TANDEM_SOMETHING_ELSE_ENTIRELY=1"})
+	if len(far) != 1 || strings.Contains(far[0].Message, "did you mean") || !strings.Contains(far[0].Message, "docs/configuration.md") {
+		t.Fatalf("far: %v", far)
+	}
+}
+
+func TestNearest(t *testing.T) {
+	known := []string{"grpc-port", "metrics-port", "v"}
+	for name, want := range map[string]string{
+		"grpc-prot":      "grpc-port", // two letters swapped: distance 2, within a third of 9
+		"metricsport":    "metrics-port",
+		"zzzz":           "",
+		"u":              "v", // one letter off a one-letter name
+		"grpc-portxxxxx": "",  // five extra letters: more than a third of 14
+	} {
+		if got := Nearest(name, known); got != want {
+			t.Errorf("Nearest(%q) = %q, want %q", name, got, want)
+		}
+	}
 }
 
 func TestVarsAreUnique(t *testing.T) {

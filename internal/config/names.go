@@ -161,7 +161,7 @@ var headerDocs = []headerDoc{
 	{wire.HeaderInferenceObjective, "request (read)",
 		"`pd-predictive`: the request's InferenceObjective; one with a negative priority makes the request sheddable (429 when no pod is predicted to meet its TTFT objective)."},
 	{wire.HeaderTrace, "request (read), response (written); opt-in",
-		"When debug tracing is enabled, the decision trace (steps, candidates, scores) as JSON."},
+		"When debug tracing is enabled, the decision trace (steps, candidates, scores and `score_direction`: `lower is better` for pd costs and predicted milliseconds, `higher is better` for a scorer chain's totals) as JSON."},
 	{"retry-after", "response (written)",
 		"`1` on a request refused over a limit (429 `--max-streams`, 503 `--max-buffered-body-bytes`): the same request may succeed shortly."},
 	{"x-encoder-hosts-ports", "request (removed)",

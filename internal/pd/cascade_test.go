@@ -1,6 +1,7 @@
 package pd
 
 import (
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -197,6 +198,13 @@ func TestPrefixCacheScoreAndMinMatch(t *testing.T) {
 		if tc.dest == "dA" && sc["prefill "+h.key("pA")] != tc.scoreA {
 			t.Fatalf("minMatch %v: pA score %s, want %s", tc.minMatch, sc["prefill "+h.key("pA")], tc.scoreA)
 		}
+		// The trace says how to read the scores: the chosen roleset's is the lowest.
+		if d.Trace.ScoreDirection != picker.LowerIsBetter {
+			t.Fatalf("minMatch %v: score direction %q", tc.minMatch, d.Trace.ScoreDirection)
+		}
+		if js, _ := json.Marshal(d.Trace); !strings.Contains(string(js), `"score_direction":"lower is better"`) {
+			t.Fatalf("trace JSON %s", js)
+		}
 	}
 }
 
@@ -356,8 +364,8 @@ func TestCombinedOverflow(t *testing.T) {
 				t.Fatalf("outcome %s step %s", d.Outcome, d.Step)
 			}
 			if d.Outcome == picker.OutcomeCombined && (d.Step != StepCombinedOverflow || first(d.Destination) != "c1" ||
-				d.Trace.Scores["combined "+h.key("c1")] != "0.0000") {
-				t.Fatalf("step %s dest %v scores %v", d.Step, names(d.Destination), d.Trace.Scores)
+				d.Trace.Scores["combined "+h.key("c1")] != "0.0000" || d.Trace.ScoreDirection != picker.LowerIsBetter) {
+				t.Fatalf("step %s dest %v scores %v (%s)", d.Step, names(d.Destination), d.Trace.Scores, d.Trace.ScoreDirection)
 			}
 		})
 	}

@@ -86,6 +86,7 @@ func (c *Cascade) rankCombined(s *selection, eps []*pool.Endpoint) []*pool.Endpo
 	sortBy(xs, func(a, b sc) bool { return a.s < b.s || (a.s == b.s && a.tie < b.tie) })
 	out := make([]*pool.Endpoint, len(xs))
 	s.trace.Scores = make(map[string]string, min(len(xs), maxTracedRolesets))
+	s.trace.ScoreDirection = picker.LowerIsBetter
 	for i := range xs {
 		out[i] = xs[i].e
 		if i < maxTracedRolesets {

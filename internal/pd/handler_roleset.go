@@ -579,8 +579,11 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 		r := done[profileNonInference]
 		tr := &picker.Trace{Candidates: len(cy.Candidates)}
 		tr.Add(picker.StrategyLeastRequest)
-		tr.Scores = picker.RankedScores(done)
-		return &picker.Decision{Outcome: picker.OutcomeSingle, Step: StepNonInference, Destination: r.Ranked, Trace: tr}, nil
+		if tr.Scores = picker.RankedScores(done); tr.Scores != nil {
+			tr.ScoreDirection = picker.HigherIsBetter
+		}
+		return &picker.Decision{Outcome: picker.OutcomeSingle, Step: StepNonInference, Destination: r.Ranked, Trace: tr,
+			ResponseHeaders: map[string]string{picker.ResponseHeaderStrategy: picker.StrategyLeastRequest}}, nil
 	case len(s.pt.rolesets) == 0:
 		return c.noPair(cy, s, h.fallbacks)
 	case s.overflow:
@@ -620,6 +623,7 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 		return c.prefill.InFlightOf(e)
 	})
 	s.trace.Scores = traceScores(&s.pt, s.finals, pp, s.scoreP[ri], dp, s.scoreD[ri])
+	s.trace.ScoreDirection = picker.LowerIsBetter // costs; a prediction's milliseconds too
 	if s.predictive {
 		pr := predictor{c.models}
 		pr.charge(lc.RouteID(), opt, s.obj, outputBound(cy.Req))

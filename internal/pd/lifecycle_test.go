@@ -15,6 +15,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
+	"github.com/tandem-epp/tandem/internal/wire"
 )
 
 // The decision names the decode pod first with fallbacks from its roleset, the prefill pod
@@ -158,6 +159,14 @@ func TestNonInferenceRequest(t *testing.T) {
 		d, err := h.router.Schedule(context.Background(), req, snap, snap.Endpoints)
 		if err != nil || first(d.Destination) != "dA" || len(d.Prefill) != 0 || d.Step != StepNonInference {
 			t.Fatalf("%v %+v", err, d)
+		}
+		// The response names the strategy that ran, as the trace does, not the pd that delegated.
+		if got := d.ResponseHeaders[wire.HeaderRoutingStrategy]; got != picker.StrategyLeastRequest || d.Trace.Steps[0] != got {
+			t.Fatalf("%s: %q, trace %v", wire.HeaderRoutingStrategy, got, d.Trace.Steps)
+		}
+		// Its scores are a scorer chain's weighted totals, which read the other way from pd's costs.
+		if len(d.Trace.Scores) == 0 || d.Trace.ScoreDirection != picker.HigherIsBetter {
+			t.Fatalf("scores %v, direction %q", d.Trace.Scores, d.Trace.ScoreDirection)
 		}
 		d.Lifecycle.Done(nil)
 	}

@@ -213,6 +213,7 @@ func (pr predictor) traceOption(tr *picker.Trace, opt Option) {
 	if tr.Scores == nil {
 		tr.Scores = map[string]string{}
 	}
+	tr.ScoreDirection = picker.LowerIsBetter
 	tr.Scores["predicted_ttft_ms"] = fmt.Sprintf("%.1f", opt.TTFT*1000)
 	tr.Scores["predicted_tpot_ms"] = fmt.Sprintf("%.2f", opt.TPOT*1000)
 	for _, e := range []*pool.Endpoint{opt.Prefill, opt.Destination} {

@@ -193,7 +193,9 @@ func (s *Chain) fill(c *Cycle, d *Decision, done map[string]*ProfileResult) {
 	if d.Trace == nil {
 		d.Trace = &Trace{Candidates: len(c.Candidates)}
 		d.Trace.Add(s.StrategyName)
-		d.Trace.Scores = RankedScores(done)
+		if d.Trace.Scores = RankedScores(done); d.Trace.Scores != nil {
+			d.Trace.ScoreDirection = HigherIsBetter
+		}
 	}
 }
 

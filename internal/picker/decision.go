@@ -74,11 +74,20 @@ type Trace struct {
 	Steps      []string          `json:"steps"`
 	Candidates int               `json:"candidates"`
 	Scores     map[string]string `json:"scores,omitempty"` // endpoint or roleset -> formatted score
-	Note       string            `json:"note,omitempty"`
+	// ScoreDirection says which Scores win: LowerIsBetter (costs, predicted milliseconds) or
+	// HigherIsBetter (the weighted [0, 1] totals of a scorer chain); "" when there are none.
+	ScoreDirection string `json:"score_direction,omitempty"`
+	Note           string `json:"note,omitempty"`
 	// Health lists candidates passive health left out of the pick: endpoint key ->
 	// "ejected:<reason>" or "recent_failure" (at most 8).
 	Health map[string]string `json:"health,omitempty"`
 }
+
+// Trace.ScoreDirection values.
+const (
+	LowerIsBetter  = "lower is better"
+	HigherIsBetter = "higher is better"
+)
 
 // Add appends a step to the trace.
 func (t *Trace) Add(step string) {

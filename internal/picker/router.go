@@ -51,7 +51,8 @@ type RouterOptions struct {
 	Health *health.Detector
 }
 
-// ResponseHeaderStrategy echoes the strategy used.
+// ResponseHeaderStrategy echoes the strategy used: the one the request resolved to, unless
+// that strategy handed the request to another and set the header to it.
 const ResponseHeaderStrategy = wire.HeaderRoutingStrategy
 
 // NewRouter builds a router. Strategy names must be unique.
@@ -139,7 +140,11 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 	if d.ResponseHeaders == nil {
 		d.ResponseHeaders = map[string]string{}
 	}
-	d.ResponseHeaders[ResponseHeaderStrategy] = name
+	if d.ResponseHeaders[ResponseHeaderStrategy] == "" {
+		// The strategy that ran: a strategy that hands a request to another (pd sends
+		// non-completion requests to least-request) names that one itself.
+		d.ResponseHeaders[ResponseHeaderStrategy] = name
+	}
 	if res.Auto {
 		d.ResponseHeaders[wire.HeaderAIBrixConfigProfile] = res.ProfileName
 	}
