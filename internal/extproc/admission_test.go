@@ -116,6 +116,14 @@ func TestBodyBudgetRefusesWhatDoesNotFit(t *testing.T) {
 	if err != nil || r.Immediate != nil {
 		t.Fatalf("a whole body while the budget is full: %v %+v, want it routed", err, r)
 	}
+	// Its share is returned just after its answer went out: wait for it, or stream A's last
+	// chunk below could be refused for want of the whole body's bytes.
+	for srv.BufferedBodyBytes() != 613 {
+		if ctx.Err() != nil {
+			t.Fatalf("%d bytes held after the whole body was answered, want stream A's 613", srv.BufferedBodyBytes())
+		}
+		time.Sleep(time.Millisecond)
+	}
 
 	rest := []byte(`"messages":[{"role":"user","content":"hi"}]}`)
 	if err := a.SendRequestBody(rest, true); err != nil {
