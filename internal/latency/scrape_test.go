@@ -176,7 +176,9 @@ func TestScrapedQueueHistogramPredictsTheWait(t *testing.T) {
 				e.page.series(t, c.queue+"_sum", false, func(v float64) float64 { return v + 5e5 })
 				e.page.series(t, c.queue+"_count", false, func(v float64) float64 { return v + 1e5 })
 			})
-			first := e.next(t, t0, func(s *metrics.Sample) bool { return s.HasQueueTimeMean })
+			// A scrape that read the page before the edits is stamped t0 too (at's comment):
+			// wait for the one that read them (a 5 s mean; the fixtures' own are below 0.1 s).
+			first := e.next(t, t0, func(s *metrics.Sample) bool { return s.HasQueueTimeMean && s.QueueTimeMean > 1 })
 			// interval adds n requests that waited wait seconds each to the histogram.
 			interval := func(at time.Time, n, wait float64) *metrics.Sample {
 				e.at(at, func() {
