@@ -4,10 +4,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/tandem-epp/tandem/internal/suggest"
 	"io"
 	"strings"
-
-	"github.com/tandem-epp/tandem/internal/config"
 )
 
 // flagGroups orders epp --help: each group's flags, by prefix or name; a flag no group names
@@ -78,9 +77,9 @@ func flagError(fs *flag.FlagSet, err error) error {
 	return errors.New(msg + " (epp --help lists the flags)")
 }
 
-// nearestFlag is the defined flag closest to name (config.Nearest), or "".
+// nearestFlag is the defined flag closest to name (suggest.Nearest), or "".
 func nearestFlag(fs *flag.FlagSet, name string) string {
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
-	return config.Nearest(name, names)
+	return suggest.Nearest(name, names)
 }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"github.com/tandem-epp/tandem/internal/suggest"
 	"strings"
 )
 
@@ -129,7 +130,7 @@ func UnknownEnv(environ []string) []Warning {
 		}
 		if _, ok := VarByName(name); !ok {
 			msg := "not a setting Tandem reads; check the spelling in docs/configuration.md"
-			if s := Nearest(name, varNames()); s != "" {
+			if s := suggest.Nearest(name, varNames()); s != "" {
 				msg = "not a setting Tandem reads; did you mean " + s + "? (docs/configuration.md lists them)"
 			}
 			out = append(out, Warning{Field: name, Value: value, Message: msg})

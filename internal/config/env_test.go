@@ -342,21 +342,6 @@ func TestUnknownEnv(t *testing.T) {
 	}
 }
 
-func TestNearest(t *testing.T) {
-	known := []string{"grpc-port", "metrics-port", "v"}
-	for name, want := range map[string]string{
-		"grpc-prot":      "grpc-port", // two letters swapped: distance 2, within a third of 9
-		"metricsport":    "metrics-port",
-		"zzzz":           "",
-		"u":              "v", // one letter off a one-letter name
-		"grpc-portxxxxx": "",  // five extra letters: more than a third of 14
-	} {
-		if got := Nearest(name, known); got != want {
-			t.Errorf("Nearest(%q) = %q, want %q", name, got, want)
-		}
-	}
-}
-
 func TestVarsAreUnique(t *testing.T) {
 	seen := map[string]bool{}
 	for _, v := range Vars {

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"fmt"
+	"github.com/tandem-epp/tandem/internal/suggest"
 	"sort"
 	"strings"
 )
@@ -82,34 +83,11 @@ func roleValueWarning(pod string, labels map[string]string) string {
 		}
 	}
 	hint := ""
-	for _, r := range []string{"prefill", "decode"} {
-		if closeTo(strings.ToLower(strings.TrimSpace(v)), r) {
-			hint = fmt.Sprintf(" (did you mean %q?)", r)
-		}
+	if r := suggest.Nearest(strings.ToLower(strings.TrimSpace(v)), []string{"prefill", "decode"}); r != "" {
+		hint = fmt.Sprintf(" (did you mean %q?)", r)
 	}
 	return fmt.Sprintf("pod %s: %s=%q is not a role Tandem knows%s, so the pod is a standard pod; known values: prefill, decode, or %s (or no label) for a standard pod",
 		pod, label, v, hint, strings.Join(standardRoleValues, ", "))
-}
-
-// closeTo: a and b differ by at most two letters (inserted, removed or changed).
-func closeTo(a, b string) bool {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)] <= 2
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -1,4 +1,7 @@
-package config
+// Package suggest owns the "did you mean" of a mistyped name (a flag, an environment variable,
+// a label value): the known name nearest by edit distance. It imports nothing of Tandem's, so
+// every package that reads names from users can use it.
+package suggest
 
 // Nearest is the name in known closest to name by edit distance (letters inserted, removed or
 // changed), or "" when none is within a third of name's letters (two for names of three to eight
