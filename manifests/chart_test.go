@@ -225,6 +225,16 @@ var ruleBounds = map[string]map[string]any{
 	"must be in [0, 1024)":             {"minimum": 0, "exclusiveMaximum": 1024},
 }
 
+// rulePatterns are the same bounds for a number given as a decimal string, as `helm --set
+// settings.hybridCacheLoadFactor=0.5` gives it (Helm's --set parses integers and booleans, not
+// fractions); Tandem reads the string as it reads the number.
+var rulePatterns = map[string]string{
+	"must be positive":  `^([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)$`,
+	"must be 0 or more": `^([0-9]+(\.[0-9]*)?|\.[0-9]+)$`,
+	"must be 0 to 1":    `^(0+(\.[0-9]*)?|0*\.[0-9]+|0*1(\.0*)?)$`,
+	"must be 0 to 100":  `^(0*[0-9]{1,2}(\.[0-9]*)?|0*\.[0-9]+|0*100(\.0*)?)$`,
+}
+
 // settingsSchema is the JSON schema of one setting, from its definition in internal/config.
 func settingsSchema() map[string]any {
 	props := map[string]any{}
@@ -241,7 +251,14 @@ func settingsSchema() map[string]any {
 		case v.Type == "boolean":
 			s["type"] = []any{"boolean", "null"}
 		case v.Type == "number":
-			s["type"] = []any{"number", "null"}
+			pattern, ok := rulePatterns[v.Rule]
+			if !ok {
+				panic(fmt.Sprintf("%s: no string pattern for the rule %q; add it to rulePatterns", v.Name, v.Rule))
+			}
+			// minimum and maximum bind numbers, pattern binds strings (JSON schema applies each
+			// keyword to its own type).
+			s["type"] = []any{"number", "string", "null"}
+			s["pattern"] = pattern
 		case v.Type == "integer" || v.Type == "seconds" || v.Type == "minutes" || v.Type == "milliseconds":
 			s["type"] = []any{"integer", "null"}
 		default:
@@ -643,6 +660,42 @@ func TestChartRejectsSettingsTandemRejects(t *testing.T) {
 	}
 	if tried == 0 {
 		t.Fatal("no out-of-range value tried")
+	}
+}
+
+// TestChartTakesNumbersFromSet: a number setting given with `helm --set` arrives as a string
+// (Helm parses only integers and booleans there). The chart takes a decimal string exactly when
+// Tandem takes its value, and the string reaches Tandem's config file unchanged.
+func TestChartTakesNumbersFromSet(t *testing.T) {
+	plainDecimal := regexp.MustCompile(`^[0-9]+(\.[0-9]+)?$`)
+	tried, rules := 0, map[string]bool{}
+	for i := range config.Vars {
+		v := &config.Vars[i]
+		if v.Type != "number" || rules[v.Rule] {
+			continue // one setting per rule: the schema is the rule's
+		}
+		rules[v.Rule] = true
+		for _, s := range []string{"0.5", "1", "0.0", "1.5", "2.25", "100", "100.5", "-1", "0", ".5", "abc", "1e3", "NaN"} {
+			env := map[string]string{"AIBRIX_PROMPT_LENGTH_BUCKETING": "true", v.Name: s}
+			_, _, tandemErr := config.FromEnv(func(k string) string { return env[k] })
+			out, helmErr := runHelm(t, "template", "tandem", chartDir, "--set", fmt.Sprintf("settings.%s=%s", v.Key, s))
+			objs := string(out)
+			tried++
+			switch {
+			case tandemErr != nil && helmErr == nil:
+				t.Errorf("--set settings.%s=%s: Tandem refuses it (%v), the chart takes it", v.Key, s, tandemErr)
+			case tandemErr == nil && plainDecimal.MatchString(s) && helmErr != nil:
+				t.Errorf("--set settings.%s=%s: Tandem takes it, the chart says %v", v.Key, s, helmErr)
+			case helmErr == nil:
+				carried := regexp.MustCompile(`(?m)^\s+` + v.Key + `: ["']?` + regexp.QuoteMeta(s) + `["']?$`)
+				if !carried.MatchString(objs) {
+					t.Errorf("--set settings.%s=%s: the rendered config file does not carry it:\n%s", v.Key, s, objs)
+				}
+			}
+		}
+	}
+	if tried == 0 {
+		t.Fatal("no number setting tried")
 	}
 }
 
