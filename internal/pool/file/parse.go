@@ -37,6 +37,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/pool/podports"
 )
@@ -223,6 +224,7 @@ func (p *parser) endpoint(path string, n *yaml.Node) (parsedEntry, bool) {
 	if len(p.errs) > before {
 		return parsedEntry{}, false
 	}
+	p.modelConfig(path, annotations)
 	eps, warnings := podports.Endpoints(ns, name, address, ports, labels, annotations)
 	for _, w := range warnings {
 		p.errorf(path+"."+w.Field, "%s", w.Problem)
@@ -321,6 +323,25 @@ func (p *parser) str(path string, n *yaml.Node) string {
 		return ""
 	}
 	return n.Value
+}
+
+// modelConfig checks the model.aibrix.ai/config annotation as the router will read it. In a
+// cluster a bad one is a warning and the gateway defaults apply; here it is an error, named with
+// the field inside the annotation.
+func (p *parser) modelConfig(path string, annotations map[string]string) {
+	raw, ok := annotations[pool.AnnotationConfig]
+	if !ok {
+		return
+	}
+	apath := fmt.Sprintf("%s.annotations[%q]", path, pool.AnnotationConfig)
+	_, problems, err := config.ParseModelConfig(raw, config.Names{})
+	if err != nil {
+		p.errorf(apath, "%v; give a JSON object such as '{\"profiles\":{\"default\":{\"routingStrategy\":\"pd\"}}}' (docs/configuration.md, model config annotation)", err)
+		return
+	}
+	for _, pr := range problems {
+		p.errorf(apath, "%s=%s: %s", pr.Field, pr.Value, pr.Rule)
+	}
 }
 
 // stringMap reads labels or annotations, with Kubernetes' rules for their keys (and label values).

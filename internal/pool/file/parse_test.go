@@ -133,6 +133,11 @@ var parseErrorCases = func() []parseErrorCase {
 			`endpoints[0].labels["a"]: "b c": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')`},
 		{"annotation value JSON unquoted", "endpoints: [{" + ok + ", annotations: {model.aibrix.ai/config: {profiles: {}}}}]",
 			`endpoints[0].annotations["model.aibrix.ai/config"]: must be a string (line 1); quote JSON values`},
+		{"model config not JSON", "endpoints: [{" + ok + `, annotations: {model.aibrix.ai/config: '{"profiles":'}}]`,
+			`endpoints[0].annotations["model.aibrix.ai/config"]: must be a JSON object: unexpected end of JSON input; ` +
+				`give a JSON object such as '{"profiles":{"default":{"routingStrategy":"pd"}}}' (docs/configuration.md, model config annotation)`},
+		{"model config bad field", "endpoints: [{" + ok + `, annotations: {model.aibrix.ai/config: '{"profiles":{"default":{"routingStrategy":"pdd"}}}'}}]`,
+			`endpoints[0].annotations["model.aibrix.ai/config"]: profiles.default.routingStrategy="pdd": must be one of pd, random, least-request, prefix-cache, pd-predictive`},
 		{"bad port label", "endpoints: [{" + ok + ", labels: {model.aibrix.ai/port: http}}]",
 			`endpoints[0].labels["model.aibrix.ai/port"]: "http" is not a port number`},
 		{"bad active-ports entry", "endpoints: [{" + ok + ", annotations: {inference.networking.k8s.io/active-ports: '8000,x'}}]",
