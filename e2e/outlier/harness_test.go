@@ -266,6 +266,8 @@ type stackOptions struct {
 	// streamEnd is how the gateway ends an ext_proc stream early: gateway.EndReset ("" too)
 	// or gateway.EndEnvoy (half-close, then reset).
 	streamEnd string
+	// late: the pods get their ports but are not started; the test starts them after Tandem.
+	late bool
 }
 
 // baseEnv is what every stack's Tandem runs with, time shortened for tests: engines scraped
@@ -286,7 +288,11 @@ func newStack(t *testing.T, o stackOptions, specs ...podSpec) *stack {
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
 	for _, sp := range specs {
 		p := &simPod{t: t, podSpec: sp}
-		p.start()
+		if o.late {
+			p.port = freePort(t)
+		} else {
+			p.start()
+		}
 		t.Cleanup(p.kill)
 		s.pods[sp.name] = p
 		s.order = append(s.order, sp.name)
@@ -379,6 +385,17 @@ func serveGateway(t *testing.T, opts gateway.Options) string {
 		}
 	})
 	return "http://" + ln.Addr().String()
+}
+
+// freePort is a 127.0.0.1 port nothing listens on now (the kernel's pick, released at once).
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // key is the pool's endpoint key of a pod.

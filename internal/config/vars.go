@@ -326,7 +326,7 @@ var Vars = []Var{
 		"Envoy's `consecutive_5xx`: consecutive 5xx answers (from the endpoint, or a prefill leg's 5xx in the epp hand-off) that eject an endpoint. A non-5xx answer resets the count. `0` disables this ejection.",
 		func(g *Gateway) *int { return &g.Outlier.Consecutive5xx }),
 	intVar("TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE", "outlierConsecutiveGatewayFailure", "", nonNegative,
-		"Envoy's `consecutive_gateway_failure`, counted apart from 5xx: consecutive 502/503/504 answers and failures to reach the endpoint (the gateway's 502/503/504 local reply when it could not connect or timed out, a prefill leg's transport error or timeout, a scrape timeout) that eject it. `0` disables this ejection. A refused connection on the serving port ejects at once.",
+		"Envoy's `consecutive_gateway_failure`, counted apart from 5xx: consecutive 502/503/504 answers and failures to reach the endpoint (the gateway's 502/503/504 local reply when it could not connect or timed out, a prefill leg's transport error or timeout, a scrape timeout) that eject it. `0` disables this ejection. A refused connection on the serving port ejects at once (an endpoint that never answered yet is only held out until it answers).",
 		func(g *Gateway) *int { return &g.Outlier.ConsecutiveGatewayFailure }),
 	durationVar("TANDEM_OUTLIER_INTERVAL_MS", "outlierIntervalMs", "", time.Millisecond, positive,
 		"Envoy's `interval`: how often an ejected endpoint whose ejection time has passed is probed (`GET /health` on its serving port) when no scrape of it succeeded, and the period after which an endpoint that stayed in rotation has one repeated ejection forgiven.",

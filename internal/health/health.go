@@ -21,6 +21,9 @@ const (
 	ReasonConsecutiveGatewayFailure = "consecutive_gateway_failure"
 	ReasonRefused                   = "connection_refused"
 	ReasonFailedAfterReturn         = "failed_after_return"
+	// ReasonNotServingYet: the serving port refused a connection before the endpoint ever
+	// answered (its engine is still starting). It lasts until the endpoint answers.
+	ReasonNotServingYet = "not_serving_yet"
 )
 
 // Why a candidate was left out of a pick (trace values).
@@ -93,6 +96,10 @@ type endpoint struct {
 	// ns; 0: not demoted): the recent-failure window times the consecutive failures.
 	demotedUntil atomic.Int64
 	reason       atomic.Pointer[string] // the ejection's reason, while ejected
+	// answered: a request, leg, scrape or probe of the endpoint has succeeded since it joined.
+	// Until then a refused serving port means the engine has not started yet: the endpoint is
+	// held out only until it answers, with no ejection time and no ejection counted.
+	answered atomic.Bool
 
 	// Guarded by Detector.mu.
 	troubled       bool

@@ -80,6 +80,20 @@ func newFixture(t *testing.T, cfg config.Outlier, pods ...podSpec) *fixture {
 	f.rec = outcome.NewRecorder(f.clock)
 	f.d = New(Options{Config: cfg, Store: f.store, Clock: f.clock, Observer: f.obs, Recorder: f.rec})
 	f.rec.Subscribe(f.d)
+	for _, e := range eps {
+		// Every pod has served (its first scrape answered): a refusal from now on is a failure.
+		f.rec.Probe(outcome.Probe{Endpoint: e.Key(), Source: "scrape"})
+	}
+	return f
+}
+
+// newStartingFixture is newFixture with pods that have not answered anything yet.
+func newStartingFixture(t *testing.T, cfg config.Outlier, pods ...podSpec) *fixture {
+	t.Helper()
+	f := newFixture(t, cfg, pods...)
+	f.d = New(Options{Config: cfg, Store: f.store, Clock: f.clock, Observer: f.obs, Recorder: f.rec})
+	f.rec = outcome.NewRecorder(f.clock)
+	f.rec.Subscribe(f.d)
 	return f
 }
 
@@ -276,6 +290,47 @@ func TestRefusedServingPortEjectsAtOnce(t *testing.T) {
 	}
 }
 
+// An endpoint whose serving port refuses before it ever answered (Tandem started before the
+// engine) is out of rotation only until it answers: its first successful scrape returns it, with
+// no ejection counted and no probation. Once it has answered, a refusal ejects it for the
+// ejection time as before.
+func TestNotServingYetReturnsOnFirstAnswer(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxEjectionPercent = 100
+	f := newStartingFixture(t, cfg, podSpec{"a", "", ""}, podSpec{"b", "", ""}, podSpec{"c", "", ""})
+	refuse := outcome.Probe{Source: "scrape", Err: errors.New("refused"), Refused: true, ServingPort: true}
+	f.probe("a", refuse)
+	st := f.d.Status(f.key("a"))
+	if !st.Ejected || st.Reason != ReasonNotServingYet || st.Ejections != 0 {
+		t.Fatalf("a starting pod that refuses: %+v, want out of rotation as not_serving_yet with no ejection counted", st)
+	}
+	f.clock.Advance(time.Second)
+	f.probe("a", outcome.Probe{Source: "scrape"}) // the engine is up
+	if st := f.d.Status(f.key("a")); st.Ejected || st.Probation {
+		t.Fatalf("its first answer did not return it (or put it on probation): %+v", st)
+	}
+	f.answer("a", 500) // one failure after starting is one failure, not an ejection
+	if f.ejected("a") {
+		t.Fatal("a pod that started late was ejected by its first failure")
+	}
+	f.answer("a", 200)
+	f.probe("a", refuse) // it answered before: now a refusal is an ejection for the ejection time
+	st = f.d.Status(f.key("a"))
+	if !st.Ejected || st.Reason != ReasonRefused || st.Ejections != 1 || st.Until.Sub(f.clock.Now()) != cfg.BaseEjectionTime {
+		t.Fatalf("a pod that had served and then refused: %+v", st)
+	}
+	f.probe("a", outcome.Probe{Source: "scrape"})
+	if !f.ejected("a") {
+		t.Fatal("a served-then-refused pod returned before its ejection time")
+	}
+	// A request success also counts as answering.
+	f.answer("b", 200)
+	f.probe("b", refuse)
+	if st := f.d.Status(f.key("b")); st.Reason != ReasonRefused {
+		t.Fatalf("b answered a request, then refused: reason %q, want %q", st.Reason, ReasonRefused)
+	}
+}
+
 // The cap: at most max_ejection_percent of a model's role group (prefill; decode + standard),
 // at least one, and never the last way to serve the model.
 func TestCapNeverEjectsEverything(t *testing.T) {
@@ -467,6 +522,7 @@ func TestHealthProbeReturnsEndpoint(t *testing.T) {
 	cfg.MaxEjectionPercent = 100
 	d := New(Options{Config: cfg, Store: store, Clock: clock})
 	for _, e := range []*pool.Endpoint{live, dead} {
+		d.Observe(&outcome.Event{Phase: outcome.PhaseProbe, Probe: &outcome.Probe{Endpoint: e.Key(), Source: "scrape"}}) // it served
 		d.Observe(&outcome.Event{Phase: outcome.PhaseProbe, Probe: &outcome.Probe{Endpoint: e.Key(), Err: errors.New("refused"),
 			Refused: true, ServingPort: true}})
 	}

@@ -174,15 +174,16 @@ func (d *Detector) fail(key string, v verdict) {
 	notifyAll(notify)
 }
 
-// succeed clears key's failure counts.
+// succeed clears key's failure counts and records that it answers.
 func (d *Detector) succeed(key string) {
 	st := d.lookup(key)
 	if st == nil {
-		return // never failed: nothing to clear
+		d.answered(key) // its first answer: nothing to clear
+		return
 	}
 	if st.demotedUntil.Load() == 0 && !st.ejected.Load() {
 		d.mu.Lock()
-		clean := st.cons5xx == 0 && st.consGateway == 0 && !st.probation
+		clean := st.cons5xx == 0 && st.consGateway == 0 && !st.probation && st.answered.Load()
 		d.mu.Unlock()
 		if clean {
 			return
@@ -190,6 +191,7 @@ func (d *Detector) succeed(key string) {
 	}
 	d.mu.Lock()
 	st.cons5xx, st.consGateway, st.probation = 0, 0, false
+	st.answered.Store(true)
 	st.demotedUntil.Store(0)
 	d.retroubleLocked(st)
 	d.mu.Unlock()
@@ -218,9 +220,16 @@ func (d *Detector) ejectLocked(st *endpoint, reason string) []func() {
 		}
 		return nil
 	}
-	d.forgivenLocked(st, now)
-	st.multiplier++
-	dur := d.ejectionTime(st.multiplier)
+	var dur time.Duration
+	if reason == ReasonRefused && !st.answered.Load() {
+		// Nothing listens yet (the engine is starting, or Tandem started first): out of
+		// rotation until a scrape or probe answers, which is no ejection to count.
+		reason = ReasonNotServingYet
+	} else {
+		d.forgivenLocked(st, now)
+		st.multiplier++
+		dur = d.ejectionTime(st.multiplier)
+	}
 	st.ejectedAt, st.until = now, now.Add(dur)
 	st.cons5xx, st.consGateway, st.probation = 0, 0, false
 	r := reason
@@ -229,8 +238,13 @@ func (d *Detector) ejectLocked(st *endpoint, reason string) []func() {
 	if d.obs != nil {
 		d.obs.Ejected(ep, reason, dur)
 	}
-	d.log.Info("outlier detection: endpoint ejected", "endpoint", st.key, "reason", reason, "ejection", dur.String(),
-		"ejections", st.multiplier)
+	if reason == ReasonNotServingYet {
+		d.log.Info("outlier detection: endpoint not serving yet (its port refuses connections); out of rotation until it answers",
+			"endpoint", st.key)
+	} else {
+		d.log.Info("outlier detection: endpoint ejected", "endpoint", st.key, "reason", reason, "ejection", dur.String(),
+			"ejections", st.multiplier)
+	}
 	var notify []func()
 	for w := range st.watchers {
 		notify = append(notify, w.f)
@@ -245,24 +259,33 @@ func notifyAll(fs []func()) {
 	}
 }
 
-// probeSucceeded returns an ejected endpoint whose ejection time has passed.
+// probeSucceeded records that key answers, and returns it if it is ejected and its ejection
+// time has passed.
 func (d *Detector) probeSucceeded(key, source string) {
 	st := d.lookup(key)
-	if st == nil || !st.ejected.Load() {
+	if st != nil && st.answered.Load() && !st.ejected.Load() {
+		return // the common case: a scrape of an endpoint known to serve
+	}
+	if st == nil {
+		d.answered(key)
 		return
 	}
 	now := d.clock.Now()
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	st.answered.Store(true)
 	if !st.ejected.Load() || now.Before(st.until) {
 		return
 	}
 	out := now.Sub(st.ejectedAt)
+	starting := st.reasonNow() == ReasonNotServingYet
 	st.ejected.Store(false)
 	st.reason.Store(nil)
 	st.demotedUntil.Store(0)
 	st.cons5xx, st.consGateway = 0, 0
-	st.probation, st.lastReturn = true, now
+	// A returned endpoint is on probation (its next failure ejects it at once); one that only
+	// started late is judged like any other.
+	st.probation, st.lastReturn = !starting, now
 	d.retroubleLocked(st)
 	if ep := findEndpoint(d.store.Load(), key); ep != nil {
 		if d.obs != nil {
@@ -270,6 +293,20 @@ func (d *Detector) probeSucceeded(key, source string) {
 		}
 	}
 	d.log.Info("outlier detection: endpoint returned", "endpoint", key, "after", out.String(), "probe", source)
+}
+
+// answered records the first answer of an endpoint the detector keeps no state for yet (once
+// per endpoint: the state it creates is found by every later answer).
+func (d *Detector) answered(key string) {
+	if key == "" {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if findEndpoint(d.store.Load(), key) == nil {
+		return // not (or no longer) in the pool: keep no state for it
+	}
+	d.stateLocked(key).answered.Store(true)
 }
 
 // capRefusesLocked says why ejecting ep would break the cap ("" when it would not): more than
