@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,4 +92,34 @@ func TestBuiltBinaryRoutesPDAndStandard(t *testing.T) {
 		}
 	}
 	t.Logf("PD requests per roleset through the binary: %v", seen)
+}
+
+// TestNoKubeBuild: `-tags nokube` (the demo's build) links no Kubernetes client, and the binary
+// answers a pool it cannot follow with an error that says what to do, before serving anything.
+func TestNoKubeBuild(t *testing.T) {
+	ctx := testCtx(t, 3*time.Minute)
+	root, err := demo.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := exec.CommandContext(ctx, "go", "list", "-deps", "-tags", "nokube", "./cmd/epp")
+	list.Dir = root
+	out, err := list.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "sigs.k8s.io/controller-runtime") || strings.HasPrefix(p, "k8s.io/client-go") || strings.HasPrefix(p, "k8s.io/api/") {
+			t.Errorf("cmd/epp built with -tags nokube depends on %s", p)
+		}
+	}
+	bin, err := demo.BuildEPP(ctx, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, bin, "--pool-name=my-pool", "--secure-serving=false", "--grpc-port=0", "--grpc-health-port=0", "--metrics-port=0")
+	msg, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), "built without Kubernetes support (-tags nokube): give the pool with --endpoints-file") {
+		t.Errorf("a nokube epp given --pool-name: err %v, output:\n%s", err, msg)
+	}
 }

@@ -16,10 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
@@ -27,6 +23,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/health"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/ledger/redisledger"
+	"github.com/tandem-epp/tandem/internal/logging"
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/objective"
 	"github.com/tandem-epp/tandem/internal/outcome"
@@ -34,7 +31,6 @@ import (
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/pool/file"
-	"github.com/tandem-epp/tandem/internal/pool/kube"
 	"github.com/tandem-epp/tandem/internal/serving"
 	"github.com/tandem-epp/tandem/internal/version"
 )
@@ -61,7 +57,7 @@ type Env struct {
 	Getenv  func(string) string
 	Environ []string
 	// RestConfig, when set, is used instead of --kubeconfig / in-cluster discovery.
-	RestConfig *rest.Config
+	RestConfig *RestConfig
 }
 
 // App is a configured Tandem, listening but not yet serving until Run.
@@ -95,8 +91,8 @@ type App struct {
 // New validates the configuration, builds every component and opens the listeners, so a bad
 // setting fails here, before anything serves.
 func New(ctx context.Context, opts *Options, env Env) (*App, error) {
-	log := zap.New(zap.UseFlagOptions(&opts.Zap))
-	ctrl.SetLogger(log)
+	log := logging.New(opts.Zap)
+	setKubeLogger(log)
 	a := &App{opts: opts, log: log, reg: prometheus.NewRegistry(), store: pool.NewStore()}
 	a.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -204,24 +200,8 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		if _, _, err := file.Load(path); err != nil {
 			return nil, err
 		}
-	} else {
-		rc := env.RestConfig
-		if rc == nil {
-			if rc, err = restConfig(opts.Kubeconfig); err != nil {
-				return nil, err
-			}
-		}
-		mgr, err := kube.NewManager(rc, kube.Options{PoolName: opts.PoolName, PoolNamespace: opts.PoolNamespace,
-			PoolGroup: opts.PoolGroup, Store: a.store, Logger: log.WithName("kube")})
-		if err != nil {
-			return nil, err
-		}
-		if err := objective.Watch(mgr, rc, objective.WatchOptions{Namespace: opts.PoolNamespace,
-			PoolName: opts.PoolName, PoolGroup: opts.PoolGroup, Set: objectives, Logger: log.WithName("objectives")}); err != nil {
-			return nil, err
-		}
-		a.source = mgr.Start
-		tel.events = mgr.GetEventRecorder("tandem-epp")
+	} else if a.source, err = kubeSource(opts, env, a.store, objectives, tel, log); err != nil {
+		return nil, err
 	}
 
 	if opts.MetricsPort > 0 || opts.metricsAnyPort {
@@ -338,19 +318,4 @@ func (a *App) metricsHandler() http.Handler {
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	return mux
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig=%s: %w", kubeconfig, err)
-		}
-		return c, nil
-	}
-	c, err := ctrl.GetConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no Kubernetes configuration (in-cluster, $KUBECONFIG or --kubeconfig): %w; without a cluster use --endpoints-file", err)
-	}
-	return c, nil
 }

@@ -11,10 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
+	"github.com/tandem-epp/tandem/internal/logging"
 	"github.com/tandem-epp/tandem/internal/serving"
 )
 
@@ -67,7 +66,7 @@ type Options struct {
 	RedisTLS           bool
 	RedisTLSSkipVerify bool
 
-	Zap zap.Options
+	Zap logging.Options
 
 	// Version: print the version and exit (--version); nothing else is checked.
 	Version bool

@@ -10,9 +10,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/events"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/config"
@@ -27,9 +24,9 @@ import (
 type tel struct {
 	m   *telemetry.Metrics
 	log logr.Logger
-	// events, when the pool comes from Kubernetes, records a Warning event on a pod whose
-	// annotation is bad. Set before serving starts; a forbidden write is logged, never fatal.
-	events events.EventRecorder
+	// podWarning, when the pool comes from Kubernetes, records a Warning event on a pod (a bad
+	// annotation). Set before serving starts; a forbidden write is logged, never fatal.
+	podWarning func(namespace, name, reason, message string)
 }
 
 func newTelemetry(reg prometheus.Registerer, log logr.Logger) (*tel, error) {
@@ -49,10 +46,9 @@ func (t *tel) annotationReporter() config.Reporter {
 		// A configuration mistake, not a failure of Tandem: a warning line without a stack trace.
 		t.log.Info("WARNING: bad pod annotation model.aibrix.ai/config; the pod's last good routing config (or the gateway defaults) applies",
 			"pod", podKey, "field", field, "value", value, "problem", err.Error())
-		if t.events != nil {
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-			t.events.Eventf(pod, nil, corev1.EventTypeWarning, "BadRoutingConfig", "Route",
-				"model.aibrix.ai/config field %s=%q: %v; Tandem keeps the pod's last good routing config", field, value, err)
+		if t.podWarning != nil {
+			t.podWarning(ns, name, "BadRoutingConfig",
+				fmt.Sprintf("model.aibrix.ai/config field %s=%q: %v; Tandem keeps the pod's last good routing config", field, value, err))
 		}
 	})
 }

@@ -15,10 +15,12 @@ import (
 // in-process runner must set it in the process environment before starting Tandem.
 var EPPEnv = map[string]string{"AIBRIX_PROMPT_LENGTH_BUCKETING": "true"}
 
-// BuildEPP compiles ./cmd/epp of the repository at root into dir and returns the binary.
+// BuildEPP compiles ./cmd/epp of the repository at root into dir and returns the binary. It
+// builds what `make demo` runs: -tags nokube, an epp that reads its pool from an endpoints file
+// and links no Kubernetes client.
 func BuildEPP(ctx context.Context, root, dir string) (string, error) {
 	bin := filepath.Join(dir, "epp")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/epp")
+	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "nokube", "-o", bin, "./cmd/epp")
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {

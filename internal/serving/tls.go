@@ -11,11 +11,13 @@ import (
 	"fmt"
 	"math/big"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+
+	"github.com/tandem-epp/tandem/internal/filewatch"
 )
 
 // Names of the key pair in a --cert-path directory (a kubernetes.io/tls Secret's keys).
@@ -59,51 +61,63 @@ func SelfSignedCertificate() (tls.Certificate, error) {
 // a safety net for missed notifications.
 const certPollInterval = 10 * time.Second
 
-// certReloader serves the key pair in a directory through controller-runtime's certwatcher: it
-// watches both files (a Secret volume swaps its ..data symlink; cert-manager rewrites files),
-// re-reads them every certPollInterval, and keeps the previous pair in service when the files
-// do not hold a valid matching pair (often transient: the certificate is written before its key).
+// certReloader serves the key pair in a directory: it watches both files (a Secret volume
+// swaps its ..data symlink; cert-manager rewrites files), re-reads them every
+// certPollInterval, and keeps the previous pair in service when the files do not hold a valid
+// matching pair (often transient: the certificate is written before its key).
 type certReloader struct {
-	dir     string
-	log     logr.Logger
-	watcher *certwatcher.CertWatcher
+	dir      string
+	crt, key string
+	log      logr.Logger
+	current  atomic.Pointer[tls.Certificate]
+	mu       sync.Mutex // serialises reloads from the two watches
 	// reloaded receives (without blocking) after each change of the served pair; tests wait on it.
 	reloaded chan struct{}
 }
 
 func newCertReloader(dir string, log logr.Logger) (*certReloader, error) {
-	crt, key := filepath.Join(dir, CertFile), filepath.Join(dir, KeyFile)
-	w, err := certwatcher.New(crt, key)
+	r := &certReloader{dir: dir, crt: filepath.Join(dir, CertFile), key: filepath.Join(dir, KeyFile), log: log,
+		reloaded: make(chan struct{}, 1)}
+	pair, err := tls.LoadX509KeyPair(r.crt, r.key)
 	if err != nil {
-		return nil, fmt.Errorf("loading the TLS pair %s and %s (set --cert-path to a directory holding both, PEM-encoded and matching): %w", crt, key, err)
+		return nil, fmt.Errorf("loading the TLS pair %s and %s (set --cert-path to a directory holding both, PEM-encoded and matching): %w", r.crt, r.key, err)
 	}
-	r := &certReloader{dir: dir, log: log, watcher: w.WithWatchInterval(certPollInterval), reloaded: make(chan struct{}, 1)}
-	// RegisterCallback calls back at once with the pair just loaded; only later calls are reloads.
-	var registered atomic.Bool
-	w.RegisterCallback(func(tls.Certificate) {
-		if !registered.Load() {
-			return
-		}
-		r.log.Info("TLS pair reloaded", "dir", r.dir)
-		select {
-		case r.reloaded <- struct{}{}:
-		default:
-		}
-	})
-	registered.Store(true)
+	r.current.Store(&pair)
 	return r, nil
 }
 
-func (r *certReloader) getCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
-	return r.watcher.GetCertificate(hello)
+func (r *certReloader) getCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return r.current.Load(), nil
 }
 
-// start watches and polls the pair until ctx ends, in the background. A change made before
+// reload serves the pair on disk if it is valid and differs from the one in service.
+func (r *certReloader) reload() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pair, err := tls.LoadX509KeyPair(r.crt, r.key)
+	if err != nil {
+		return // mid-rotation or broken: the last good pair stays (the next change or poll retries)
+	}
+	if cur := r.current.Load(); cur != nil && len(cur.Certificate) > 0 && len(pair.Certificate) > 0 &&
+		string(cur.Certificate[0]) == string(pair.Certificate[0]) {
+		return
+	}
+	r.current.Store(&pair)
+	r.log.Info("TLS pair reloaded", "dir", r.dir)
+	select {
+	case r.reloaded <- struct{}{}:
+	default:
+	}
+}
+
+// start watches and polls both files until ctx ends, in the background. A change made before
 // the watches are set is picked up by the next poll.
 func (r *certReloader) start(ctx context.Context) {
-	go func() {
-		if err := r.watcher.Start(ctx); err != nil && ctx.Err() == nil {
-			r.log.Error(err, "watching the TLS pair; it will not be reloaded", "dir", r.dir)
-		}
-	}()
+	for _, path := range []string{r.crt, r.key} {
+		go filewatch.Watch(ctx, path, nil, filewatch.Options{Poll: certPollInterval},
+			func([]byte) { r.reload() },
+			func(err error) {
+				r.log.Info("reading the TLS pair; the last good pair stays in service", "error", err.Error())
+			})
+	}
 }

@@ -1,6 +1,8 @@
+//go:build !nokube
+
 // Package apptest runs a whole Tandem in-process for tests: the real command line through
 // internal/app on free loopback ports, stopped when the test ends. It owns no logic of its own
-// and is imported by tests only.
+// and is imported by tests only (which run the full build, not -tags nokube).
 package apptest
 
 import (

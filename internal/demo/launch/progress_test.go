@@ -30,7 +30,7 @@ func (l *lockedBuffer) String() string {
 func TestProgressClockMovesWithoutNewLines(t *testing.T) {
 	var out lockedBuffer
 	p := &progressLine{w: &out, tty: true, start: time.Now()}
-	p.update("Building it: 3 of at most 9 packages compiled (now big/package)")
+	p.update("Building it: 3 of 9 packages compiled (now big/package)")
 	stop := p.ticking()
 	deadline := time.Now().Add(time.Minute)
 	for strings.Count(out.String(), "\r") < 3 {
