@@ -153,9 +153,34 @@ func (x *exchange) awaitDecision() (decision *extprocv3.ProcessingResponse, abor
 		case <-timer.C:
 			return nil, x.beforeDecision(fmt.Errorf("no answer to the request headers within %s", x.g.opts.DecisionTimeout)), true
 		case <-x.ctx.Done():
-			return nil, false, true
+			return nil, x.ended(), true
 		}
 	}
+}
+
+// ended answers a client whose exchange ended before the EPP decided: nothing when the client
+// left, else why (its body could not be read), never an empty 200.
+func (x *exchange) ended() bool {
+	if x.r.Context().Err() != nil {
+		return false // the client left; nobody to answer
+	}
+	// The EPP's answer may have arrived as the exchange ended: it wins.
+	select {
+	case m, ok := <-x.msgs:
+		if ir := m.GetImmediateResponse(); ok && ir != nil {
+			x.writeImmediate(ir)
+			return false
+		}
+	default:
+	}
+	select {
+	case <-x.body.done:
+		if x.body.err != nil {
+			return x.fail(http.StatusBadRequest, "reading the request body: "+x.body.err.Error())
+		}
+	default:
+	}
+	return x.fail(http.StatusInternalServerError, "the exchange ended before the EPP decided")
 }
 
 type upstreamResult struct {

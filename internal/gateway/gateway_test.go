@@ -11,6 +11,7 @@ import (
 	"crypto/x509/pkix"
 	"io"
 	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -500,5 +501,34 @@ func TestUpstreamDiesMidResponse(t *testing.T) {
 	gw = startGateway(t, Options{EPPAddr: startEPP(t, &scriptedEPP{dest: early.addr}, nil)})
 	if res := do(t, post(t, gw+"/v1/completions", `{}`)); res.status != http.StatusBadGateway {
 		t.Errorf("pod died before answering: status %d (%q), want 502", res.status, res.body)
+	}
+}
+
+// TestUnreadableBodyIsABadRequest: a client body that cannot be read (a malformed chunk) ends
+// the exchange before the EPP decides; the client, still connected, gets a 400 saying why, never
+// an empty 200.
+func TestUnreadableBodyIsABadRequest(t *testing.T) {
+	up := startUpstream(t, nil)
+	gw := startGateway(t, Options{EPPAddr: startEPP(t, &scriptedEPP{dest: up.addr}, nil)})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(gw, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, "POST /v1/completions HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"+
+		"Transfer-Encoding: chunked\r\n\r\n5\r\n{\"mod\r\nzz\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(resp.Header.Get("X-Gateway-Error"), "reading the request body") {
+		t.Errorf("status %d, x-gateway-error %q; want 400 naming the unreadable body", resp.StatusCode, resp.Header.Get("X-Gateway-Error"))
+	}
+	if n := len(up.got()); n != 0 {
+		t.Errorf("the upstream got %d requests", n)
 	}
 }
