@@ -13,7 +13,7 @@ ARGS ?=
 IMAGE ?= ghcr.io/tandem-epp/tandem-epp:$(shell hack/ldflags.sh | sed -n 's/.*version=\([^ ]*\).*/\1/p')
 IMAGE_TAR ?= bin/tandem-epp-image.tar
 
-.PHONY: demo test build image release lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full
+.PHONY: demo test build image release lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full bench-live
 
 ## demo: simulated prefill/decode/standard pods, Tandem and a local gateway on loopback, a real trace replayed.
 demo:
@@ -72,3 +72,9 @@ bench-quality:
 ## bench-quality-full: every shape, load, engine scenario and workload (about three times the default's time).
 bench-quality-full:
 	$(GO) run ./bench/quality -full
+
+## bench-live: the same trace replayed in real time through every router to real llm-d simulators
+## (llm-d-inference-sim, built once from the Go module proxy) behind cmd/epp and cmd/gateway; ~15 min.
+## make bench-live ARGS='-requests 100 -loads 0.8' passes flags (go run ./bench/live -h lists them).
+bench-live:
+	$(GO) run ./bench/live -sim "$$(hack/ensure-llmd-sim.sh)" $(ARGS)
