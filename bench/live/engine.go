@@ -23,14 +23,14 @@ type engine struct {
 	maxModelLen                                  int
 }
 
-// defaultEngine is a mid-size model on one GPU: 20k prompt tokens/s, a 15 ms decode step
-// alone and 60 ms at a full batch of 16 (so the 50 ms TPOT objective is missed only near a full
-// batch, the 20 ms one beyond two or three running requests), KV at 200k tokens/s.
+// defaultEngine is a mid-size model on one GPU: 20k prompt tokens/s, a 10 ms decode step
+// alone and 60 ms at a full batch of 16 (so the 50 ms TPOT objective is missed beyond 13
+// running requests, the tight 20 ms one beyond 4), KV at 200k tokens/s.
 var defaultEngine = engine{
 	prefillOverhead: 5 * time.Millisecond, prefillPerToken: 50 * time.Microsecond, prefillStd: 5 * time.Millisecond,
-	itl: 15 * time.Millisecond, itlStd: 15 * time.Millisecond * itlStdPercent / 100,
+	itl: 10 * time.Millisecond, itlStd: 10 * time.Millisecond * itlStdPercent / 100,
 	kvPerToken: 5 * time.Microsecond, kvStd: time.Millisecond,
-	timeFactor: 4, maxNumSeqs: 16, maxModelLen: 16384,
+	timeFactor: 6, maxNumSeqs: 16, maxModelLen: 16384,
 }
 
 // itlStdPercent is the inter-token latency's standard deviation, in percent of it (the

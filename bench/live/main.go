@@ -31,9 +31,12 @@ import (
 // router is one routing setup under test.
 type router struct {
 	name     string
-	strategy string // Tandem's ROUTING_ALGORITHM; "" for the bench's own round-robin
+	strategy string // Tandem's ROUTING_ALGORITHM; "" for the bench's own round-robin and llm-d
 	about    string
 }
+
+// llmdRouter is llm-d's EPP, run when its binaries are given.
+var llmdRouter = router{"llm-d", "", "llm-d-inference-scheduler v0.7.1 `cmd/epp` with its P/D configuration (prefix-based P/D decider, prefill/decode filters, prefix-cache scorer ×2 + queue scorer ×1, max-score picker) and its `pd-sidecar` on the decode and standard pods, the pods found through a kube-apiserver"}
 
 // allRouters in report order. cmd/epp has no round-robin strategy (random is the nearest), so
 // round-robin is the bench's client itself sending each request straight to the next pod that
@@ -62,6 +65,8 @@ type options struct {
 	out      string
 	keepLogs bool
 	maxOut   int
+	llmdEPP  string
+	sidecar  string
 }
 
 func parseFlags(args []string, errOut io.Writer) (*options, error) {
@@ -71,7 +76,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.StringVar(&o.sim, "sim", os.Getenv("TANDEM_LLMD_SIM"), "llm-d-inference-sim binary (default $TANDEM_LLMD_SIM; hack/ensure-llmd-sim.sh builds it)")
 	fs.StringVar(&o.workload, "workload", "mix", "trace replayed: conv, code, mix (both Azure traces merged by arrival)")
 	fs.IntVar(&o.requests, "requests", 240, "requests per router and load")
-	loads := fs.String("loads", "0.6,0.9", "offered loads, fractions of the whole-request pods' saturation rate (printed)")
+	loads := fs.String("loads", "0.7,1.0", "offered loads, fractions of the whole-request pods' saturation rate (printed)")
 	pods := fs.String("pods", "2x1p1d+2s", "pool shape <rolesets>x<prefill>p<decode>d[+<standard>s]")
 	routers := fs.String("routers", "", "routers to compare (default all): "+routerNames())
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of the schedule (request order, prompts, arrival gaps) and of the simulators")
@@ -80,6 +85,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.DurationVar(&o.engine.itl, "inter-token-latency", defaultEngine.itl, "simulator inter-token latency of one running request")
 	fs.Float64Var(&o.engine.timeFactor, "time-factor-under-load", defaultEngine.timeFactor, "simulator slowdown at max-num-seqs running requests")
 	fs.IntVar(&o.maxOut, "max-output", 0, "cut every request's output to this many tokens (0: the trace's own)")
+	fs.StringVar(&o.llmdEPP, "llmd-epp", os.Getenv("TANDEM_LLMD_EPP"), "llm-d's EPP binary (llm-d-inference-scheduler cmd/epp; default $TANDEM_LLMD_EPP; hack/ensure-llmd-epp.sh builds it); \"\" leaves llm-d out")
+	fs.StringVar(&o.sidecar, "llmd-sidecar", os.Getenv("TANDEM_LLMD_SIDECAR"), "llm-d's routing sidecar binary (cmd/pd-sidecar; default $TANDEM_LLMD_SIDECAR)")
 	fs.StringVar(&o.out, "out", "", "also write the markdown report to this file")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs (their directory is printed)")
 	if err := fs.Parse(args); err != nil {
@@ -110,12 +117,21 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if *routers != "" {
 		o.routers = nil
 		for _, n := range strings.Split(*routers, ",") {
+			if strings.TrimSpace(n) == llmdRouter.name {
+				continue // added below when its binaries are given
+			}
 			i := slices.IndexFunc(allRouters, func(r router) bool { return r.name == strings.TrimSpace(n) })
 			if i < 0 {
 				return nil, fmt.Errorf("-routers: unknown router %q; valid: %s", n, routerNames())
 			}
 			o.routers = append(o.routers, allRouters[i])
 		}
+	}
+	if (o.llmdEPP == "") != (o.sidecar == "") {
+		return nil, errors.New("-llmd-epp and -llmd-sidecar: give both (llm-d's EPP and its routing sidecar) or neither")
+	}
+	if o.llmdEPP != "" && (*routers == "" || strings.Contains(*routers, llmdRouter.name)) {
+		o.routers = append(o.routers, llmdRouter)
 	}
 	if o.reps < 1 {
 		return nil, fmt.Errorf("-reps %d: need at least 1", o.reps)
@@ -128,6 +144,7 @@ func routerNames() string {
 	for _, r := range allRouters {
 		s = append(s, r.name)
 	}
+	s = append(s, llmdRouter.name+" (with -llmd-epp)")
 	return strings.Join(s, ", ")
 }
 
@@ -150,7 +167,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench-live: building cmd/epp and cmd/gateway")
 			var bins binaries
 			if bins, err = buildTandem(ctx, root, dir); err == nil {
-				bins.sim = o.sim
+				bins.sim, bins.llmdEPP, bins.sidecar = o.sim, o.llmdEPP, o.sidecar
 				_, err = run(ctx, o, bins, os.Stdout, os.Stderr)
 			}
 		}
@@ -183,7 +200,16 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 	if !o.keepLogs {
 		defer os.RemoveAll(logDir)
 	}
-	pods, err := startPods(ctx, logDir, bins.sim, o.shape, o.engine, o.seed)
+	// llm-d's pool gives every pod one port: then every pod gets an address of its own.
+	var pn *podNet
+	if bins.llmdEPP != "" {
+		n := o.shape.rolesets*(o.shape.prefill+o.shape.decode) + o.shape.standard
+		if pn, err = newPodNet(n); err != nil {
+			return nil, err
+		}
+		defer pn.close()
+	}
+	pods, err := startPods(ctx, logDir, bins, o.shape, o.engine, o.seed, pn)
 	if err != nil {
 		return nil, err
 	}
@@ -200,6 +226,15 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 	}
 	targets := map[string]target{}
 	for _, r := range o.routers {
+		if r.name == llmdRouter.name {
+			l, err := startLLMD(ctx, logDir, bins, pods)
+			if err != nil {
+				return nil, fmt.Errorf("llm-d's EPP: %w", err)
+			}
+			defer l.stop()
+			targets[r.name] = func(int) string { return l.url }
+			continue
+		}
 		if r.strategy == "" {
 			targets[r.name] = func(i int) string { return whole[i%len(whole)] }
 			continue

@@ -178,6 +178,36 @@ func writeResults(w io.Writer, cells []cell, slo sloSpec, baselines []string) {
 		}
 		byLoad[c.load] = append(byLoad[c.load], c)
 	}
+	worstVsLLMD := math.NaN()
+	for _, l := range loads {
+		var pred, ld *cell
+		for i, c := range byLoad[l] {
+			switch c.router {
+			case "pd-predictive":
+				pred = &byLoad[l][i]
+			case "llm-d":
+				ld = &byLoad[l][i]
+			}
+		}
+		if pred == nil || ld == nil {
+			continue
+		}
+		r := pred.s.ttft99 / ld.s.ttft99
+		fmt.Fprintf(w, "RESULT live_ttft_p99_ratio_vs_llmd_%s=%s\n", resultKey(l), f(r))
+		for j, tp := range slo.tpots {
+			if ld.s.good[j] > 0 {
+				fmt.Fprintf(w, "RESULT live_goodput_tpot%.0f_ratio_vs_llmd_%s=%s\n", tp*1000, resultKey(l), f(pred.s.good[j]/ld.s.good[j]))
+			}
+		}
+		fmt.Fprintf(w, "RESULT live_success_minus_llmd_%s=%s\n", resultKey(l), f(pred.s.success()-ld.s.success()))
+		if math.IsNaN(worstVsLLMD) || r > worstVsLLMD {
+			worstVsLLMD = r
+		}
+	}
+	if !math.IsNaN(worstVsLLMD) {
+		// the goal's form: pd-predictive's p99 TTFT over llm-d's at equal load, the worst load
+		fmt.Fprintf(w, "RESULT live_ttft_p99_ratio_vs_llmd=%s\n", f(worstVsLLMD))
+	}
 	for _, l := range loads {
 		var pred *cell
 		bestP99, bestGood := math.Inf(1), -1.0

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -100,22 +101,34 @@ func (s shape) String() string {
 	return fmt.Sprintf("%dx%dp%dd+%ds", s.rolesets, s.prefill, s.decode, s.standard)
 }
 
-// pod is one simulator process and how the pool names it.
+// pod is one simulator process (and, in a namespace, llm-d's routing sidecar in front of it)
+// and how the pool names it.
 type pod struct {
 	name, role, roleset string // role: prefill, decode or standard
+	host                string
 	port                int
-	p                   *proc
+	p, sidecar          *proc
 }
 
-func (p *pod) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }
+func (p *pod) addr() string { return p.host + ":" + strconv.Itoa(p.port) }
 
 // wholeRequest says whether the pod serves a request from prompt to last token by itself
 // (decode and standard pods; prefill pods only prefill).
 func (p *pod) wholeRequest() bool { return p.role != "prefill" }
 
-// startPods runs one llm-d simulator per pod of the shape on 127.0.0.1, each on a port of its
-// own (the pool file names each pod's port), and waits until each answers /v1/models.
-func startPods(ctx context.Context, dir, bin string, sh shape, e engine, seed uint64) ([]*pod, error) {
+// podPort is every pod's port when the pods have addresses of their own; the simulator
+// behind a routing sidecar listens on simPort.
+const (
+	podPort = 8000
+	simPort = 8200
+)
+
+// startPods runs one llm-d simulator per pod of the shape and waits until each answers
+// /v1/models. Without pn every pod is on 127.0.0.1 with a port of its own (the pool file names
+// each pod's port); with pn every pod is in its own network namespace on podPort, and the
+// decode and standard pods run llm-d's routing sidecar (bins.sidecar) on podPort in front of
+// the simulator, as llm-d deploys its decode pods.
+func startPods(ctx context.Context, dir string, bins binaries, sh shape, e engine, seed uint64, pn *podNet) ([]*pod, error) {
 	var pods []*pod
 	add := func(name, role, roleset string) { pods = append(pods, &pod{name: name, role: role, roleset: roleset}) }
 	for r := range sh.rolesets {
@@ -130,13 +143,33 @@ func startPods(ctx context.Context, dir, bin string, sh shape, e engine, seed ui
 	for k := range sh.standard {
 		add(fmt.Sprintf("standard-%d", k), "standard", "")
 	}
-	ports, err := freePorts(len(pods))
-	if err != nil {
-		return nil, err
+	var ports []int
+	if pn == nil {
+		var err error
+		if ports, err = freePorts(len(pods)); err != nil {
+			return nil, err
+		}
 	}
 	for i, p := range pods {
-		p.port = ports[i]
-		p.p, err = start(dir, p.name, bin, e.args(p.port, int64(seed)*1000+int64(i)), nil)
+		seedArgs := int64(seed)*1000 + int64(i)
+		var err error
+		if pn == nil {
+			p.host, p.port = "127.0.0.1", ports[i]
+			p.p, err = start(dir, p.name, bins.sim, e.args(p.port, seedArgs), nil)
+		} else {
+			p.host, p.port = pn.ip(i), podPort
+			port := podPort
+			if p.wholeRequest() {
+				port = simPort
+				bin, args := pn.wrap(i, bins.sidecar, []string{"--port", strconv.Itoa(podPort), "--vllm-port", strconv.Itoa(simPort), "--secure-proxy=false"})
+				if p.sidecar, err = start(dir, p.name+"-sidecar", bin, args, nil); err != nil {
+					stopPods(pods)
+					return nil, err
+				}
+			}
+			bin, args := pn.wrap(i, bins.sim, e.args(port, seedArgs))
+			p.p, err = start(dir, p.name, bin, args, nil)
+		}
 		if err != nil {
 			stopPods(pods)
 			return nil, err
@@ -153,8 +186,10 @@ func startPods(ctx context.Context, dir, bin string, sh shape, e engine, seed ui
 
 func stopPods(pods []*pod) {
 	for _, p := range pods {
-		if p.p != nil {
-			p.p.stop()
+		for _, x := range []*proc{p.sidecar, p.p} {
+			if x != nil {
+				x.stop()
+			}
 		}
 	}
 }
@@ -198,7 +233,13 @@ func writePool(path string, pods []*pod) error {
 			labels[pool.LabelRoleName] = p.role
 			labels[pool.LabelRolesetName] = p.roleset
 		}
-		f.Endpoints = append(f.Endpoints, demo.FileEndpoint{Name: p.name, Address: "127.0.0.1", Port: p.port,
+		if p.sidecar != nil && p.role == "decode" {
+			// llm-d's role label: the decode pod runs llm-d's routing sidecar, so Tandem's
+			// default (auto) hand-off names the prefill pod for it instead of running the
+			// prefill leg itself, the data path llm-d's EPP uses.
+			labels["llm-d.ai/role"] = "decode"
+		}
+		f.Endpoints = append(f.Endpoints, demo.FileEndpoint{Name: p.name, Address: p.host, Port: p.port,
 			Labels: labels, Annotations: annot(p.role == "standard")})
 	}
 	return f.Write(path)
@@ -258,6 +299,10 @@ func startTandem(ctx context.Context, dir string, bins binaries, poolFile, name,
 		return nil, err
 	}
 	t.url = "http://" + gwAddr
+	if err := waitRouted(ctx, t.url, t.epp, 30*time.Second); err != nil {
+		t.stop()
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -281,7 +326,10 @@ func waitTCP(ctx context.Context, addr string, p *proc, limit time.Duration) err
 }
 
 // binaries are the programs a run starts.
-type binaries struct{ sim, epp, gateway string }
+type binaries struct {
+	sim, epp, gateway string
+	llmdEPP, sidecar  string // llm-d's EPP and routing sidecar; "" leaves llm-d out
+}
 
 // buildTandem compiles cmd/epp and cmd/gateway of the repository at root into dir.
 func buildTandem(ctx context.Context, root, dir string) (binaries, error) {
@@ -367,4 +415,34 @@ func servedByRole(ctx context.Context, pods []*pod) (map[string]float64, error) 
 		out[p.role] += n
 	}
 	return out, nil
+}
+
+// waitRouted sends a one-token completion through the router at base until one succeeds:
+// the router then knows the pool (a gRPC health SERVING may come before its first sync).
+func waitRouted(ctx context.Context, base string, p *proc, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	body := fmt.Sprintf(`{"model":%q,"prompt":"the of and to","max_tokens":1}`, modelName)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		status := ""
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			status = fmt.Sprintf("HTTP %d %s", resp.StatusCode, b)
+		} else {
+			status = err.Error()
+		}
+		if e := p.exited(); e != nil {
+			return e
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("no request through %s succeeded within %v (last: %s); the router's log: %s", base, limit, status, p.log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
