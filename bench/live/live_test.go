@@ -156,3 +156,31 @@ func TestScheduleIsTheSameForEveryRouter(t *testing.T) {
 		t.Error("another seed gave the same arrivals")
 	}
 }
+
+// TestCapacitySearchFindsTheKnee: on a toy router whose goodput falls below the target past a
+// known load, the search brackets that load from the grid and narrows it by bisection.
+func TestCapacitySearchFindsTheKnee(t *testing.T) {
+	for _, knee := range []float64{0.35, 0.83, 1.6, 2.7} {
+		toy := func(l float64) (float64, error) {
+			if l <= knee {
+				return 0.95, nil
+			}
+			return 0.5, nil
+		}
+		var grid []float64
+		for _, l := range []float64{0.7, 1.0} {
+			g, _ := toy(l)
+			grid = append(grid, l, g)
+		}
+		c, err := searchCapacity(grid, 6, toy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !(c.load <= knee && knee < c.above) {
+			t.Errorf("knee %.2f: bracket [%.3f, %.3f) misses it", knee, c.load, c.above)
+		}
+		if knee < 2 && c.above-c.load > 0.1 {
+			t.Errorf("knee %.2f: bracket [%.3f, %.3f) wider than 0.1 after 6 steps", knee, c.load, c.above)
+		}
+	}
+}

@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
@@ -97,6 +99,7 @@ func startLLMD(ctx context.Context, dir string, bins binaries, pods []*pod) (l *
 			l.stop()
 		}
 	}()
+	ctrllog.SetLogger(logr.Discard()) // envtest logs through controller-runtime; the report says what matters
 	assets, err := testenv.AssetsDir()
 	if err != nil {
 		return l, err

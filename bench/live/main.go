@@ -67,6 +67,9 @@ type options struct {
 	maxOut   int
 	llmdEPP  string
 	sidecar  string
+	// the SLO-goodput capacity search (-capacity): bisection steps after the load grid
+	capacity      bool
+	capacitySteps int
 }
 
 func parseFlags(args []string, errOut io.Writer) (*options, error) {
@@ -75,7 +78,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	o := &options{engine: defaultEngine, slo: defaultSLO}
 	fs.StringVar(&o.sim, "sim", os.Getenv("TANDEM_LLMD_SIM"), "llm-d-inference-sim binary (default $TANDEM_LLMD_SIM; hack/ensure-llmd-sim.sh builds it)")
 	fs.StringVar(&o.workload, "workload", "mix", "trace replayed: conv, code, mix (both Azure traces merged by arrival)")
-	fs.IntVar(&o.requests, "requests", 240, "requests per router and load")
+	fs.IntVar(&o.requests, "requests", 160, "requests per router and load")
 	loads := fs.String("loads", "0.7,1.0", "offered loads, fractions of the whole-request pods' saturation rate (printed)")
 	pods := fs.String("pods", "2x1p1d+2s", "pool shape <rolesets>x<prefill>p<decode>d[+<standard>s]")
 	routers := fs.String("routers", "", "routers to compare (default all): "+routerNames())
@@ -87,6 +90,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.IntVar(&o.maxOut, "max-output", 0, "cut every request's output to this many tokens (0: the trace's own)")
 	fs.StringVar(&o.llmdEPP, "llmd-epp", os.Getenv("TANDEM_LLMD_EPP"), "llm-d's EPP binary (llm-d-inference-scheduler cmd/epp; default $TANDEM_LLMD_EPP; hack/ensure-llmd-epp.sh builds it); \"\" leaves llm-d out")
 	fs.StringVar(&o.sidecar, "llmd-sidecar", os.Getenv("TANDEM_LLMD_SIDECAR"), "llm-d's routing sidecar binary (cmd/pd-sidecar; default $TANDEM_LLMD_SIDECAR)")
+	fs.BoolVar(&o.capacity, "capacity", false, "after the loads, search the SLO-goodput capacity (the highest load with ≥ 90 % of requests within both objectives at TPOT 50 ms) of "+strings.Join(capacityRouters, ", ")+" by bisection from the loads' results")
+	fs.IntVar(&o.capacitySteps, "capacity-steps", 3, "bisection steps of -capacity, one run each per router")
 	fs.StringVar(&o.out, "out", "", "also write the markdown report to this file")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs (their directory is printed)")
 	if err := fs.Parse(args); err != nil {
@@ -296,6 +301,37 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 			cells = append(cells, cell{router: r.name, load: load, s: s, runs: results[key(r.name, load)]})
 		}
 	}
+	var caps []capacity
+	if o.capacity {
+		probe := func(r router, load float64) (float64, error) {
+			sched := schedule(reqs, load*sat, o.seed)
+			res := replay(ctx, sched, targets[r.name], o.slo.tpots[0])
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			g := summarise([]runRecord{{sched, res, nil}}, o.slo).good[0]
+			fmt.Fprintf(progress, "bench-live: capacity probe: %s at load %.3g (%.2f req/s): goodput %.3f; load average %s\n", r.name, load, load*sat, g, loadAverage())
+			return g, nil
+		}
+		for _, r := range o.routers {
+			if !slices.Contains(capacityRouters, r.name) {
+				continue
+			}
+			var grid []float64
+			for _, c := range cells {
+				if c.router == r.name {
+					grid = append(grid, c.load, c.s.good[0])
+				}
+			}
+			c, err := searchCapacity(grid, o.capacitySteps, func(l float64) (float64, error) { return probe(r, l) })
+			if err != nil {
+				return nil, err
+			}
+			c.router = r.name
+			c.rps = c.load * sat
+			caps = append(caps, c)
+		}
+	}
 	report := func(w io.Writer) {
 		fmt.Fprintf(w, "# bench-live\n\n")
 		fmt.Fprintf(w, "Workload %s (%d requests a run, %d passed over for -max-model-len), pool %s, %d repetition(s), seed %d.\n",
@@ -305,6 +341,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 			len(whole), sat, o.slo.ttft, o.slo.ttftPrefill, tpotList(o.slo), load0, loadAverage())
 		writeTable(w, cells, o.slo)
 		fmt.Fprintln(w)
+		writeCapacities(w, caps)
 		for _, r := range o.routers {
 			fmt.Fprintf(w, "- `%s`: %s\n", r.name, r.about)
 		}
@@ -315,6 +352,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 	fmt.Fprintf(w, "RESULT live_load_average_end=%s\n", firstField(loadAverage()))
 	fmt.Fprintf(w, "RESULT live_saturation_rps=%.3f\n", sat)
 	writeResults(w, cells, o.slo, baselines)
+	writeCapacityResults(w, caps)
 	if o.out != "" {
 		f, err := os.Create(o.out)
 		if err != nil {
