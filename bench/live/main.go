@@ -230,6 +230,9 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 		}
 	}
 	targets := map[string]target{}
+	// Each router's processes (its EPP, and its gateway) are stopped with SIGSTOP while the
+	// others run, so an idle router's scraping does not take the CPU from the one measured.
+	idle := map[string][]*proc{}
 	for _, r := range o.routers {
 		if r.name == llmdRouter.name {
 			l, err := startLLMD(ctx, logDir, bins, pods)
@@ -238,6 +241,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 			}
 			defer l.stop()
 			targets[r.name] = func(int) string { return l.url }
+			idle[r.name] = []*proc{l.epp, l.gw}
 			continue
 		}
 		if r.strategy == "" {
@@ -250,7 +254,32 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 		}
 		defer t.stop()
 		targets[r.name] = func(int) string { return t.url }
+		idle[r.name] = []*proc{t.epp, t.gw}
 	}
+	// activate continues the router's processes and stops every other router's; the stops are
+	// undone before anything ends them (a stopped process does not act on SIGTERM).
+	active := ""
+	activate := func(name string) {
+		if name == active {
+			return
+		}
+		for n, ps := range idle {
+			for _, p := range ps {
+				p.signal(n == name)
+			}
+		}
+		active = name
+		if len(idle[name]) > 0 {
+			time.Sleep(2 * time.Second) // a fresh scrape of every pod before the first request
+		}
+	}
+	defer func() {
+		for _, ps := range idle {
+			for _, p := range ps {
+				p.signal(true)
+			}
+		}
+	}()
 	sat := o.engine.saturation(reqs, len(whole))
 	fmt.Fprintf(progress, "bench-live: %d pods (%s), %d requests per run, saturation %.2f req/s; logs in %s\n",
 		len(pods), o.shape, len(reqs), sat, logDir)
@@ -266,6 +295,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 			rot := (rep*len(o.loads) + li) % len(order)
 			order = append(order[rot:], order[:rot]...)
 			for _, r := range order {
+				activate(r.name)
 				before, err := servedByRole(ctx, pods)
 				if err != nil {
 					return nil, err
@@ -305,6 +335,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 	if o.capacity {
 		probe := func(r router, load float64) (float64, error) {
 			sched := schedule(reqs, load*sat, o.seed)
+			activate(r.name)
 			res := replay(ctx, sched, targets[r.name], o.slo.tpots[0])
 			if ctx.Err() != nil {
 				return 0, ctx.Err()

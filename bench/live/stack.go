@@ -61,6 +61,15 @@ func (p *proc) stop() {
 	}
 }
 
+// signal continues (SIGCONT) or stops (SIGSTOP) the process.
+func (p *proc) signal(run bool) {
+	sig := syscall.SIGSTOP
+	if run {
+		sig = syscall.SIGCONT
+	}
+	_ = p.cmd.Process.Signal(sig)
+}
+
 // exited is an error when the process is no longer running.
 func (p *proc) exited() error {
 	select {
