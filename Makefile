@@ -20,7 +20,7 @@ demo:
 	@echo "make demo: compiling the launcher (cmd/demo); it checks the inputs, then builds Tandem with a progress line." >&2
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/demo $(ARGS)
 
-## test: gofmt, vet, staticcheck and every test (-race) against a real kube-apiserver + etcd and Redis.
+## test: gofmt, vet, staticcheck and every test (-race) against a real kube-apiserver + etcd, Redis and llm-d's simulator.
 test:
 	hack/test.sh
 
