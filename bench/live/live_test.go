@@ -143,7 +143,7 @@ func TestScheduleIsTheSameForEveryRouter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := schedule(reqs, 5, 1), schedule(reqs, 5, 1)
+	a, b := schedule(reqs, 5, 1, 1), schedule(reqs, 5, 1, 1)
 	for i := range a {
 		if a[i].at != b[i].at || !bytes.Equal(a[i].body, b[i].body) {
 			t.Fatalf("request %d differs between two schedules of one seed", i)
@@ -152,8 +152,15 @@ func TestScheduleIsTheSameForEveryRouter(t *testing.T) {
 	if rate := float64(len(a)-1) / a[len(a)-1].at; rate < 4 || rate > 6 {
 		t.Errorf("mean rate %.2f req/s; want about 5", rate)
 	}
-	if c := schedule(reqs, 5, 2); c[10].at == a[10].at {
+	if c := schedule(reqs, 5, 2, 1); c[10].at == a[10].at {
 		t.Error("another seed gave the same arrivals")
+	}
+	// another text seed: the same lengths and instants, no prompt in common
+	c := schedule(reqs, 5, 1, 2)
+	for i := range a {
+		if c[i].at != a[i].at || c[i].prompt != a[i].prompt || bytes.Equal(c[i].body, a[i].body) {
+			t.Fatalf("request %d: a text seed changed its instant or length, or kept its text", i)
+		}
 	}
 }
 

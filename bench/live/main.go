@@ -288,9 +288,11 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 	results := map[string][]runRecord{}
 	key := func(r string, l float64) string { return r + "@" + resultKey(l) }
 	runIdx := 0
+	textSeed := uint64(0)
 	for rep := range o.reps {
 		for li, load := range o.loads {
-			sched := schedule(reqs, load*sat, o.seed+uint64(rep)*7919)
+			textSeed++
+			sched := schedule(reqs, load*sat, o.seed+uint64(rep)*7919, o.seed<<20+textSeed)
 			order := slices.Clone(o.routers)
 			rot := (rep*len(o.loads) + li) % len(order)
 			order = append(order[rot:], order[:rot]...)
@@ -334,7 +336,8 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 	var caps []capacity
 	if o.capacity {
 		probe := func(r router, load float64) (float64, error) {
-			sched := schedule(reqs, load*sat, o.seed)
+			textSeed++
+			sched := schedule(reqs, load*sat, o.seed, o.seed<<20+textSeed)
 			activate(r.name)
 			res := replay(ctx, sched, targets[r.name], o.slo.tpots[0])
 			if ctx.Err() != nil {

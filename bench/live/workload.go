@@ -122,16 +122,17 @@ func requestsOf(rows []traceRow, n, maxLen int, seed uint64, e engine, slo sloSp
 	rng.Shuffle(len(kept), func(a, b int) { kept[a], kept[b] = kept[b], kept[a] })
 	out := make([]request, len(kept))
 	for i, r := range kept {
-		text := promptText(r.prompt, seed, uint64(i))
-		body := fmt.Appendf(nil, `{"model":%q,"prompt":%q,"max_tokens":%d,"ignore_eos":true,"stream":true}`, modelName, text, r.out)
-		out[i] = request{prompt: r.prompt, out: r.out, body: body, sloTTFT: slo.ttftFor(e.idlePrefill(r.prompt))}
+		out[i] = request{prompt: r.prompt, out: r.out, sloTTFT: slo.ttftFor(e.idlePrefill(r.prompt))}
 	}
 	return out, dropped, nil
 }
 
 // schedule is the requests sent as a Poisson process of the given rate, its gaps drawn from
-// seed: the same seed gives every router the same requests at the same instants.
-func schedule(reqs []request, rate float64, seed uint64) []request {
+// seed, with prompt texts drawn from text: the same seeds give every router the same requests
+// at the same instants. Each load and repetition takes a text seed of its own, so a router
+// that remembers prompts (a prefix-cache index) never takes one run's prompts for another's
+// cached prefix: the simulators cache nothing.
+func schedule(reqs []request, rate float64, seed, text uint64) []request {
 	out := slices.Clone(reqs)
 	gaps := rand.New(rand.NewPCG(seed, 0xa771fa1))
 	t := 0.0
@@ -140,6 +141,8 @@ func schedule(reqs []request, rate float64, seed uint64) []request {
 			t += gaps.ExpFloat64() / rate
 		}
 		out[i].at = t
+		out[i].body = fmt.Appendf(nil, `{"model":%q,"prompt":%q,"max_tokens":%d,"ignore_eos":true,"stream":true}`,
+			modelName, promptText(out[i].prompt, text, uint64(i)), out[i].out)
 	}
 	return out
 }
