@@ -75,7 +75,8 @@ bench-quality-full:
 
 ## bench-live: one trace replayed in real time through every router to real llm-d simulators (llm-d-inference-sim,
 ## built once from the Go module proxy) behind cmd/epp and cmd/gateway, and through llm-d's own EPP and pd-sidecar
-## when they build (hack/ensure-llmd-epp.sh) and the bench runs as root (a network namespace per pod); ~15 min.
+## when they build (hack/ensure-llmd-epp.sh) and the bench runs as root (a network namespace per pod); ~10 min
+## on 2 cores, ~18 with ARGS=-capacity (the SLO-goodput capacity search).
 ## make bench-live ARGS='-requests 100 -loads 0.8' passes flags (go run ./bench/live -h lists them).
 bench-live:
 	@sim=$$(hack/ensure-llmd-sim.sh) || exit 1; llmd=; \

@@ -16,7 +16,7 @@ import (
 )
 
 // request is one request of the schedule: when it is sent (seconds from the run's start),
-// its prompt and output lengths in tokens, its body, and its SLO bounds.
+// its prompt and output lengths in tokens, its body (set by schedule), and its SLO bounds.
 type request struct {
 	at      float64
 	prompt  int
@@ -95,7 +95,8 @@ func readWorkload(fsys fs.FS, name string) ([]traceRow, error) {
 	return all, nil
 }
 
-// requestsOf is the requests every router is sent: the first n rows of the workload whose
+// requestsOf is the requests every router is sent, without their instants and texts (schedule
+// gives those): the first n rows of the workload whose
 // prompt plus output fit maxLen, shuffled (seeded) so their mix of sizes is steady over the run,
 // outputs cut to maxOut tokens when it is positive. It returns how many rows were passed over
 // for not fitting.
