@@ -13,14 +13,14 @@ ARGS ?=
 IMAGE ?= ghcr.io/tandem-epp/tandem-epp:$(shell hack/ldflags.sh | sed -n 's/.*version=\([^ ]*\).*/\1/p')
 IMAGE_TAR ?= bin/tandem-epp-image.tar
 
-.PHONY: demo test build image release lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full
+.PHONY: demo test build image release lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full bench-live
 
 ## demo: simulated prefill/decode/standard pods, Tandem and a local gateway on loopback, a real trace replayed.
 demo:
 	@echo "make demo: compiling the launcher (cmd/demo); it checks the inputs, then builds Tandem with a progress line." >&2
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/demo $(ARGS)
 
-## test: gofmt, vet, staticcheck and every test (-race) against a real kube-apiserver + etcd and Redis.
+## test: gofmt, vet, staticcheck and every test (-race) against a real kube-apiserver + etcd, Redis and llm-d's simulator.
 test:
 	hack/test.sh
 
@@ -72,3 +72,14 @@ bench-quality:
 ## bench-quality-full: every shape, load, engine scenario and workload (about three times the default's time).
 bench-quality-full:
 	$(GO) run ./bench/quality -full
+
+## bench-live: one trace replayed in real time through every router to real llm-d simulators (llm-d-inference-sim,
+## built once from the Go module proxy) behind cmd/epp and cmd/gateway, and through llm-d's own EPP and pd-sidecar
+## when they build (hack/ensure-llmd-epp.sh) and the bench runs as root (a network namespace per pod); ~10 min
+## on 2 cores, ~18 with ARGS=-capacity (the SLO-goodput capacity search).
+## make bench-live ARGS='-requests 100 -loads 0.8' passes flags (go run ./bench/live -h lists them).
+bench-live:
+	@sim=$$(hack/ensure-llmd-sim.sh) || exit 1; llmd=; \
+	if [[ $$(id -u) -ne 0 ]]; then echo "bench-live: not root, so no network namespaces: llm-d's EPP is left out" >&2; \
+	elif ! llmd=$$(hack/ensure-llmd-epp.sh); then echo "bench-live: llm-d's EPP did not build (above): it is left out" >&2; llmd=; fi; \
+	set -x; $(GO) run ./bench/live -sim "$$sim" $${llmd:+-llmd-epp "$$llmd/epp" -llmd-sidecar "$$llmd/pd-sidecar"} $(ARGS)

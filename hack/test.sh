@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, vet, staticcheck, and every Go test with the race detector,
-# against a real kube-apiserver + etcd, real Redis, Helm, promtool and a real nginx. `make test` and .ci/run call this.
+# against a real kube-apiserver + etcd, real Redis, Helm, promtool, a real nginx and llm-d's simulator. `make test` and .ci/run call this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export KUBEBUILDER_ASSETS="$(hack/ensure-k8s-bins.sh)"
@@ -8,6 +8,8 @@ export TANDEM_REDIS_SERVER="$(hack/ensure-redis.sh)"
 # The chart tests run Helm (built once from the Go module proxy) and the rules tests promtool.
 export TANDEM_HELM="$(hack/ensure-helm.sh)"
 export TANDEM_PROMTOOL="$(hack/ensure-promtool.sh)"
+# bench/live's test runs llm-d's vLLM simulator (built once from the Go module proxy).
+export TANDEM_LLMD_SIM="$(hack/ensure-llmd-sim.sh)"
 hack/ensure-nginx.sh >/dev/null # e2e/nginx_real_test.go runs Debian's nginx with its njs module
 staticcheck="$(hack/ensure-staticcheck.sh)"
 

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// podNet gives every simulated pod an address of its own, as a cluster does: one network
+// namespace per pod, joined to the host by a veth pair on a bridge the bench makes, on a
+// subnet of the benchmarking range (198.18.0.0/15, RFC 2544) that leaves the machine through
+// no interface. llm-d's simulator listens on every interface of its namespace and llm-d's pool
+// gives every pod the same target port, which needs that; the traffic stays on this machine.
+type podNet struct {
+	bridge string
+	ns     []string
+}
+
+// subnet is the pods' /24: the bridge is .1, pod i is .(10+i).
+const subnet = "198.18.0"
+
+func (n *podNet) ip(i int) string { return fmt.Sprintf("%s.%d", subnet, 10+i) }
+
+// ipCmd runs ip(8) with args.
+func ipCmd(args ...string) error {
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// newPodNet makes the bridge and n namespaces (root only: the bench must run as root for them).
+func newPodNet(n int) (pn *podNet, err error) {
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("network namespaces for the pods need root; run as root or leave llm-d's EPP out (-llmd-epp \"\")")
+	}
+	tag := os.Getpid() % 100000
+	pn = &podNet{bridge: fmt.Sprintf("tlbr%d", tag)}
+	defer func() {
+		if err != nil {
+			pn.close()
+		}
+	}()
+	for _, a := range [][]string{
+		{"link", "add", pn.bridge, "type", "bridge"},
+		{"addr", "add", subnet + ".1/24", "dev", pn.bridge},
+		{"link", "set", pn.bridge, "up"},
+	} {
+		if err := ipCmd(a...); err != nil {
+			return pn, err
+		}
+	}
+	for i := range n {
+		ns := fmt.Sprintf("tlive%d-%d", tag, i)
+		host := fmt.Sprintf("tl%dh%d", tag, i)
+		if err := ipCmd("netns", "add", ns); err != nil {
+			return pn, err
+		}
+		pn.ns = append(pn.ns, ns)
+		for _, a := range [][]string{
+			{"-n", ns, "link", "set", "lo", "up"},
+			{"link", "add", host, "type", "veth", "peer", "name", "eth0", "netns", ns},
+			{"link", "set", host, "master", pn.bridge},
+			{"link", "set", host, "up"},
+			{"-n", ns, "addr", "add", pn.ip(i) + "/24", "dev", "eth0"},
+			{"-n", ns, "link", "set", "eth0", "up"},
+		} {
+			if err := ipCmd(a...); err != nil {
+				return pn, err
+			}
+		}
+	}
+	return pn, nil
+}
+
+// close deletes the namespaces (their veth ends go with them) and the bridge.
+func (n *podNet) close() {
+	for _, ns := range n.ns {
+		_ = ipCmd("netns", "del", ns)
+	}
+	_ = ipCmd("link", "del", n.bridge)
+}
+
+// wrap is the command line running bin with args inside pod i's namespace.
+func (n *podNet) wrap(i int, bin string, args []string) (string, []string) {
+	return "ip", append([]string{"netns", "exec", n.ns[i], bin}, args...)
+}
