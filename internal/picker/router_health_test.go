@@ -31,6 +31,7 @@ func TestRouterHealthFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rec.Probe(outcome.Probe{Endpoint: a.Key(), Source: "scrape"}) // a served, then its port refused
 	rec.Probe(outcome.Probe{Endpoint: a.Key(), Err: errors.New("refused"), Refused: true, ServingPort: true})
 	tr := rec.Start(outcome.KindWhole, "", b.Key(), 1)
 	tr.Response(500, "") // b failed in a millisecond: it holds nothing and would look the least loaded
