@@ -62,6 +62,10 @@ type options struct {
 	params    sim.Params
 	full      bool
 	slo       sloSpec
+	// -check: a focused measurement instead of the report (checkStalls, checkGrid), and the
+	// rate -loads are fractions of there (0: the seed default's capacity, as the sweep's)
+	check     string
+	checkRate float64
 	// the capacity section: engine scenarios, seeds per scenario, TPOT objectives, policies
 	capacity    bool
 	scenarios   []string
@@ -141,8 +145,18 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	capTPOT := fs.String("capacity-tpots", "50ms,20ms", "TPOT objectives of the capacity section (RESULT names tpot<ms>)")
 	capPols := fs.String("capacity-policies", "", "policies whose capacity is searched besides the baselines (default pd-predictive; -full or -policies: every policy run)")
 	reps := fs.Int("reps", 4, "repetitions per cell: repetition k replays window k of the trace with Poisson arrivals and picker seed seed+k; requests are pooled")
+	check := fs.String("check", "", "instead of the report, a focused measurement on the first workload and shape: "+
+		"stalls — each policy's p99 TTFT and requests routed into a stalled pod per stalled pod-second, per -loads × seeds 1..-seeds, under the first of -scenarios; "+
+		"grid — pd-predictive's mean share of requests meeting both objectives over a grid of rates around its capacity, per scenario, seed and TPOT objective")
+	checkRate := fs.Float64("check-rate", 0, "-check stalls: the rate (req/s) -loads are fractions of (0: the seed default's capacity, as the load sweep's)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	if *check != "" && *check != "stalls" && *check != "grid" {
+		return nil, fmt.Errorf("-check=%q: want stalls or grid", *check)
+	}
+	if *checkRate < 0 {
+		return nil, fmt.Errorf("-check-rate=%v: want a rate in req/s, or 0", *checkRate)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -215,6 +229,7 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 		}
 	}
 	o.capacity, o.seeds = *capOn, *seeds
+	o.check, o.checkRate = *check, *checkRate
 	if o.seeds < 1 || o.seeds > 100 {
 		return nil, fmt.Errorf("-seeds=%d: want 1..100", o.seeds)
 	}
@@ -393,6 +408,9 @@ func run(o *options, stdout io.Writer) error {
 	dataDir, err := findData(o.dataDir)
 	if err != nil {
 		return err
+	}
+	if o.check != "" {
+		return runCheck(o, dataDir, stdout)
 	}
 	rep := &report{o: o, started: start, loadStart: loadAverage()}
 	fmt.Fprintf(stdout, "machine load average at start: %s (%d CPUs)\n", rep.loadStart, runtime.NumCPU())

@@ -382,3 +382,55 @@ func TestScenarioRunsRecordStalls(t *testing.T) {
 	}
 	t.Logf("%d stalls, cost ratio %.3f, %d requests routed into %.2f stalled pod-seconds", len(st.stalls), st.costRatio(), routed, secs)
 }
+
+// -check stalls prints a line per run and policy and the totals; its routed-per-second total
+// is the runs' stallRouted summed, and pd-predictive is compared with least-request-nopd cell
+// by cell. -check refuses an unknown measurement and a negative reference rate.
+func TestCheckStalls(t *testing.T) {
+	if _, err := findData(""); err != nil {
+		t.Skipf("traces not available: %v", err)
+	}
+	o, err := parseFlags([]string{"-check", "stalls", "-workloads", "mix", "-clusters", "2x1p1d+1s", "-requests", "200",
+		"-policies", "pd-predictive,least-request-nopd", "-scenarios", "stalls", "-seeds", "2", "-loads", "1.0",
+		"-check-rate", "40", "-validate=false"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	if err := run(o, &sb); err != nil {
+		t.Fatal(err)
+	}
+	out := sb.String()
+	if n := strings.Count(out, "\nload 1.00 seed "); n != 4 {
+		t.Errorf("%d run lines, want 4 (2 seeds × 2 policies):\n%s", n, out)
+	}
+	// Recount pd-predictive's total from the runs themselves.
+	dir, _ := findData("")
+	tr, err := readTrace(dir, "mix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := tr.window(200, 0, o.params, o.seed, o.slo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := allPolicies[slices.IndexFunc(allPolicies, func(p policy) bool { return p.name == "pd-predictive" })]
+	hits, secs := 0, 0.0
+	for seed := uint64(1); seed <= 2; seed++ {
+		res, err := simulate(w, o.clusters[0], pol, runOpts{params: o.params, scrape: o.scrape, seed: seed, rate: 40, scenario: "stalls", scenarioSeed: seed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, s := res.stallRouted()
+		hits, secs = hits+n, secs+s
+	}
+	want := fmt.Sprintf("RESULT check_stall_routed_per_stall_second_pd-predictive=%.3f\n", float64(hits)/max(secs, 1e-9))
+	if !strings.Contains(out, want) || !strings.Contains(out, "RESULT check_p99_ttft_worse_than_least-request-nopd_cells_pd-predictive=") {
+		t.Errorf("want %q and the p99 comparison in:\n%s", want, out)
+	}
+	for _, c := range [][]string{{"-check", "stall"}, {"-check-rate", "-1"}} {
+		if _, err := parseFlags(c, io.Discard); err == nil || !strings.Contains(err.Error(), c[0]) {
+			t.Errorf("%v: error %v, want one naming %s", c, err, c[0])
+		}
+	}
+}

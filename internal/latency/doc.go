@@ -14,6 +14,9 @@
 //     fitted on inter-chunk gaps with the prefill work that shared the pod's iterations
 //     taken out (until the first such stream, on the engine's inter-token histogram), and
 //     the TPOT a request would see with a given prefill load on the pod;
+//   - the progress of the streams answering on each pod (every response chunk): a pod whose
+//     streams all fall silent for much longer than their usual chunk gap is stalled, and its
+//     predicted wait holds the stall, before any request on it ends;
 //   - the error of each TTFT prediction against the observed first byte.
 //
 // Every pod starts from Defaults and learns its own coefficients, so heterogeneous pools

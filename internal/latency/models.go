@@ -83,7 +83,8 @@ type route struct {
 	tpotObjective     float64
 	maxTokens         int
 	firstByte         time.Time
-	cumAtFirst        float64 // the destination's finished prefill seconds at the first byte
+	lastChunk         time.Time // the last chunk of its answer
+	cumAtFirst        float64   // the destination's finished prefill seconds at the first byte
 	nAtFirst, kvFirst float64
 	// life.gone: the route ended or was forgotten (it is no longer in Models.routes). Its
 	// own allocation: the stall budgets hold it, not the route.
@@ -319,6 +320,8 @@ func (m *Models) Observe(e *outcome.Event) {
 		changed = m.prefillEndLocked(rt)
 	case outcome.PhaseFirstByte:
 		changed = m.firstByteLocked(rt)
+	case outcome.PhaseProgress:
+		m.progressLocked(rt)
 	case outcome.PhaseEnd:
 		changed = m.endLocked(rt)
 	}
@@ -416,7 +419,26 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 		}
 	}
 	r.cumAtFirst, r.nAtFirst, r.kvFirst = d.cumWork, float64(d.requests), d.kv
+	// The request streams from here on: the pod's progress now includes it.
+	if d.streams == 0 {
+		d.progressAt = t
+	}
+	d.streams++
+	d.progress(t, 0)
+	r.lastChunk = t
 	return changed
+}
+
+// progressLocked: a later chunk of the route's answer; its destination is making progress.
+func (m *Models) progressLocked(rt *outcome.Route) {
+	r := m.routes[rt.ID]
+	if r == nil || r.firstByte.IsZero() {
+		return
+	}
+	t := rt.LastChunk
+	d := m.podLocked(r.dest, t)
+	d.progress(t, t.Sub(r.lastChunk))
+	r.lastChunk = t
 }
 
 // endLocked: the request ended. A decode that streamed fits the destination's step model on
@@ -439,6 +461,8 @@ func (m *Models) endLocked(rt *outcome.Route) string {
 	}
 	if r.firstByte.IsZero() {
 		d.pending = max(d.pending-1, 0)
+	} else {
+		d.streams = max(d.streams-1, 0)
 	}
 	if rt.Err == nil && !r.firstByte.IsZero() && rt.Chunks >= 3 && rt.ServedBy() == r.dest {
 		dur := rt.LastChunk.Sub(r.firstByte).Seconds()
@@ -497,6 +521,9 @@ func (m *Models) Forget(live func(key string) bool) {
 		if now.Sub(r.picked) > routeTTL {
 			delete(m.routes, id)
 			r.life.gone = true
+			if d := m.pods[r.dest]; d != nil && !r.firstByte.IsZero() {
+				d.streams = max(d.streams-1, 0)
+			}
 			if q := m.pods[r.prefillOn]; q != nil && r.charged && !r.prefillDone {
 				r.prefillDone = true
 				q.drop(now, r.due, r.shiftAt, r.service)

@@ -76,6 +76,8 @@ type pod struct {
 	busyUntil time.Time
 	charges   int
 	lastEnd   time.Time // the last prefill that ended on the pod (the FIFO service estimate)
+	// lastService is the predicted prefill seconds of the last prefill that ended there.
+	lastService float64
 	// shift is how far corrections moved the ledger since the pod was first charged: a
 	// charge's due then is its due at booking + (shift − its shift at booking).
 	shift float64
@@ -131,6 +133,18 @@ type pod struct {
 	stallCum float64
 	slack    slackHeap
 
+	// Progress of the streams answering here (routes whose first byte came and that have not
+	// ended): how many there are, when the last chunk of any of them came, and how far apart
+	// a stream's chunks usually are (EWMA of the gap and of its absolute deviation, over
+	// gapN gaps). A pod whose streams fall silent for much longer stalls: stallLen is the
+	// mean length of the silences taken for stalls so far (stallN of them).
+	streams         int
+	progressAt      time.Time
+	gapMean, gapDev float64
+	gapN            int
+	stallLen        float64
+	stallN          int
+
 	// Prediction error of TTFT on routes served here: EWMA of log(observed/predicted) and
 	// of its magnitude.
 	errLog, errAbs float64
@@ -185,17 +199,100 @@ func (q *pod) stepSeconds(n, kv float64) float64 {
 // about as long again as it is already late (the longer a pause has lasted, the longer it
 // is likely to last). A decode pod whose hand-over is overdue is held by the same kind of
 // pause, for about as long again.
+//
+// A pod whose streams have fallen silent is held the same way, beyond what the prompt it is
+// prefilling explains (stallAhead).
 func (q *pod) backlog(now time.Time) float64 {
 	ahead := q.busyUntil.Sub(now).Seconds()
+	allow := 0.0
 	if r := q.headCharge(); r != nil {
 		if late := q.lateness(r, now); late > 0 {
 			ahead += 2 * late
+		} else {
+			allow = r.service
 		}
 	}
 	if r := q.headLeg(); r != nil {
 		ahead = max(ahead, now.Sub(r.legDue).Seconds())
 	}
+	if q.streams > 0 {
+		ahead = max(ahead, q.stallAhead(now, allow))
+	}
 	return max(ahead, 0)
+}
+
+// The stream-progress constants: the EWMA weight of a chunk gap; how many usual gaps and
+// deviations of silence make a stall; the gaps seen before silence is judged; the EWMA weight
+// of a stall's length.
+const (
+	gapAlpha     = 0.05
+	silenceGaps  = 2.0
+	silenceDevs  = 4.0
+	minGaps      = 16
+	stallAlpha   = 0.2
+	minGapSample = 50 * time.Microsecond // closer chunks are one write split (not a gap)
+)
+
+// silenceLimit is how long the pod's streams may be silent before the pod is taken for
+// stalled: two usual gaps, or the usual gap and four of its deviations when they vary more
+// (+Inf before enough gaps were seen).
+func (q *pod) silenceLimit() float64 {
+	if q.gapN < minGaps {
+		return math.Inf(1)
+	}
+	return max(silenceGaps*q.gapMean, q.gapMean+silenceDevs*q.gapDev)
+}
+
+// stallAhead is how much longer a pod whose streams have been silent since progressAt is
+// predicted to stay stalled at now (0: not silent for long), allow seconds of the silence
+// explained by the prompt it is prefilling (an iteration carrying its chunk is that much
+// longer): a stall as long as this pod's stalls were so far, and at least as long again as
+// the unexplained silence has lasted (the longer a pause has lasted, the longer it is likely
+// to last).
+func (q *pod) stallAhead(now time.Time, allow float64) float64 {
+	silent := now.Sub(q.progressAt).Seconds() - allow
+	if !(silent > q.silenceLimit()) {
+		return 0
+	}
+	return max(q.stallLen, silent)
+}
+
+// progress notes a chunk of one of the pod's streams at t, gap seconds after that stream's
+// previous one: a silence of the pod that outlasted its limit was a stall (its length is
+// learned), and the gap teaches the pod's usual one (a stall's clipped to the limit, so that
+// stalls do not make the next harder to see, and a lasting change of pace is still learned).
+// A prompt the pod prefilled meanwhile (it is still prefilling, or its prefill ended within
+// the silence) explains as much of a silence as its predicted prefill, and a gap it may have
+// held teaches nothing.
+func (q *pod) progress(t time.Time, gap time.Duration) {
+	allow := 0.0
+	if r := q.headCharge(); r != nil {
+		allow = r.service
+	}
+	if q.lastEnd.After(q.progressAt) {
+		allow = max(allow, q.lastService)
+	}
+	if silent := t.Sub(q.progressAt).Seconds() - allow; silent > q.silenceLimit() {
+		if q.stallN == 0 {
+			q.stallLen = silent
+		} else {
+			q.stallLen += stallAlpha * (silent - q.stallLen)
+		}
+		q.stallN++
+	}
+	if gap >= minGapSample && allow == 0 && !q.lastEnd.After(t.Add(-gap)) {
+		g := gap.Seconds()
+		g = min(g, q.silenceLimit())
+		if q.gapN == 0 {
+			q.gapMean = g
+		}
+		q.gapDev += gapAlpha * (math.Abs(g-q.gapMean) - q.gapDev)
+		q.gapMean += gapAlpha * (g - q.gapMean)
+		q.gapN++
+	}
+	if t.After(q.progressAt) {
+		q.progressAt = t
+	}
 }
 
 // lateness is how many seconds r's prefill, booked here, is past its due at now (negative:
@@ -534,6 +631,7 @@ func (q *pod) prefillEnded(t time.Time, r *route, fit fitKind, adjust float64) {
 	q.ended(r.prompt)
 	q.ownQueued++
 	q.finish(t, r.due, r.shiftAt)
+	q.lastService = r.service
 	q.addWork(t, r.service)
 }
 

@@ -45,6 +45,9 @@ const (
 	PhaseEnd
 	// PhaseProbe: a scrape or health probe of an endpoint ended (Event.Probe; Route is zero).
 	PhaseProbe
+	// PhaseProgress: a response body chunk after the first arrived (Route.LastChunk): the
+	// destination is still producing the answer.
+	PhaseProgress
 )
 
 func (p Phase) String() string {
@@ -59,6 +62,8 @@ func (p Phase) String() string {
 		return "end"
 	case PhaseProbe:
 		return "probe"
+	case PhaseProgress:
+		return "progress"
 	}
 	return "unknown"
 }
@@ -240,7 +245,7 @@ func (t *Tracker) Response(status int, served string) {
 }
 
 // Chunk reports a response body chunk of size bytes; the first that carries bytes is the
-// first byte.
+// first byte (PhaseFirstByte), every later one progress (PhaseProgress).
 func (t *Tracker) Chunk(size int) {
 	if t == nil || size <= 0 {
 		return
@@ -254,16 +259,14 @@ func (t *Tracker) Chunk(size int) {
 	t.r.Chunks++
 	t.r.Bytes += int64(size)
 	t.r.LastChunk = now
-	first := t.r.FirstByte.IsZero()
-	var r Route
-	if first {
+	phase := PhaseProgress
+	if t.r.FirstByte.IsZero() {
 		t.r.FirstByte = now
-		r = t.r
+		phase = PhaseFirstByte
 	}
+	r := t.r
 	t.mu.Unlock()
-	if first {
-		t.rec.publish(PhaseFirstByte, &r)
-	}
+	t.rec.publish(phase, &r)
 }
 
 // End reports how the request ended (nil: completed). Later reports are ignored.

@@ -49,7 +49,7 @@ func TestRouteEvents(t *testing.T) {
 			{ms(10), func(tr *Tracker) { tr.Chunk(20) }},
 			{ms(20), func(tr *Tracker) { tr.Chunk(30) }},
 			{ms(1), func(tr *Tracker) { tr.End(nil) }},
-		}, []Phase{PhaseStart, PhasePrefillEnd, PhaseFirstByte, PhaseEnd}, func(t *testing.T, r Route) {
+		}, []Phase{PhaseStart, PhasePrefillEnd, PhaseFirstByte, PhaseProgress, PhaseProgress, PhaseEnd}, func(t *testing.T, r Route) {
 			// prefill 120 ms after the pick, observed; first byte at 160 ms; chunks at 160,
 			// 180, 200 ms: two gaps of 20 ms.
 			if got := r.PrefillEnd.Sub(r.Picked); got != ms(120) || !r.PrefillObserved {

@@ -22,13 +22,15 @@ type selectiveParams struct {
 }
 
 // SelectiveDecider is selective disaggregation: a prompt runs whole on a decode pod when
-// that is predicted to cost less than the pair — predicted TTFT ÷ the TTFT objective +
-// predicted TPOT ÷ the TPOT objective, where the pod's TPOT counts the prefill load the
-// prompt adds to every decode there — and the pod's predicted TPOT stays within
-// tpotHeadroom of the objective. A short or mostly cached prompt, whose prefill costs the
-// pod's decodes little and spares the KV hand-over, runs locally; a long one, or any
-// prompt while the decode pods' TPOT is near its objective, is disaggregated. (llm-d's
-// prefix-based-pd-decider decides the same on a fixed uncached-token threshold.)
+// the pod's predicted TPOT stays within tpotHeadroom of the objective and that is predicted
+// to cost less than the pair — predicted TTFT ÷ the TTFT objective + predicted TPOT ÷ the
+// TPOT objective, where the pod's TPOT counts the prefill load the prompt adds to every
+// decode there — or, when the pair's decode pod is predicted to miss the TPOT objective
+// (every option's TPOT is held to it), to meet both objectives, even at a higher cost. A
+// short or mostly cached prompt, whose prefill costs the pod's decodes little and spares the
+// KV hand-over, runs locally; a long one, or any prompt while the decode pods' TPOT is near
+// its objective, is disaggregated. (llm-d's prefix-based-pd-decider decides the same on a
+// fixed uncached-token threshold.)
 type SelectiveDecider struct {
 	picker.TypedName
 	c        *Cascade
@@ -68,7 +70,7 @@ func (d *SelectiveDecider) Place(p *Placement) bool {
 		f = pr.read(e, f)
 		pct := p.Match[e.Key()]
 		w := predictWhole(p.Objective, p.PromptTokens, f, pct)
-		if w.tpot > limit || stalls(f, w.svc) || !(w.cost < best.Cost) {
+		if w.tpot > limit || stalls(f, w.svc) || !replaces(w.cost, w.ttft, best, p.Objective) {
 			continue
 		}
 		best = pr.wholeOption(p.Objective, p.PromptTokens, e, f, pct, StepDecodeLocal)
@@ -76,7 +78,8 @@ func (d *SelectiveDecider) Place(p *Placement) bool {
 	if best.Destination == p.Best.Destination && best.Kind == p.Best.Kind {
 		return false
 	}
-	p.Notes = append(p.Notes, fmt.Sprintf("decode_local %s: cost %.3f < pair %.3f", best.Destination.Key(), best.Cost, p.Best.Cost))
+	p.Notes = append(p.Notes, fmt.Sprintf("decode_local %s: cost %.3f, tpot %.1f ms (pair: cost %.3f, tpot %.1f ms)",
+		best.Destination.Key(), best.Cost, best.TPOT*1000, p.Best.Cost, p.Best.TPOT*1000))
 	p.Best = best
 	return true
 }

@@ -26,18 +26,19 @@ const (
 )
 
 type sloOverflowParams struct {
-	Mode         string   `json:"mode" default:"cost" doc:"When a standard pod may take the request: cost — whenever its predicted cost (TTFT/objective + delay to later prompts + TPOT/objective) is below the best PD option's and its TPOT stays within tpotHeadroom of the objective; miss — only when the best PD option is predicted to miss the TTFT objective and the standard pod to meet it and the TPOT objective."`
+	Mode         string   `json:"mode" default:"cost" doc:"When a standard pod may take the request: cost — whenever its predicted cost (TTFT/objective + delay to later prompts + TPOT/objective) is below the best PD option's, or the best PD option is predicted to miss the TPOT objective and the standard pod to meet the TTFT objective, and its TPOT stays within tpotHeadroom of the objective; miss — only when the best PD option is predicted to miss the TTFT or the TPOT objective and the standard pod to meet both."`
 	TPOTHeadroom *float64 `json:"tpotHeadroom" default:"0.8" doc:"Mode cost: the share of the TPOT objective the standard pod's predicted TPOT may reach (0 < x ≤ 1)."`
 	Shed         *bool    `json:"shed" default:"true" doc:"Refuse (429) a sheddable request (a profile with sheddable: true, or an InferenceObjective of negative priority) when no option is predicted to meet its TTFT objective."`
 }
 
 // SLOOverflowDecider decides, after the selective decider, whether a standard pod takes
 // the request instead of the best PD option (a pair, or a decode pod running the prompt),
-// by predicted latency; in mode miss only when PD is predicted to miss the TTFT objective
-// (the overflow rule: standard pods mix prefill with decode, so PD is preferred while it
-// meets the objective), in mode cost whenever the standard pod is predicted cheaper. Either
-// way a standard pod is taken only if its prompt's stall fits the slack of the decodes
-// there. When no option meets the TTFT objective and the request is sheddable, it is shed.
+// by predicted latency; in mode miss only when PD is predicted to miss the TTFT or the TPOT
+// objective (the overflow rule: standard pods mix prefill with decode, so PD is preferred
+// while it meets the objectives), in mode cost whenever the standard pod is predicted
+// cheaper, or PD misses the TPOT objective and the standard pod meets both (every option's
+// TPOT is held to the objective). Either way a standard pod is taken only if its prompt's
+// stall fits the slack of the decodes there. When no option meets the TTFT objective and the request is sheddable, it is shed.
 type SLOOverflowDecider struct {
 	picker.TypedName
 	c        *Cascade
@@ -71,13 +72,13 @@ func (d *SLOOverflowDecider) Place(p *Placement) bool {
 	}
 	o := p.Objective
 	pr := predictor{d.c.models}
-	miss := p.Best.TTFT > o.TTFT
+	miss := p.Best.TTFT > o.TTFT || p.Best.TPOT > o.TPOT
 	var best Option
 	if d.mode == OverflowCost || miss {
 		for _, e := range p.Combined {
 			if d.mode == OverflowCost {
 				opt := pr.wholeOption(o, p.PromptTokens, e, nil, p.Match[e.Key()], StepStandardCheaper)
-				if opt.TPOT > d.headroom*o.TPOT || !(opt.Cost < p.Best.Cost) || (best.Destination != nil && !(opt.Cost < best.Cost)) || !pr.stallFits(opt) {
+				if opt.TPOT > d.headroom*o.TPOT || !replaces(opt.Cost, opt.TTFT, p.Best, o) || (best.Destination != nil && !(opt.Cost < best.Cost)) || !pr.stallFits(opt) {
 					continue
 				}
 				best = opt

@@ -129,8 +129,10 @@ func TestPlacementDeciders(t *testing.T) {
 		// 20k tokens: 2.01 s prefill. Pair: 2.026/0.5 + 0.22 = 4.272; whole on d: TPOT
 		// 0.011/(1 − 0.201) = 13.8 ms → 4.02 + 0.275 = 4.295: the pair is cheaper.
 		{name: "long prompt stays disaggregated", tokens: 20000, overflow: OverflowMiss, wantDest: ""},
-		// A decode pod at the headroom: 60 requests make the step 70 ms > 0.8 × 50 ms.
-		{name: "no decode pod within the TPOT headroom", tokens: 1000, overflow: OverflowMiss, wantDest: "",
+		// A decode pod past the headroom: 60 requests make the step 70 ms > 0.8 × 50 ms, so
+		// the prompt does not run there; the pair misses the TPOT objective, so even mode
+		// miss takes the idle standard pod, which meets both.
+		{name: "no decode pod within the TPOT headroom", tokens: 1000, overflow: OverflowMiss, wantDest: "s",
 			setup: func(r *predictRig, p, d, _, _ *pool.Endpoint) { crowd(r, p, d) }},
 		// The prefill pod has 1 s booked: the pair misses the 0.5 s objective (1.126 s); the
 		// idle standard pod meets it (0.11 s) → overflow, in both modes.
@@ -139,9 +141,9 @@ func TestPlacementDeciders(t *testing.T) {
 		{name: "cost: overflow to the standard pod", tokens: 1000, overflow: OverflowCost, wantDest: "s",
 			setup: func(r *predictRig, p, d, _, _ *pool.Endpoint) { r.book(p, d, 1.0); blockDecode(r, d) }},
 		// The decode pod decodes 60 requests (a 70 ms step, past the headroom): the pair meets
-		// the TTFT objective (0.11 + 0.005 + 0.071 s) at a high TPOT cost. Mode miss keeps it;
-		// mode cost takes the cheaper standard pod.
-		{name: "miss: the pair meets the objective, standard pod unused", tokens: 1000, overflow: OverflowMiss, wantDest: "",
+		// the TTFT objective (0.11 + 0.005 + 0.071 s) but misses the TPOT one. Mode miss
+		// takes the standard pod, which meets both; mode cost takes it as the cheaper one.
+		{name: "miss: the pair misses the TPOT objective, overflow to the standard pod", tokens: 1000, overflow: OverflowMiss, wantDest: "s",
 			setup: func(r *predictRig, p, d, _, _ *pool.Endpoint) { crowd(r, p, d) }},
 		{name: "cost: the cheaper standard pod", tokens: 1000, overflow: OverflowCost, wantDest: "s",
 			setup: func(r *predictRig, p, d, _, _ *pool.Endpoint) { crowd(r, p, d) }},
@@ -230,5 +232,61 @@ func TestSelectiveRespectsTheStallBudget(t *testing.T) {
 		if local := pl.Best.Kind == outcome.KindWhole; local != c.local {
 			t.Errorf("%d tokens: local %v, want %v (room %.3f s)", c.tokens, local, c.local, r.m.StallRoom(d.Key()))
 		}
+	}
+}
+
+// Every option's TPOT is held to the objective, a pair's decode pod included: a pair whose
+// decode pod is predicted to miss the TPOT objective gives way to an option predicted to meet
+// both objectives (a standard pod, a decode pod running the prompt, within the headroom), even
+// a dearer one, in either overflow mode; with no such option it stays.
+func TestPairHeldToTheTPOTObjective(t *testing.T) {
+	obj := Objective{TTFT: 0.5, TPOT: 0.05, HasTTFT: true}
+	for _, c := range []struct {
+		name     string
+		overflow string
+		crowd    int     // requests decoding on the pair's decode pod (60: a 71 ms step, 45: 56 ms)
+		stdReqs  int     // requests decoding on the standard pod
+		stdBook  float64 // prefill seconds booked on it
+		want     string
+	}{
+		{name: "miss mode: the pair meets the TTFT objective, not the TPOT one", overflow: OverflowMiss, crowd: 60, want: "s"},
+		// Pair: TTFT 0.171 s, TPOT 56 ms, cost 1.46. Standard pod: 20 requests and 0.3 s
+		// booked, TTFT 0.41 s and TPOT 32 ms, cost 1.49: dearer, and it meets both.
+		{name: "cost mode: a dearer standard pod that meets both", overflow: OverflowCost, crowd: 45, stdReqs: 20, stdBook: 0.3, want: "s"},
+		{name: "nothing meets both: the pair stays", overflow: OverflowCost, crowd: 45, stdBook: 2, want: ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := newPredictRig()
+			p, d, dBusy, s := ep("p1", "prefill"), ep("d1", "decode"), ep("d2", "decode"), ep("s1", "standard")
+			r.book(dBusy, nil, 3) // the other decode pod is busy for 3 s
+			for range c.crowd {
+				r.rec.Start(outcome.KindPD, p.Key(), d.Key(), 10)
+			}
+			for range c.stdReqs {
+				r.rec.Start(outcome.KindWhole, "", s.Key(), 10)
+			}
+			if c.stdBook > 0 {
+				r.book(s, nil, c.stdBook)
+			}
+			pr := predictor{r.m}
+			pl := &Placement{Objective: obj, PromptTokens: 1000, Decode: []*pool.Endpoint{d, dBusy}, Combined: []*pool.Endpoint{s},
+				Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil)}
+			pair := pl.Best
+			for _, dec := range []PlacementDecider{
+				&SelectiveDecider{c: r.c, headroom: defaultTPOTHeadroom},
+				&SLOOverflowDecider{c: r.c, mode: c.overflow, headroom: defaultTPOTHeadroom, shed: true},
+			} {
+				dec.Place(pl)
+			}
+			got := ""
+			if pl.Best.Kind == outcome.KindWhole {
+				got = pl.Best.Destination.Name[:1]
+			}
+			if got != c.want {
+				whole := pr.wholeOption(obj, 1000, s, nil, 0, StepStandardCheaper)
+				t.Errorf("placed on %q; want %q (pair: ttft %.0f ms, tpot %.0f ms, cost %.3f; standard: ttft %.0f ms, tpot %.0f ms, cost %.3f); notes %v",
+					got, c.want, pair.TTFT*1000, pair.TPOT*1000, pair.Cost, whole.TTFT*1000, whole.TPOT*1000, whole.Cost, pl.Notes)
+			}
+		})
 	}
 }

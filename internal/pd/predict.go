@@ -175,6 +175,14 @@ func predictWhole(o Objective, tokens int, fe *latency.Forecast, pct float64) wh
 	return whole{prompt: p, svc: svc, ttft: ttft, tpot: tpot, delay: delay, cost: (ttft+delay)/o.TTFT + tpot/o.TPOT}
 }
 
+// replaces reports whether an option of the given cost and predicted TTFT, which keeps its TPOT
+// within the decider's headroom of the objective, should take best's place: it is cheaper, or
+// best is predicted to miss the TPOT objective (a pair's decode pod is held to it as a prompt
+// run whole is) and it is predicted to meet both objectives.
+func replaces(cost, ttft float64, best Option, o Objective) bool {
+	return cost < best.Cost || (best.TPOT > o.TPOT && ttft <= o.TTFT)
+}
+
 // stalls reports whether a prompt of svc prefill seconds run whole on the pod of fe stalls
 // its decodes by more than the tightest of them can absorb within its TPOT objective (its
 // prefill beyond one decode step).
