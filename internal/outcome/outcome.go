@@ -186,11 +186,18 @@ func (r *Recorder) publish(p Phase, route *Route) {
 	if rs == nil {
 		return
 	}
-	e := Event{Phase: p, Route: *route}
+	// An event is valid only during Observe (Reader), so one is reused: a streamed answer
+	// publishes one per chunk.
+	e := events.Get().(*Event)
+	e.Phase, e.Route = p, *route
 	for _, rd := range *rs {
-		rd.Observe(&e)
+		rd.Observe(e)
 	}
+	*e = Event{} // hold no request's data while pooled
+	events.Put(e)
 }
+
+var events = sync.Pool{New: func() any { return new(Event) }}
 
 // Tracker is the writer side of one route: the decision's lifecycle reports to it. Every
 // method is safe for concurrent use, records its event once, and ignores events after End.
