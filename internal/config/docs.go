@@ -84,7 +84,7 @@ func Reference(plugins []PluginDoc) []byte {
 	p("3. **Per-model profiles**: the `%s` pod annotation. A bad annotation never stops routing: the bad\n", "model.aibrix.ai/config")
 	p("   field is left out (or, if the value is not usable at all, the pod keeps its last good config, else the gateway\n")
 	p("   defaults) and the problem is reported in the log, a metric and a Kubernetes event on the pod. The endpoints\n")
-	p("   file (`--endpoints-file`) is stricter: an entry with a bad annotation is an error when the file loads.\n\n")
+	p("   file (`--endpoints-file`) is stricter: an annotation that is not a JSON object is an error when the file loads.\n\n")
 	p("Per request, the strategy is chosen by: `lockedRoutingStrategy` > the `%s` header > the profile's\n", wire.HeaderRoutingStrategy)
 	p("`routingStrategy` > `ROUTING_ALGORITHM`. The profile is the one named by the `%s` header, else\n", wire.HeaderConfigProfile)
 	p("`defaultProfile`, else `%s`. `%s: auto` chooses the most specific profile whose hints match the request\n", DefaultProfileName, wire.HeaderConfigProfile)

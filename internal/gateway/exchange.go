@@ -173,12 +173,11 @@ func (x *exchange) ended() bool {
 		}
 	default:
 	}
-	select {
-	case <-x.body.done:
-		if x.body.err != nil {
-			return x.fail(http.StatusBadRequest, "reading the request body: "+x.body.err.Error())
-		}
-	default:
+	// With the client still there, only the body reader ends the exchange (on a read error),
+	// and it is about to close body.done.
+	<-x.body.done
+	if x.body.err != nil {
+		return x.fail(http.StatusBadRequest, "reading the request body: "+x.body.err.Error())
 	}
 	return x.fail(http.StatusInternalServerError, "the exchange ended before the EPP decided")
 }

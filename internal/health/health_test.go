@@ -91,8 +91,8 @@ func newFixture(t *testing.T, cfg config.Outlier, pods ...podSpec) *fixture {
 func newStartingFixture(t *testing.T, cfg config.Outlier, pods ...podSpec) *fixture {
 	t.Helper()
 	f := newFixture(t, cfg, pods...)
-	f.d = New(Options{Config: cfg, Store: f.store, Clock: f.clock, Observer: f.obs, Recorder: f.rec})
 	f.rec = outcome.NewRecorder(f.clock)
+	f.d = New(Options{Config: cfg, Store: f.store, Clock: f.clock, Observer: f.obs, Recorder: f.rec})
 	f.rec.Subscribe(f.d)
 	return f
 }
@@ -322,6 +322,18 @@ func TestNotServingYetReturnsOnFirstAnswer(t *testing.T) {
 	f.probe("a", outcome.Probe{Source: "scrape"})
 	if !f.ejected("a") {
 		t.Fatal("a served-then-refused pod returned before its ejection time")
+	}
+	// Requests that find no listener before any scrape did (five gateway failures) hold a
+	// starting pod out the same way: it returns with its first answer.
+	for range 5 {
+		f.unreachable("c")
+	}
+	if st := f.d.Status(f.key("c")); !st.Ejected || st.Reason != ReasonNotServingYet || st.Ejections != 0 {
+		t.Fatalf("a starting pod that requests could not reach: %+v, want not_serving_yet", st)
+	}
+	f.probe("c", outcome.Probe{Source: "scrape"})
+	if f.ejected("c") {
+		t.Fatal("c did not return with its first answer")
 	}
 	// A request success also counts as answering.
 	f.answer("b", 200)

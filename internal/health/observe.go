@@ -221,9 +221,11 @@ func (d *Detector) ejectLocked(st *endpoint, reason string) []func() {
 		return nil
 	}
 	var dur time.Duration
-	if reason == ReasonRefused && !st.answered.Load() {
-		// Nothing listens yet (the engine is starting, or Tandem started first): out of
-		// rotation until a scrape or probe answers, which is no ejection to count.
+	unreachable := reason == ReasonRefused || st.consGateway > 0 && st.consGateway == st.cons5xx
+	if unreachable && !st.answered.Load() {
+		// Nothing listens yet (the engine is starting, or Tandem started first, and requests
+		// found no listener before the first scrape did): out of rotation until a scrape or
+		// probe answers, which is no ejection to count.
 		reason = ReasonNotServingYet
 	} else {
 		d.forgivenLocked(st, now)

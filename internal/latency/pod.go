@@ -254,8 +254,13 @@ func (q *pod) stallAhead(now time.Time, allow float64) float64 {
 	if !(silent > q.silenceLimit()) {
 		return 0
 	}
-	return max(q.stallLen, silent)
+	return min(max(q.stallLen, silent), maxStallAhead)
 }
+
+// maxStallAhead bounds the busy time a silence adds: past it the pod is hung rather than
+// stalled (outlier detection's business), or a stream's end was never reported, and neither
+// should hold the pod's predictions for longer.
+const maxStallAhead = 10.0 // seconds
 
 // progress notes a chunk of one of the pod's streams at t, gap seconds after that stream's
 // previous one: a silence of the pod that outlasted its limit was a stall (its length is

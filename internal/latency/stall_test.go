@@ -100,3 +100,25 @@ func waitOf(r *rig, key string) float64 {
 	f := r.m.Forecast(key)
 	return f.Wait()
 }
+
+// A silence far beyond any stall (a hung engine, or a stream whose end was never reported)
+// adds at most maxStallAhead of busy time: the pod is not predicted busy for minutes.
+func TestStallBusyTimeIsBounded(t *testing.T) {
+	r := newRig(Options{})
+	key := "ns/d1:1"
+	var trs []*outcome.Tracker
+	for range 2 {
+		trs = append(trs, streamOn(r, key))
+	}
+	for i := range 50 {
+		r.clock.Advance(secs(0.009 + 0.002*float64(i%2)))
+		for _, tr := range trs {
+			tr.Chunk(10)
+		}
+	}
+	r.clock.Advance(secs(600)) // ten minutes without a chunk
+	f := r.m.Forecast(key)
+	if w := f.Wait(); w <= 1 || w > maxStallAhead+1 {
+		t.Errorf("silent for 10 min: wait %.1f s, want busy but at most %.0f s", w, maxStallAhead)
+	}
+}

@@ -39,7 +39,7 @@ var levelNames = map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": z
 var stackNames = map[string]zapcore.Level{"info": zapcore.InfoLevel, "error": zapcore.ErrorLevel, "panic": zapcore.PanicLevel}
 
 var timeEncoders = map[string]zapcore.TimeEncoder{
-	"epoch": zapcore.EpochTimeEncoder, "millis": zapcore.EpochMillisTimeEncoder, "nano": zapcore.EpochNanosTimeEncoder,
+	"epoch": zapcore.EpochTimeEncoder, "millis": zapcore.EpochMillisTimeEncoder, "nanos": zapcore.EpochNanosTimeEncoder,
 	"iso8601": zapcore.ISO8601TimeEncoder, "rfc3339": zapcore.RFC3339TimeEncoder, "rfc3339nano": zapcore.RFC3339NanoTimeEncoder,
 }
 
@@ -71,10 +71,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		"Development mode defaults (console encoder, debug level, stack traces from warn); production defaults are json, info, error")
 	var enc, lvl, stack, tenc string
 	fs.Var(funcValue{&enc, func(s string) error {
-		if s != "json" && s != "console" {
+		e := strings.ToLower(s)
+		if e != "json" && e != "console" {
 			return fmt.Errorf("%q is not an encoder (json or console)", s)
 		}
-		o.Encoder = s
+		o.Encoder = e
 		return nil
 	}}, "zap-encoder", "Log encoding: json or console")
 	fs.Var(funcValue{&lvl, func(s string) error {
@@ -95,11 +96,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	}}, "zap-stacktrace-level", "Level at and above which stack traces are captured: info, error or panic")
 	fs.Var(funcValue{&tenc, func(s string) error {
 		if _, ok := timeEncoders[strings.ToLower(s)]; !ok {
-			return fmt.Errorf("%q is not a time encoding (epoch, millis, nano, iso8601, rfc3339 or rfc3339nano)", s)
+			return fmt.Errorf("%q is not a time encoding (epoch, millis, nanos, iso8601, rfc3339 or rfc3339nano)", s)
 		}
 		o.TimeEncoding = strings.ToLower(s)
 		return nil
-	}}, "zap-time-encoding", "Time encoding: epoch, millis, nano, iso8601, rfc3339 (default) or rfc3339nano")
+	}}, "zap-time-encoding", "Time encoding: epoch, millis, nanos, iso8601, rfc3339 (default) or rfc3339nano")
 }
 
 // ParseLevel reads a --zap-log-level value: a level name, or n > 0 for logr's V(n).

@@ -86,6 +86,18 @@ func TestConsoleAndTimeEncoding(t *testing.T) {
 	}
 }
 
+// The values controller-runtime's flags take (case-insensitive names, its time encodings) are
+// taken here too, so manifests written for other EPPs keep working.
+func TestControllerRuntimeValues(t *testing.T) {
+	for _, arg := range []string{"--zap-encoder=JSON", "--zap-encoder=console", "--zap-log-level=Info", "--zap-log-level=5",
+		"--zap-stacktrace-level=Panic", "--zap-time-encoding=nanos", "--zap-time-encoding=RFC3339Nano",
+		"--zap-time-encoding=millis", "--zap-time-encoding=iso8601", "--zap-time-encoding=epoch", "--zap-devel"} {
+		if _, err := parse(t, arg); err != nil {
+			t.Errorf("%s: %v", arg, err)
+		}
+	}
+}
+
 func TestBadFlagValues(t *testing.T) {
 	for _, tc := range []struct{ arg, want string }{
 		{"--zap-log-level=loud", `"loud" is not a log level (debug, info, error, panic, or an integer from 1 to 127)`},

@@ -71,6 +71,7 @@ type certReloader struct {
 	log      logr.Logger
 	current  atomic.Pointer[tls.Certificate]
 	mu       sync.Mutex // serialises reloads from the two watches
+	lastErr  string     // the last failed load's error, logged once (guarded by mu)
 	// reloaded receives (without blocking) after each change of the served pair; tests wait on it.
 	reloaded chan struct{}
 }
@@ -96,8 +97,15 @@ func (r *certReloader) reload() {
 	defer r.mu.Unlock()
 	pair, err := tls.LoadX509KeyPair(r.crt, r.key)
 	if err != nil {
-		return // mid-rotation or broken: the last good pair stays (the next change or poll retries)
+		// Often mid-rotation (the certificate written before its key): the last good pair
+		// stays, and the next change of either file retries. Said once per distinct error.
+		if msg := err.Error(); msg != r.lastErr {
+			r.lastErr = msg
+			r.log.Info("WARNING: the TLS pair on disk does not load; the last good pair stays in service", "dir", r.dir, "error", msg)
+		}
+		return
 	}
+	r.lastErr = ""
 	if cur := r.current.Load(); cur != nil && len(cur.Certificate) > 0 && len(pair.Certificate) > 0 &&
 		string(cur.Certificate[0]) == string(pair.Certificate[0]) {
 		return
@@ -114,7 +122,10 @@ func (r *certReloader) reload() {
 // the watches are set is picked up by the next poll.
 func (r *certReloader) start(ctx context.Context) {
 	for _, path := range []string{r.crt, r.key} {
-		go filewatch.Watch(ctx, path, nil, filewatch.Options{Poll: certPollInterval},
+		go filewatch.Watch(ctx, path, nil, filewatch.Options{Poll: certPollInterval,
+			NotifyFailed: func(err error) {
+				r.log.Info("watching the TLS pair for changes failed; polling every "+certPollInterval.String(), "error", err.Error())
+			}},
 			func([]byte) { r.reload() },
 			func(err error) {
 				r.log.Info("reading the TLS pair; the last good pair stays in service", "error", err.Error())

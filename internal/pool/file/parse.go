@@ -325,22 +325,18 @@ func (p *parser) str(path string, n *yaml.Node) string {
 	return n.Value
 }
 
-// modelConfig checks the model.aibrix.ai/config annotation as the router will read it. In a
-// cluster a bad one is a warning and the gateway defaults apply; here it is an error, named with
-// the field inside the annotation.
+// modelConfig checks that the model.aibrix.ai/config annotation is the JSON object the router
+// reads. In a cluster an unusable one is a warning and the gateway defaults apply; here it is an
+// error. Its fields are checked when the pod joins, against the names the router knows (a
+// --config-file may define more strategies), and a bad one is a warning there as in a cluster.
 func (p *parser) modelConfig(path string, annotations map[string]string) {
 	raw, ok := annotations[pool.AnnotationConfig]
 	if !ok {
 		return
 	}
-	apath := fmt.Sprintf("%s.annotations[%q]", path, pool.AnnotationConfig)
-	_, problems, err := config.ParseModelConfig(raw, config.Names{})
-	if err != nil {
-		p.errorf(apath, "%v; give a JSON object such as '{\"profiles\":{\"default\":{\"routingStrategy\":\"pd\"}}}' (docs/configuration.md, model config annotation)", err)
-		return
-	}
-	for _, pr := range problems {
-		p.errorf(apath, "%s=%s: %s", pr.Field, pr.Value, pr.Rule)
+	if _, _, err := config.ParseModelConfig(raw, config.Names{}); err != nil {
+		p.errorf(fmt.Sprintf("%s.annotations[%q]", path, pool.AnnotationConfig),
+			"%v; give a JSON object such as '{\"profiles\":{\"default\":{\"routingStrategy\":\"pd\"}}}' (docs/configuration.md, model config annotation)", err)
 	}
 }
 

@@ -136,8 +136,6 @@ var parseErrorCases = func() []parseErrorCase {
 		{"model config not JSON", "endpoints: [{" + ok + `, annotations: {model.aibrix.ai/config: '{"profiles":'}}]`,
 			`endpoints[0].annotations["model.aibrix.ai/config"]: must be a JSON object: unexpected end of JSON input; ` +
 				`give a JSON object such as '{"profiles":{"default":{"routingStrategy":"pd"}}}' (docs/configuration.md, model config annotation)`},
-		{"model config bad field", "endpoints: [{" + ok + `, annotations: {model.aibrix.ai/config: '{"profiles":{"default":{"routingStrategy":"pdd"}}}'}}]`,
-			`endpoints[0].annotations["model.aibrix.ai/config"]: profiles.default.routingStrategy="pdd": must be one of pd, random, least-request, prefix-cache, pd-predictive`},
 		{"bad port label", "endpoints: [{" + ok + ", labels: {model.aibrix.ai/port: http}}]",
 			`endpoints[0].labels["model.aibrix.ai/port"]: "http" is not a port number`},
 		{"bad active-ports entry", "endpoints: [{" + ok + ", annotations: {inference.networking.k8s.io/active-ports: '8000,x'}}]",
