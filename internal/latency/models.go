@@ -518,7 +518,11 @@ func (m *Models) Forget(live func(key string) bool) {
 		}
 	}
 	for id, r := range m.routes {
-		if now.Sub(r.picked) > routeTTL {
+		last := r.picked
+		if r.lastChunk.After(last) {
+			last = r.lastChunk // a long answer still streaming is not forgotten
+		}
+		if now.Sub(last) > routeTTL {
 			delete(m.routes, id)
 			r.life.gone = true
 			if d := m.pods[r.dest]; d != nil && !r.firstByte.IsZero() {
