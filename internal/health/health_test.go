@@ -309,6 +309,9 @@ func TestNotServingYetReturnsOnFirstAnswer(t *testing.T) {
 	if st := f.d.Status(f.key("a")); st.Ejected || st.Probation {
 		t.Fatalf("its first answer did not return it (or put it on probation): %+v", st)
 	}
+	if len(f.obs.returned) != 0 {
+		t.Errorf("a pod that started late was counted as returned from an ejection: %v", f.obs.returned)
+	}
 	f.answer("a", 500) // one failure after starting is one failure, not an ejection
 	if f.ejected("a") {
 		t.Fatal("a pod that started late was ejected by its first failure")

@@ -209,6 +209,14 @@ func (d *Detector) ejectLocked(st *endpoint, reason string) []func() {
 	if ep == nil {
 		return nil // not in the pool (any more): nothing to route around
 	}
+	// Nothing listens yet (the engine is starting, or Tandem started first, and requests found
+	// no listener before the first scrape did): out of rotation until a scrape or probe
+	// answers, which is no ejection to count.
+	unreachable := reason == ReasonRefused || st.consGateway > 0 && st.consGateway == st.cons5xx
+	starting := unreachable && !st.answered.Load()
+	if starting {
+		reason = ReasonNotServingYet
+	}
 	if overflow := d.capRefusesLocked(snap, ep); overflow != "" {
 		if d.obs != nil {
 			d.obs.EjectionOverflow(ep, reason, overflow)
@@ -221,13 +229,7 @@ func (d *Detector) ejectLocked(st *endpoint, reason string) []func() {
 		return nil
 	}
 	var dur time.Duration
-	unreachable := reason == ReasonRefused || st.consGateway > 0 && st.consGateway == st.cons5xx
-	if unreachable && !st.answered.Load() {
-		// Nothing listens yet (the engine is starting, or Tandem started first, and requests
-		// found no listener before the first scrape did): out of rotation until a scrape or
-		// probe answers, which is no ejection to count.
-		reason = ReasonNotServingYet
-	} else {
+	if !starting {
 		d.forgivenLocked(st, now)
 		st.multiplier++
 		dur = d.ejectionTime(st.multiplier)
@@ -289,6 +291,11 @@ func (d *Detector) probeSucceeded(key, source string) {
 	// started late is judged like any other.
 	st.probation, st.lastReturn = !starting, now
 	d.retroubleLocked(st)
+	if starting {
+		// No ejection was counted, so no return is: the engine has started.
+		d.log.Info("outlier detection: endpoint serving", "endpoint", key, "after", out.String(), "probe", source)
+		return
+	}
 	if ep := findEndpoint(d.store.Load(), key); ep != nil {
 		if d.obs != nil {
 			d.obs.Returned(ep, out, source)
