@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/demo"
 	"github.com/tandem-epp/tandem/internal/tokenize"
 	"github.com/tandem-epp/tandem/traces"
 )
@@ -34,7 +35,7 @@ func simBinary(t *testing.T) string {
 // report's numbers against what the simulators were configured to do.
 func TestLiveCoreOnRealSimulators(t *testing.T) {
 	sim := simBinary(t)
-	root, err := repoRoot()
+	root, err := demo.FindRepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

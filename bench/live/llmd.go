@@ -17,6 +17,7 @@ import (
 
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
+	"github.com/tandem-epp/tandem/internal/demo"
 	"github.com/tandem-epp/tandem/internal/testenv"
 )
 
@@ -161,7 +162,7 @@ func startLLMD(ctx context.Context, dir string, bins binaries, pods []*pod) (l *
 	if err := os.WriteFile(cfgFile, []byte(llmdConfig), 0o600); err != nil {
 		return l, err
 	}
-	ports, err := freePorts(4)
+	ports, err := demo.FreePorts(4)
 	if err != nil {
 		return l, err
 	}

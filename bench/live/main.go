@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/demo"
 	"github.com/tandem-epp/tandem/traces"
 )
 
@@ -164,7 +165,7 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root, err := repoRoot()
+	root, err := demo.FindRepoRoot()
 	if err == nil {
 		var dir string
 		if dir, err = os.MkdirTemp("", "bench-live-bin-"); err == nil {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -155,7 +154,7 @@ func startPods(ctx context.Context, dir string, bins binaries, sh shape, e engin
 	var ports []int
 	if pn == nil {
 		var err error
-		if ports, err = freePorts(len(pods)); err != nil {
+		if ports, err = demo.FreePorts(len(pods)); err != nil {
 			return nil, err
 		}
 	}
@@ -272,7 +271,7 @@ func (t *tandem) stop() {
 // startTandem runs cmd/epp on the pool file with the routing strategy, and cmd/gateway in
 // Envoy's stream-end mode in front of it, and waits until both serve.
 func startTandem(ctx context.Context, dir string, bins binaries, poolFile, name, strategy string) (*tandem, error) {
-	ports, err := freePorts(5)
+	ports, err := demo.FreePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -349,41 +348,6 @@ func buildTandem(ctx context.Context, root, dir string) (binaries, error) {
 		return b, fmt.Errorf("building ./cmd/epp and ./cmd/gateway: %w\n%s", err, out)
 	}
 	return b, nil
-}
-
-// repoRoot is the directory holding go.mod, walking up from the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", errors.New("no go.mod above " + dir + ": run from the repository")
-		}
-	}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // served is the requests the pod finished so far: the sum of its vllm:request_success_total

@@ -23,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/demo/launch"
 	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/sim"
 )
@@ -543,19 +544,13 @@ func loadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
+// repoRoot is the Tandem checkout the bench runs in (its traces and default -out live there).
 func repoRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := launch.FindRepoRoot()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w; or pass -out DIR", err)
 	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no go.mod above %s; run from the repository or pass -out DIR", dir)
-		}
-	}
+	return root, nil
 }
 
 // simulateReps runs the policy once per window: repetition k replays window k with Poisson

@@ -95,7 +95,7 @@ func checkEngine(ctx context.Context, run EPPRunner, timeScale float64, log logr
 	if err := writeEngineEndpoints(endpoints, r.Engine, pods); err != nil {
 		return err
 	}
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return err
 	}

@@ -101,7 +101,7 @@ func StartStack(ctx context.Context, o StackOptions) (st *Stack, err error) {
 		return nil, err
 	}
 
-	ports, err := freePorts(3)
+	ports, err := FreePorts(3)
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,8 @@ func writeEndpoints(path string, pods []*Pod) error {
 	return f.Write(path)
 }
 
-func freePorts(n int) ([]int, error) {
+// FreePorts returns n distinct loopback ports free now (held together while chosen).
+func FreePorts(n int) ([]int, error) {
 	var lns []net.Listener
 	defer func() {
 		for _, l := range lns {
