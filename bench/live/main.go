@@ -231,6 +231,8 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 		}
 	}
 	targets := map[string]target{}
+	// metricsOf: each Tandem router's metrics URL, for its prediction ratios
+	metricsOf := map[string]string{}
 	// Each router's processes (its EPP, and its gateway) are stopped with SIGSTOP while the
 	// others run, so an idle router's scraping does not take the CPU from the one measured.
 	idle := map[string][]*proc{}
@@ -255,6 +257,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 		}
 		defer t.stop()
 		targets[r.name] = func(int) string { return t.url }
+		metricsOf[r.name] = t.metrics
 		idle[r.name] = []*proc{t.epp, t.gw}
 	}
 	// activate continues the router's processes and stops every other router's; the stops are
@@ -303,6 +306,10 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 				if err != nil {
 					return nil, err
 				}
+				predBefore, err := readPredictions(ctx, metricsOf[r.name])
+				if err != nil {
+					return nil, err
+				}
 				begin := time.Now()
 				res := replay(ctx, sched, targets[r.name], o.slo.tpots[0])
 				if ctx.Err() != nil {
@@ -315,10 +322,18 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 				for role := range placed {
 					placed[role] -= before[role]
 				}
+				pred, err := readPredictions(ctx, metricsOf[r.name])
+				if err != nil {
+					return nil, err
+				}
+				for kind, h := range pred {
+					pred[kind] = h.minus(predBefore[kind])
+				}
 				runIdx++
 				k := key(r.name, load)
-				results[k] = append(results[k], runRecord{sched, res, placed})
-				s := summarise([]runRecord{{sched, res, placed}}, o.slo)
+				rec := runRecord{sched, res, placed, pred}
+				results[k] = append(results[k], rec)
+				s := summarise([]runRecord{rec}, o.slo)
 				fmt.Fprintf(progress, "bench-live: run %d: %s at load %g (%.2f req/s): %.0fs, success %.3f, TTFT p99 %s ms, goodput %.3f; load average %s\n",
 					runIdx, r.name, load, load*sat, time.Since(begin).Seconds(), s.success(), ms(s.ttft99), s.good[0], loadAverage())
 				for e, n := range s.errs {
@@ -344,7 +359,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
-			g := summarise([]runRecord{{sched, res, nil}}, o.slo).good[0]
+			g := summarise([]runRecord{{sched, res, nil, nil}}, o.slo).good[0]
 			fmt.Fprintf(progress, "bench-live: capacity probe: %s at load %.3g (%.2f req/s): goodput %.3f; load average %s\n", r.name, load, load*sat, g, loadAverage())
 			return g, nil
 		}
@@ -377,6 +392,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 		writeTable(w, cells, o.slo)
 		fmt.Fprintln(w)
 		writeCapacities(w, caps)
+		writePredictions(w, cells)
 		for _, r := range o.routers {
 			fmt.Fprintf(w, "- `%s`: %s\n", r.name, r.about)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -20,6 +21,9 @@ type stats struct {
 	errs               map[string]int
 	placed             map[string]float64 // per role, over every repetition's whole run
 	rate, spanMeasured float64
+	// pred: the router's observed ÷ predicted TTFT by route kind, over every repetition's
+	// whole run (empty: it predicts nothing)
+	pred map[string]ratioHist
 }
 
 // measured is the index range [lo, hi) of the requests counted.
@@ -32,17 +36,21 @@ func measured(n int) (int, int) {
 type runRecord struct {
 	reqs   []request
 	res    []result
-	placed map[string]float64 // requests each role's pods finished during the run
+	placed map[string]float64   // requests each role's pods finished during the run
+	pred   map[string]ratioHist // the run's prediction ratios by route kind (nil: none)
 }
 
 // summarise pools the measured window of every repetition of one router at one load.
 func summarise(runs []runRecord, slo sloSpec) stats {
-	s := stats{errs: map[string]int{}, placed: map[string]float64{}, good: make([]float64, len(slo.tpots)), goodRate: make([]float64, len(slo.tpots))}
+	s := stats{errs: map[string]int{}, placed: map[string]float64{}, pred: map[string]ratioHist{}, good: make([]float64, len(slo.tpots)), goodRate: make([]float64, len(slo.tpots))}
 	var ttfts, tpots []float64
 	for _, x := range runs {
 		lo, hi := measured(len(x.reqs))
 		for role, n := range x.placed {
 			s.placed[role] += n
+		}
+		for kind, h := range x.pred {
+			s.pred[kind] = s.pred[kind].add(h)
 		}
 		s.n += hi - lo
 		s.spanMeasured += x.reqs[hi-1].at - x.reqs[lo].at
@@ -168,6 +176,15 @@ func writeResults(w io.Writer, cells []cell, slo sloSpec, baselines []string) {
 		fmt.Fprintf(w, "RESULT live_tpot_p99_ms_%s=%s\n", k, f(c.s.tpot99*1000))
 		for j, tp := range slo.tpots {
 			fmt.Fprintf(w, "RESULT live_goodput_tpot%.0f_%s=%s\n", tp*1000, k, f(c.s.good[j]))
+		}
+		for _, kind := range slices.Sorted(maps.Keys(c.s.pred)) {
+			h := c.s.pred[kind]
+			if h.n() == 0 {
+				continue
+			}
+			for _, q := range []float64{0.1, 0.5, 0.9} {
+				fmt.Fprintf(w, "RESULT live_ttft_prediction_ratio_p%.0f_%s_%s=%s\n", q*100, kind, k, f(h.quantile(q)))
+			}
 		}
 	}
 	byLoad := map[float64][]cell{}

@@ -257,6 +257,7 @@ func writePool(path string, pods []*pod) error {
 type tandem struct {
 	epp, gw *proc
 	url     string // the gateway's base URL
+	metrics string // the EPP's metrics URL
 }
 
 func (t *tandem) stop() {
@@ -307,6 +308,7 @@ func startTandem(ctx context.Context, dir string, bins binaries, poolFile, name,
 		return nil, err
 	}
 	t.url = "http://" + gwAddr
+	t.metrics = "http://127.0.0.1:" + strconv.Itoa(metricsPort) + "/metrics"
 	if err := waitRouted(ctx, t.url, t.epp, 30*time.Second); err != nil {
 		t.stop()
 		return nil, err

@@ -73,6 +73,7 @@ type route struct {
 	unseenHist      bool      // at booking, the engine's queue histogram showed work the ledger does not hold
 	ttft, tpot      float64   // predicted at pick, seconds (0: none)
 	prefillDone     bool
+	ahead           float64 // the prefill seconds booked ahead of it on the ledger at its pick
 	// grace: seconds after its due the prefill's end may be seen without being late (an
 	// end inferred from the decode pod's answer includes the hand-over).
 	grace float64
@@ -271,6 +272,7 @@ func (m *Models) Charge(id uint64, c Charge) {
 	q.knownN++
 	r.unseenHist = !m.noEngine && q.hasEng && q.unseenWait > 0
 	r.due, r.shiftAt = q.charge(now, c.Service)
+	r.ahead = max(r.due.Sub(now).Seconds()-c.Service, 0)
 	r.grace = 0
 	if c.Kind == outcome.KindPD && q.directPrefill == 0 {
 		// No prefill end was observed on the pod yet: it may be known only from the decode

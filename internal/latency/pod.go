@@ -145,6 +145,24 @@ type pod struct {
 	stallLen        float64
 	stallN          int
 
+	// How much of the booked work ahead a prompt routed here actually waits for (overlap):
+	// 1 on an engine that prefills one prompt at a time, less on one that prefills many at
+	// once. Each ended prompt's time from its pick is regressed on its predicted prefill (s)
+	// and the work booked ahead of it at its pick (x), weighted relative to their sum; these
+	// are the decayed sums of the normal equations (t the observed time), overlapN the
+	// prompts with work ahead among them. The overlap is x's coefficient over s's, so an
+	// error of the prefill model, which scales both alike, does not pass for one.
+	overlapSS, overlapSX, overlapXX, overlapST, overlapXT float64
+	overlapN                                              int
+	// overtaken: the share of recent prefill ends that came before the end of a prompt booked
+	// earlier on the pod (EWMA): a queue never lets a later prompt finish first, so without
+	// it the pod is not taken for one that overlaps prompts, whatever the regression says.
+	// overtakenHead is the oldest outstanding charge when a later one ended first, at
+	// overtakenAt (it overtook if the head ends more than an iteration later).
+	overtaken     float64
+	overtakenHead *route
+	overtakenAt   time.Time
+
 	// Prediction error of TTFT on routes served here: EWMA of log(observed/predicted) and
 	// of its magnitude.
 	errLog, errAbs float64
@@ -203,7 +221,7 @@ func (q *pod) stepSeconds(n, kv float64) float64 {
 // A pod whose streams have fallen silent is held the same way, beyond what the prompt it is
 // prefilling explains (stallAhead).
 func (q *pod) backlog(now time.Time) float64 {
-	ahead := q.busyUntil.Sub(now).Seconds()
+	ahead := q.bookedAhead(now) * q.overlap()
 	allow := 0.0
 	if r := q.headCharge(); r != nil {
 		if late := q.lateness(r, now); late > 0 {
@@ -219,6 +237,83 @@ func (q *pod) backlog(now time.Time) float64 {
 		ahead = max(ahead, q.stallAhead(now, allow))
 	}
 	return max(ahead, 0)
+}
+
+// bookedAhead is the prefill work booked on the pod still ahead at now by the ledger, in
+// seconds, as if the engine ran the prompts one after another.
+func (q *pod) bookedAhead(now time.Time) float64 { return q.busyUntil.Sub(now).Seconds() }
+
+// The overlap constants: the decay of a prompt's weight in the regression; the prompts with
+// booked work ahead of at least minOverlapAhead seconds seen before the estimate is used.
+const (
+	overlapAlpha    = 0.05
+	minOverlapN     = 8
+	minOverlapAhead = 0.002
+	// minOvertaken: the share of ends out of booking order from which a pod may overlap
+	minOvertaken = 0.05
+)
+
+// noteEnd notes whether r's prefill, ending at t, ended in booking order: it ended before the
+// oldest charge still outstanding (a later prompt first: noted, and judged when that one ends,
+// ends within one iteration being one), or it is that charge (its end judges the overtake).
+func (q *pod) noteEnd(t time.Time, r *route) {
+	if h := q.overtakenHead; h != nil && h != r && h.prefillDone {
+		q.overtakenHead = nil // it never ended here (failed, forgotten): nothing to judge
+	}
+	switch h := q.headCharge(); {
+	case r == q.overtakenHead:
+		late := 0.0
+		if t.Sub(q.overtakenAt) > groupWindow {
+			late = 1
+		}
+		q.overtaken += overlapAlpha * (late - q.overtaken)
+		q.overtakenHead = nil
+	case h != nil && h.picked.Before(r.picked):
+		if q.overtakenHead == nil {
+			q.overtakenHead, q.overtakenAt = h, t
+		}
+	default:
+		q.overtaken -= overlapAlpha * q.overtaken
+	}
+}
+
+// overlap is the share of the booked work ahead that a prompt routed here is expected to wait
+// for, in [0, 1]: 1 until the pod showed otherwise (a queue serving one prompt at a time), less
+// on an engine that prefills prompts concurrently, so that work booked ahead delays a new one
+// less than its whole length.
+func (q *pod) overlap() float64 {
+	if q.overlapN < minOverlapN || q.overtaken < minOvertaken {
+		return 1
+	}
+	det := q.overlapSS*q.overlapXX - q.overlapSX*q.overlapSX
+	if !(det > 1e-6*q.overlapSS*q.overlapXX) { // the work ahead did not vary apart from the prompts
+		return 1
+	}
+	a := (q.overlapST*q.overlapXX - q.overlapXT*q.overlapSX) / det
+	b := (q.overlapXT*q.overlapSS - q.overlapST*q.overlapSX) / det
+	if !(a > 0) {
+		return 1
+	}
+	return min(max(b/a, 0), 1)
+}
+
+// learnOverlap folds in prompts of predicted prefill s (an engine iteration's worth, which
+// ended together) of which the first picked had ahead seconds of booked work before it at its
+// pick and the last ended observed seconds after that pick.
+func (q *pod) learnOverlap(s, ahead, observed float64) {
+	if !(s > 0) || !(observed > 0) || ahead < 0 {
+		return
+	}
+	w := 1 / ((s + ahead) * (s + ahead))
+	d := 1 - overlapAlpha
+	q.overlapSS = d*q.overlapSS + w*s*s
+	q.overlapSX = d*q.overlapSX + w*s*ahead
+	q.overlapXX = d*q.overlapXX + w*ahead*ahead
+	q.overlapST = d*q.overlapST + w*s*observed
+	q.overlapXT = d*q.overlapXT + w*ahead*observed
+	if ahead >= minOverlapAhead {
+		q.overlapN++
+	}
 }
 
 // The stream-progress constants: the EWMA weight of a chunk gap; how many usual gaps and
@@ -303,7 +398,16 @@ func (q *pod) progress(t time.Time, gap time.Duration) {
 // lateness is how many seconds r's prefill, booked here, is past its due at now (negative:
 // not yet due), beyond its grace.
 func (q *pod) lateness(r *route, now time.Time) float64 {
-	return now.Sub(r.due).Seconds() - (q.shift - r.shiftAt) - r.grace
+	late := now.Sub(r.due).Seconds() - (q.shift - r.shiftAt)
+	if k := q.overlap(); k < 1 {
+		// On an engine that overlaps prompts, r started about when it was picked, as far as
+		// the pod overlaps them, not when the ledger's work ahead of it ended (prompts that
+		// ended before it, out of order, moved the ledger by errors of a queue it is not).
+		sincePick := now.Sub(r.picked).Seconds()
+		ahead := max(sincePick-late-r.service, 0)
+		late = sincePick - k*ahead - r.service
+	}
+	return late - r.grace
 }
 
 // headCharge is the oldest charge whose prefill has not ended (nil: none), the ended ones
@@ -481,7 +585,9 @@ func (q *pod) ingest(s *metrics.Sample) {
 	// own observations it is not needed.
 	if s.HistogramsLifetime {
 		// The first scrape's means are over the engine's whole life (it may have been
-		// overloaded hours ago): nothing of this interval to fit or to measure.
+		// overloaded hours ago): nothing of this interval to fit or to measure, but a better
+		// start than the defaults for a pod nothing was learned about yet.
+		q.startFromLifetime(s)
 		q.unseenWait, q.ownQueued, q.knownSum, q.knownN = 0, 0, 0, 0
 		q.endsX, q.endsN, q.endsObserved = [3]float64{}, 0, 0
 		return
@@ -510,6 +616,41 @@ func (q *pod) ingest(s *metrics.Sample) {
 	}
 	q.queueSeen(s)
 	q.endsX, q.endsN, q.endsObserved = [3]float64{}, 0, 0
+}
+
+// The bounds of a start from an engine's lifetime histograms: the prefills (or inter-token
+// gaps) they must hold, and how far they may scale the defaults either way.
+const (
+	minLifetimeCount = 10
+	maxLifetimeScale = 20.0
+)
+
+// startFromLifetime starts a pod the models have not learned from yet, whose engine served
+// requests before Tandem first scraped it, from what the engine measured rather than from the
+// defaults: the prefill model scaled so that the engine's mean prompt (its prompt-token
+// counter over its prefill count) takes its mean prefill, the step model so that a step at
+// its running requests takes its mean inter-token gap. Only the scale changes (the form of
+// the defaults stays, one mean cannot tell a per-token cost from an attention term), and the
+// first observations of Tandem's own requests correct it as they would the defaults.
+func (q *pod) startFromLifetime(s *metrics.Sample) {
+	scale := func(r *rls, f float64) {
+		f = min(max(f, 1/maxLifetimeScale), maxLifetimeScale)
+		for i := range r.theta {
+			r.theta[i] *= f
+		}
+	}
+	count := s.PrefillCount
+	if !s.HasPrefillTimeMean {
+		count = s.TTFTCount // the engine's prefill is its TTFT less its queue time (prefillMean)
+	}
+	if mean, ok := prefillMean(s); ok && q.prefill.obs == 0 && s.HasPromptTokens && count >= minLifetimeCount {
+		if tokens := s.PromptTokens / count; tokens >= 1 {
+			scale(&q.prefill, mean/q.service(Prompt{Tokens: int(tokens)}))
+		}
+	}
+	if q.step.obs == 0 && s.HasInterTokenMean && s.InterTokenCount >= minLifetimeCount && s.InterTokenMean > 0 {
+		scale(&q.step, s.InterTokenMean/q.stepSeconds(max(q.engRunning, 1), q.engKV))
+	}
 }
 
 // unknownWaiting is how many of the requests the engine reported waiting at its last sample
@@ -588,6 +729,13 @@ type endGroup struct {
 	start, last time.Time
 	items       []groupItem
 	predicted   float64
+	// The group's earliest pick and the work booked ahead of that prompt then, the hand-over
+	// the last end's time includes, and whether every end in it tells the overlap (none ran
+	// behind work others routed): one observation of the overlap, as one iteration's worth of
+	// prompts served behind the same work.
+	firstPick           time.Time
+	firstAhead, lastAdj float64
+	overlapUnknown      bool
 }
 
 type groupItem struct {
@@ -615,14 +763,24 @@ func (q *pod) prefillEnded(t time.Time, r *route, fit fitKind, adjust float64) {
 	if len(q.group.items) > 0 && t.Sub(q.group.last) > groupWindow {
 		q.flushGroup()
 	}
-	start := laterOf(r.picked, q.lastEnd)
+	// The prompt started when the prompts ahead of it ended, on an engine that serves one at a
+	// time; at its pick on one that overlaps them (and in between as far as it does).
+	start := r.picked
+	if q.lastEnd.After(start) {
+		start = start.Add(seconds(q.overlap() * q.lastEnd.Sub(start).Seconds()))
+	}
+	q.noteEnd(t, r)
 	g := &q.group
 	if len(g.items) == 0 {
-		g.start = start
+		g.start, g.firstPick, g.firstAhead, g.overlapUnknown = start, r.picked, r.ahead, false
 	} else if start.Before(g.start) {
 		g.start = start
 	}
-	g.last = t
+	if r.picked.Before(g.firstPick) {
+		g.firstPick, g.firstAhead = r.picked, r.ahead
+	}
+	g.last, g.lastAdj = t, adjust
+	g.overlapUnknown = g.overlapUnknown || fit == fitNone || r.unseenHist
 	if r.unseenHist {
 		// Work others routed ran here too: the prompt's start is not known, and the time to
 		// its end would teach the prefill model their work.
@@ -654,6 +812,9 @@ func (q *pod) flushGroup() {
 				q.fitInferred(it.prompt, obs)
 			}
 		}
+	}
+	if !g.overlapUnknown {
+		q.learnOverlap(g.predicted, g.firstAhead, g.last.Sub(g.firstPick).Seconds()-g.lastAdj)
 	}
 	g.items, g.predicted = g.items[:0], 0
 }

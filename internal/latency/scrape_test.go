@@ -231,3 +231,54 @@ func TestScrapedQueueHistogramPredictsTheWait(t *testing.T) {
 		})
 	}
 }
+
+// A pod that served requests before Tandem first scraped it starts from what its engine
+// measured over its life (mean prefill at its mean prompt, mean inter-token gap) rather than
+// from the defaults, which are 2–4× off for this engine; a pod Tandem has already learned, or
+// an engine with too little history, keeps its model.
+func TestNewPodStartsFromItsEngineMetrics(t *testing.T) {
+	lifetime := func(at time.Time, prefills float64) *metrics.Sample {
+		return &metrics.Sample{
+			HistogramsLifetime: true, UpdatedAt: at,
+			Running: 8, HasRunning: true,
+			PrefillTimeMean: 0.4, PrefillCount: prefills, HasPrefillTimeMean: true,
+			PromptTokens: prefills * 4000, HasPromptTokens: true,
+			InterTokenMean: 0.04, InterTokenCount: prefills, HasInterTokenMean: true,
+		}
+	}
+	r := newRig(Options{})
+	if _, s := r.m.Prefill("ns/new:1", Prompt{Tokens: 4000}); near(s, 0.4, 0.2) {
+		t.Fatalf("the defaults already predict %.3f s: the test shows nothing", s)
+	}
+	r.m.Ingest("ns/new:1", lifetime(r.clock.Now(), 200))
+	if _, s := r.m.Prefill("ns/new:1", Prompt{Tokens: 4000}); !near(s, 0.4, 0.01) {
+		t.Errorf("new pod: predicted prefill of its engine's mean prompt %.3f s, want the engine's mean 0.4", s)
+	}
+	if s := r.m.StepSeconds("ns/new:1"); !near(s, 0.04, 0.01) {
+		t.Errorf("new pod: predicted step at its 8 running requests %.4f s, want the engine's mean gap 0.04", s)
+	}
+
+	// Too little history: the defaults stand.
+	def := r.m.Coefficients("ns/other:1")
+	r.m.Ingest("ns/young:1", lifetime(r.clock.Now(), 5))
+	if c := r.m.Coefficients("ns/young:1"); c.PrefillPerToken != def.PrefillPerToken || c.StepBase != def.StepBase {
+		t.Errorf("5 prefills of history moved the model: %+v, defaults %+v", c, def)
+	}
+
+	// A pod Tandem learned from keeps what it learned.
+	key := "ns/known:1"
+	for range 20 {
+		p := Prompt{Tokens: 2000}
+		tr := r.rec.Start(outcome.KindWhole, "", key, p.Tokens)
+		r.m.Charge(tr.ID(), Charge{Kind: outcome.KindWhole, Prefill: key, Destination: key, Prompt: p, Service: 0.1})
+		r.clock.Advance(secs(trueService(p, 1)))
+		tr.Chunk(1)
+		tr.End(nil)
+		r.clock.Advance(secs(0.5))
+	}
+	before := r.m.Coefficients(key)
+	r.m.Ingest(key, lifetime(r.clock.Now(), 200))
+	if after := r.m.Coefficients(key); after.PrefillPerToken != before.PrefillPerToken {
+		t.Errorf("a learned pod was rescaled by its engine's lifetime: %g → %g s/token", before.PrefillPerToken, after.PrefillPerToken)
+	}
+}

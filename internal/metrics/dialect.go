@@ -32,6 +32,7 @@ const (
 	FieldKVUsage         Field = "kv_usage"               // gauge 0..1, averaged over series
 	FieldGenThroughput   Field = "gen_throughput"         // gauge tokens/s, summed
 	FieldGenTokens       Field = "gen_tokens"             // counter; throughput derived between scrapes when no gauge
+	FieldPromptTokens    Field = "prompt_tokens"          // counter of prompt tokens processed; a new pod's mean prompt
 	FieldPrefillTime     Field = "prefill_time"           // histogram, seconds
 	FieldQueueTime       Field = "queue_time"             // histogram, seconds waiting in the engine's queue
 	FieldTTFT            Field = "ttft"                   // histogram, seconds from arrival at the engine to its first token
@@ -43,7 +44,7 @@ const (
 	FieldNumBlocks       Field = "num_blocks"             // gauge alternative to the cache_info label
 )
 
-var allFields = []Field{FieldRunning, FieldWaiting, FieldKVUsage, FieldGenThroughput, FieldGenTokens,
+var allFields = []Field{FieldRunning, FieldWaiting, FieldKVUsage, FieldGenThroughput, FieldGenTokens, FieldPromptTokens,
 	FieldPrefillTime, FieldQueueTime, FieldTTFT, FieldInterToken, FieldPrefillPrealloc, FieldDecodePrealloc, FieldCacheInfo, FieldBlockSize, FieldNumBlocks}
 
 // Dialect says where an engine serves its metrics and which names carry each signal.
@@ -79,6 +80,7 @@ var builtinDialects = map[string]Dialect{
 			FieldKVUsage:       "vllm:kv_cache_usage_perc|vllm:gpu_cache_usage_perc",
 			FieldGenThroughput: "vllm:avg_generation_throughput_toks_per_s",
 			FieldGenTokens:     "vllm:generation_tokens_total|vllm:generation_tokens",
+			FieldPromptTokens:  "vllm:prompt_tokens_total|vllm:prompt_tokens",
 			FieldPrefillTime:   "vllm:request_prefill_time_seconds",
 			FieldQueueTime:     "vllm:request_queue_time_seconds",
 			FieldTTFT:          "vllm:time_to_first_token_seconds",
@@ -96,6 +98,7 @@ var builtinDialects = map[string]Dialect{
 			FieldKVUsage:         "sglang:token_usage",
 			FieldGenThroughput:   "sglang:gen_throughput",
 			FieldGenTokens:       "sglang:generation_tokens_total|sglang:generation_tokens",
+			FieldPromptTokens:    "sglang:prompt_tokens_total|sglang:prompt_tokens",
 			FieldPrefillPrealloc: "sglang:num_prefill_prealloc_queue_reqs",
 			FieldDecodePrealloc:  "sglang:num_decode_prealloc_queue_reqs",
 			FieldQueueTime:       "sglang:queue_time_seconds",
@@ -111,16 +114,17 @@ var builtinDialects = map[string]Dialect{
 	pool.EngineTRTLLM: {
 		Path: "/prometheus/metrics",
 		Names: map[Field]string{
-			FieldRunning:     "trtllm_num_requests_running",
-			FieldWaiting:     "trtllm_num_requests_waiting",
-			FieldKVUsage:     "trtllm_kv_cache_utilization",
-			FieldGenTokens:   "trtllm_generation_tokens_total|trtllm_generation_tokens",
-			FieldPrefillTime: "trtllm_request_prefill_time_seconds",
-			FieldQueueTime:   "trtllm_request_queue_time_seconds",
-			FieldTTFT:        "trtllm_time_to_first_token_seconds",
-			FieldInterToken:  "trtllm_time_per_output_token_seconds",
-			FieldBlockSize:   "trtllm_kv_cache_tokens_per_block",
-			FieldNumBlocks:   "trtllm_kv_cache_max_blocks",
+			FieldRunning:      "trtllm_num_requests_running",
+			FieldWaiting:      "trtllm_num_requests_waiting",
+			FieldKVUsage:      "trtllm_kv_cache_utilization",
+			FieldGenTokens:    "trtllm_generation_tokens_total|trtllm_generation_tokens",
+			FieldPromptTokens: "trtllm_prompt_tokens_total|trtllm_prompt_tokens",
+			FieldPrefillTime:  "trtllm_request_prefill_time_seconds",
+			FieldQueueTime:    "trtllm_request_queue_time_seconds",
+			FieldTTFT:         "trtllm_time_to_first_token_seconds",
+			FieldInterToken:   "trtllm_time_per_output_token_seconds",
+			FieldBlockSize:    "trtllm_kv_cache_tokens_per_block",
+			FieldNumBlocks:    "trtllm_kv_cache_max_blocks",
 		},
 	},
 }

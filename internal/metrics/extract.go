@@ -18,6 +18,9 @@ type reading struct {
 	genTokens    float64 // counter
 	hasGenTokens bool
 
+	promptTokens    float64 // counter
+	hasPromptTokens bool
+
 	// histogram totals: prefill, queue, TTFT and inter-token time
 	hists [numHists]histTotals
 
@@ -36,6 +39,7 @@ func extract(fams map[string]*dto.MetricFamily, m *mapping, at time.Time) readin
 	r.kvUsage, r.hasKV = meanOf(fams, m.sel[FieldKVUsage])
 	r.genGauge, r.hasGenGauge = sumOf(fams, m.sel[FieldGenThroughput])
 	r.genTokens, r.hasGenTokens = sumOf(fams, m.sel[FieldGenTokens])
+	r.promptTokens, r.hasPromptTokens = sumOf(fams, m.sel[FieldPromptTokens])
 	for i, f := range histFields {
 		h := &r.hists[i]
 		h.sum, h.count, h.ok = histogramTotals(fams, m.sel[f])
@@ -181,6 +185,7 @@ func toSample(cur reading, prev *reading, prevSample *Sample) *Sample {
 		Waiting: cur.waiting, HasWaiting: cur.hasWaiting,
 		KVUsage: cur.kvUsage, HasKVUsage: cur.hasKV,
 		BlockSize: cur.blockSize, NumGPUBlocks: cur.numBlocks,
+		PromptTokens: cur.promptTokens, HasPromptTokens: cur.hasPromptTokens,
 		UpdatedAt: cur.at,
 	}
 	if cur.hasPrefillPrealloc || cur.hasDecodePrealloc {

@@ -24,6 +24,11 @@ type Sample struct {
 	// one, else derived from the generation-token counter between two scrapes).
 	GenThroughput    float64
 	HasGenThroughput bool
+	// PromptTokens is the engine's counter of prompt tokens processed over its life: with
+	// the lifetime prefill-time (or TTFT) count, the mean prompt of what it served before
+	// Tandem saw it.
+	PromptTokens    float64
+	HasPromptTokens bool
 	// PrefillTimeMean is the mean of the prefill-time histogram, in seconds: over the
 	// prefills finished since the previous scrape when some did (PrefillCount of them),
 	// else the last such mean (PrefillCount 0).
