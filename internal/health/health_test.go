@@ -616,3 +616,41 @@ func TestDemotionGrowsWithConsecutiveFailures(t *testing.T) {
 		t.Fatal("a success did not end the demotion")
 	}
 }
+
+// A pod held out because it never served (not_serving_yet) takes no slot of the cap: the cap
+// keeps serving capacity, and a pod that never answered is none. A sick pod that served is
+// still ejected beside it, and a second never-started pod is held out even with the cap full.
+func TestNotServingYetTakesNoCapSlot(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxEjectionPercent = 50
+	f := newStartingFixture(t, cfg, podSpec{"a", "", ""}, podSpec{"b", "", ""}, podSpec{"c", "", ""},
+		podSpec{"d", "", ""}, podSpec{"e", "", ""}, podSpec{"f", "", ""})
+	for _, n := range []string{"b", "c", "d", "e"} {
+		f.probe(n, outcome.Probe{Source: "scrape"}) // these engines are up; a and f never start
+	}
+	refuse := outcome.Probe{Source: "scrape", Err: errors.New("refused"), Refused: true, ServingPort: true}
+	f.probe("a", refuse)
+	if st := f.d.Status(f.key("a")); st.Reason != ReasonNotServingYet {
+		t.Fatalf("a: %+v, want not_serving_yet", st)
+	}
+	// Of the five pods that may serve (b–f), 50 % is two: b and c, both sick, are ejected.
+	f.probe("b", refuse)
+	f.probe("c", refuse)
+	for _, n := range []string{"b", "c"} {
+		if st := f.d.Status(f.key(n)); !st.Ejected || st.Reason != ReasonRefused {
+			t.Errorf("%s served, then refused: %+v, want ejected (a, which never served, takes no cap slot)", n, st)
+		}
+	}
+	if len(f.obs.overflows) != 0 {
+		t.Errorf("overflows %v, want none", f.obs.overflows)
+	}
+	// The cap is full: d is kept in rotation, but f, which never served, is still held out.
+	f.probe("d", refuse)
+	if f.ejected("d") {
+		t.Error("d was ejected beyond the cap (b and c are out)")
+	}
+	f.probe("f", refuse)
+	if st := f.d.Status(f.key("f")); !st.Ejected || st.Reason != ReasonNotServingYet {
+		t.Errorf("f never served and refuses: %+v, want held out as not_serving_yet with the cap full", st)
+	}
+}

@@ -217,7 +217,7 @@ func (d *Detector) ejectLocked(st *endpoint, reason string) []func() {
 	if starting {
 		reason = ReasonNotServingYet
 	}
-	if overflow := d.capRefusesLocked(snap, ep); overflow != "" {
+	if overflow := d.capRefusesLocked(snap, ep, starting); overflow != "" {
 		if d.obs != nil {
 			d.obs.EjectionOverflow(ep, reason, overflow)
 		}
@@ -320,8 +320,11 @@ func (d *Detector) answered(key string) {
 
 // capRefusesLocked says why ejecting ep would break the cap ("" when it would not): more than
 // max_ejection_percent of ep's model and role group ejected, or no way left to serve the model
-// (no complete roleset and no standard pod in rotation).
-func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint) string {
+// (no complete roleset and no standard pod in rotation). The percentage is of the serving
+// capacity: a pod held out because it never served (not_serving_yet) is neither counted in its
+// group nor as one of its ejected, and holding one out (starting) is refused only when it
+// would leave no way to serve.
+func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint, starting bool) string {
 	m := *d.states.Load()
 	isEjected := func(e *pool.Endpoint) bool {
 		if e == ep {
@@ -329,6 +332,10 @@ func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint) stri
 		}
 		st := m[e.Key()]
 		return st != nil && st.ejected.Load()
+	}
+	neverServed := func(e *pool.Endpoint) bool {
+		st := m[e.Key()]
+		return e != ep && st != nil && st.ejected.Load() && st.reasonNow() == ReasonNotServingYet
 	}
 	group := roleGroup(ep.Role)
 	n, k := 0, 0
@@ -339,7 +346,7 @@ func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint) stri
 		if e.Model != ep.Model {
 			continue
 		}
-		if roleGroup(e.Role) == group {
+		if roleGroup(e.Role) == group && !neverServed(e) {
 			n++
 			if e != ep && isEjected(e) {
 				k++
@@ -364,7 +371,7 @@ func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint) stri
 			standard = true
 		}
 	}
-	if k+1 > maxEjected(n, d.cfg.MaxEjectionPercent) {
+	if !starting && k+1 > maxEjected(n, d.cfg.MaxEjectionPercent) {
 		return OverflowMaxPercent
 	}
 	if standard {
