@@ -100,6 +100,10 @@ type endpoint struct {
 	// Until then a refused serving port means the engine has not started yet: the endpoint is
 	// held out only until it answers, with no ejection time and no ejection counted.
 	answered atomic.Bool
+	// answeredAt is when the last success of a scrape or probe was recorded (unix ns): a
+	// refusal of a probe that started before it is older news than the success (the two ran
+	// at once), and says nothing of the endpoint now.
+	answeredAt atomic.Int64
 
 	// Guarded by Detector.mu.
 	troubled       bool
@@ -116,6 +120,20 @@ type endpoint struct {
 }
 
 type watcher struct{ f func() }
+
+// noteAnswered records a success recorded at t (the latest wins).
+func (st *endpoint) noteAnswered(t time.Time) {
+	if t.IsZero() {
+		return // not recorded by a recorder: no time to compare
+	}
+	ns := t.UnixNano()
+	for {
+		old := st.answeredAt.Load()
+		if ns <= old || st.answeredAt.CompareAndSwap(old, ns) {
+			return
+		}
+	}
+}
 
 func (st *endpoint) reasonNow() string {
 	if r := st.reason.Load(); r != nil {

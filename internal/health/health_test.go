@@ -654,3 +654,26 @@ func TestNotServingYetTakesNoCapSlot(t *testing.T) {
 		t.Errorf("f never served and refuses: %+v, want held out as not_serving_yet with the cap full", st)
 	}
 }
+
+// A refused probe that started before a success of another prober was recorded (a scrape and a
+// health probe racing) is older news than the success: it ejects nothing. A refusal that
+// started after the success is a refusal.
+func TestRefusalOlderThanASuccessIsIgnored(t *testing.T) {
+	f := newFixture(t, testConfig(), podSpec{"a", "", ""}, podSpec{"b", "", ""}, podSpec{"c", "", ""})
+	refused := func(took time.Duration) outcome.Probe {
+		return outcome.Probe{Source: "health_probe", Err: errors.New("refused"), Refused: true, ServingPort: true, Took: took}
+	}
+	// The health probe starts at t; the scrape's success is recorded at t + 50 ms; the probe's
+	// refusal at t + 100 ms.
+	f.clock.Advance(50 * time.Millisecond)
+	f.probe("a", outcome.Probe{Source: "scrape"})
+	f.clock.Advance(50 * time.Millisecond)
+	f.probe("a", refused(100*time.Millisecond))
+	if st := f.d.Status(f.key("a")); st.Ejected || st.RecentFailure {
+		t.Fatalf("a refusal that started before a recorded success: %+v, want nothing counted", st)
+	}
+	f.probe("a", refused(10*time.Millisecond)) // started 40 ms after the success
+	if st := f.d.Status(f.key("a")); !st.Ejected || st.Reason != ReasonRefused {
+		t.Fatalf("a refusal that started after the success: %+v, want ejected", st)
+	}
+}

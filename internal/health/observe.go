@@ -110,10 +110,16 @@ func (d *Detector) judgeLeg(key string, err error) {
 func (d *Detector) observeProbe(p *outcome.Probe) {
 	switch {
 	case p.Err == nil:
-		d.probeSucceeded(p.Endpoint, p.Source)
+		d.probeSucceeded(p.Endpoint, p.Source, p.At)
 	case p.Refused && p.ServingPort:
 		d.mu.Lock()
 		st := d.stateLocked(p.Endpoint)
+		if !p.At.IsZero() && p.At.Add(-p.Took).UnixNano() < st.answeredAt.Load() {
+			// A scrape or probe that succeeded was recorded after this one started: the
+			// refusal is older than the success, not evidence against a pod that serves.
+			d.mu.Unlock()
+			return
+		}
 		d.markFailedLocked(st)
 		notify := d.ejectLocked(st, ReasonRefused)
 		d.retroubleLocked(st)
@@ -265,13 +271,18 @@ func notifyAll(fs []func()) {
 
 // probeSucceeded records that key answers, and returns it if it is ejected and its ejection
 // time has passed.
-func (d *Detector) probeSucceeded(key, source string) {
+func (d *Detector) probeSucceeded(key, source string, at time.Time) {
 	st := d.lookup(key)
+	if st != nil {
+		st.noteAnswered(at)
+	}
 	if st != nil && st.answered.Load() && !st.ejected.Load() {
 		return // the common case: a scrape of an endpoint known to serve
 	}
 	if st == nil {
-		d.answered(key)
+		if st = d.answered(key); st != nil {
+			st.noteAnswered(at)
+		}
 		return
 	}
 	now := d.clock.Now()
@@ -305,17 +316,20 @@ func (d *Detector) probeSucceeded(key, source string) {
 }
 
 // answered records the first answer of an endpoint the detector keeps no state for yet (once
-// per endpoint: the state it creates is found by every later answer).
-func (d *Detector) answered(key string) {
+// per endpoint: the state it creates is found by every later answer), and returns its state
+// (nil: not in the pool).
+func (d *Detector) answered(key string) *endpoint {
 	if key == "" {
-		return
+		return nil
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if findEndpoint(d.store.Load(), key) == nil {
-		return // not (or no longer) in the pool: keep no state for it
+		return nil // not (or no longer) in the pool: keep no state for it
 	}
-	d.stateLocked(key).answered.Store(true)
+	st := d.stateLocked(key)
+	st.answered.Store(true)
+	return st
 }
 
 // capRefusesLocked says why ejecting ep would break the cap ("" when it would not): more than
