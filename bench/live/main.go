@@ -163,7 +163,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-live:", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGHUP too: a bench left running when its terminal or job ends still stops its
+	// processes and removes its network namespaces.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	root, err := demo.FindRepoRoot()
 	if err == nil {

@@ -230,15 +230,12 @@ func (st *stream) failRouted(e *apierror.Error) (bool, error) {
 // served tells the hand-off which decode pod the gateway sent the leg to, when it reports one
 // among the decision's destinations: aborts and the watchdog's answer name that pod.
 func (st *stream) served(hostPort string) {
-	if hostPort == "" || st.decision == nil {
+	if st.decision == nil {
 		return
 	}
-	for _, e := range st.decision.Destination {
-		if e.HostPort() == hostPort {
-			st.ho.h.Served(e)
-			st.ho.wd.Served(e.PodKey())
-			return
-		}
+	if e := pool.Served(st.decision.Destination, hostPort); e != nil {
+		st.ho.h.Served(e)
+		st.ho.wd.Served(e.PodKey())
 	}
 }
 

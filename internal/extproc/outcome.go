@@ -10,6 +10,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/handoff"
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/request"
 )
 
@@ -52,18 +53,10 @@ func (st *stream) routeResponse(code int, served string) {
 		return
 	}
 	key := ""
-	if served != "" {
-		for _, e := range st.decision.Destination {
-			if e.HostPort() == served {
-				key = e.Key()
-				break
-			}
-		}
-		if key == "" {
-			if e, ok := st.srv.store.Load().ByHostPort(served); ok {
-				key = e.Key()
-			}
-		}
+	if e := pool.Served(st.decision.Destination, served); e != nil {
+		key = e.Key()
+	} else if e, ok := st.srv.store.Load().ByHostPort(served); ok && served != "" {
+		key = e.Key()
 	}
 	if !st.ho.active() {
 		st.route.PrefillEnd(nil, false) // a no-op for whole routes

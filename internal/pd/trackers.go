@@ -134,13 +134,11 @@ func (l *lifecycle) ResponseHeaders(status int, served string) {
 	}
 	was := l.key
 	var leg error // nil: the leg ran
-	for _, e := range l.dest {
-		if served != "" && e.HostPort() == served {
-			l.key = e.Key()
-			if l.prefillKey != "" && e.Role != pool.RoleDecode {
-				// A combined fallback ran the whole request: no sidecar took the leg there.
-				leg = outcome.ErrPrefillNotRun
-			}
+	if e := pool.Served(l.dest, served); e != nil {
+		l.key = e.Key()
+		if l.prefillKey != "" && e.Role != pool.RoleDecode {
+			// A combined fallback ran the whole request: no sidecar took the leg there.
+			leg = outcome.ErrPrefillNotRun
 		}
 	}
 	// A decode-side sidecar answers once its prefill call returned: the leg has ended (the

@@ -255,14 +255,9 @@ func (t *Tracked) ResponseHeaders(status int, served string) {
 func (t *Tracked) moveTo(served string) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.done && served != "" {
-		for _, e := range t.dest {
-			if e.HostPort() == served && e.Key() != t.key {
-				t.release()
-				t.key, t.release = e.Key(), t.deps.Running.Start(e.Key())
-				break
-			}
-		}
+	if e := pool.Served(t.dest, served); !t.done && e != nil && e.Key() != t.key {
+		t.release()
+		t.key, t.release = e.Key(), t.deps.Running.Start(e.Key())
 	}
 	return t.key
 }

@@ -35,6 +35,21 @@ func (s *Snapshot) ByHostPort(hp string) (*Endpoint, bool) {
 	return e, ok
 }
 
+// Served is the endpoint of eps (a request's destination and fallbacks) serving at
+// hostPort, as the gateway names the one that answered; nil when hostPort is empty or none
+// of them serves there.
+func Served(eps []*Endpoint, hostPort string) *Endpoint {
+	if hostPort == "" {
+		return nil
+	}
+	for _, e := range eps {
+		if e.HostPort() == hostPort {
+			return e
+		}
+	}
+	return nil
+}
+
 // ByAddress lists the endpoints of the pod at an IP (one per target port).
 func (s *Snapshot) ByAddress(ip string) []*Endpoint { return s.byAddress[ip] }
 
