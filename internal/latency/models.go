@@ -483,13 +483,6 @@ func (m *Models) endLocked(rt *outcome.Route) string {
 	return changed
 }
 
-func laterOf(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
-
 // Ingest takes an endpoint's scraped sample (the engine's own view: running and waiting
 // requests, KV in use, the prefill-time and inter-token histograms); a sample already taken
 // is skipped.
