@@ -184,7 +184,7 @@ func (d *Detector) fail(key string, v verdict) {
 func (d *Detector) succeed(key string) {
 	st := d.lookup(key)
 	if st == nil {
-		d.answered(key) // its first answer: nothing to clear
+		d.answered(key, time.Time{}) // its first answer: nothing to clear
 		return
 	}
 	if st.demotedUntil.Load() == 0 && !st.ejected.Load() {
@@ -280,9 +280,7 @@ func (d *Detector) probeSucceeded(key, source string, at time.Time) {
 		return // the common case: a scrape of an endpoint known to serve
 	}
 	if st == nil {
-		if st = d.answered(key); st != nil {
-			st.noteAnswered(at)
-		}
+		d.answered(key, at)
 		return
 	}
 	now := d.clock.Now()
@@ -316,20 +314,20 @@ func (d *Detector) probeSucceeded(key, source string, at time.Time) {
 }
 
 // answered records the first answer of an endpoint the detector keeps no state for yet (once
-// per endpoint: the state it creates is found by every later answer), and returns its state
-// (nil: not in the pool).
-func (d *Detector) answered(key string) *endpoint {
+// per endpoint: the state it creates is found by every later answer), recorded at at (zero:
+// a request's answer, which has no probe time to compare).
+func (d *Detector) answered(key string, at time.Time) {
 	if key == "" {
-		return nil
+		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if findEndpoint(d.store.Load(), key) == nil {
-		return nil // not (or no longer) in the pool: keep no state for it
+		return // not (or no longer) in the pool: keep no state for it
 	}
 	st := d.stateLocked(key)
+	st.noteAnswered(at) // before answered: a refusal that sees it answered sees when
 	st.answered.Store(true)
-	return st
 }
 
 // capRefusesLocked says why ejecting ep would break the cap ("" when it would not): more than

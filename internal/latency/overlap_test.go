@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -136,16 +137,48 @@ func TestConcurrentPrefillIsLearned(t *testing.T) {
 					t.Errorf("%s seed %d: observed ÷ predicted TTFT p10 %.2f p50 %.2f, want a median within [0.85, 1.15] and p10 ≥ 0.6", c.name, seed, p10, p50)
 				}
 			case serialEngine:
+				if overlap != 1 {
+					t.Errorf("%s seed %d: overlap %v, want exactly 1 (its prefills end in booking order)", c.name, seed, overlap)
+				}
 				if p10 < 0.97 || p90 > 1.03 {
 					t.Errorf("%s seed %d: p10 %.2f p90 %.2f, want the queue's exact predictions (within 3 %%)", c.name, seed, p10, p90)
 				}
 			case batchedEngine:
 				// The first prompt of a batch waits for the whole batch: no per-prompt model
 				// predicts it well, but the engine is a queue, not one that overlaps prompts.
-				if overlap < 0.9 {
-					t.Errorf("%s seed %d: overlap %.2f, want at least 0.9 (a queue that serves a batch at a time)", c.name, seed, overlap)
+				if overlap != 1 {
+					t.Errorf("%s seed %d: overlap %v, want exactly 1 (a queue that serves a batch at a time)", c.name, seed, overlap)
 				}
 			}
 		}
+	}
+}
+
+// A prompt that a later one overtook and that then failed before its prefill ended (a cancelled
+// request) leaves nothing behind: the next overtake on the pod is judged as the first was.
+func TestOvertakeJudgedAfterAFailedHead(t *testing.T) {
+	r := newRig(Options{})
+	key := "ns/p:1"
+	start := func(s float64) *outcome.Tracker {
+		p := Prompt{Tokens: 1000}
+		tr := r.rec.Start(outcome.KindWhole, "", key, p.Tokens)
+		r.m.Charge(tr.ID(), Charge{Kind: outcome.KindWhole, Prefill: key, Destination: key, Prompt: p, Service: s})
+		return tr
+	}
+	long := start(1)
+	r.clock.Advance(secs(0.01))
+	short := start(0.1)
+	r.clock.Advance(secs(0.1))
+	short.Chunk(1) // ends before the prompt booked ahead of it
+	long.End(errors.New("client cancelled"))
+	long2 := start(1)
+	r.clock.Advance(secs(0.01))
+	short2 := start(0.1)
+	r.clock.Advance(secs(0.1))
+	short2.Chunk(1)
+	r.clock.Advance(secs(0.5))
+	long2.Chunk(1)
+	if n := r.m.pods[key].overtakes; n != 1 {
+		t.Errorf("overtakes %d, want 1 (the second, judged when the prompt it overtook ended)", n)
 	}
 }

@@ -147,10 +147,10 @@ type pod struct {
 
 	// How much of the booked work ahead a prompt routed here actually waits for (overlap):
 	// 1 on an engine that prefills one prompt at a time, less on one that prefills many at
-	// once. Each ended prompt's time from its pick is regressed on its predicted prefill (s)
-	// and the work booked ahead of it at its pick (x), weighted relative to their sum; these
-	// are the decayed sums of the normal equations (t the observed time), overlapN the
-	// prompts with work ahead among them. The overlap is x's coefficient over s's, so an
+	// once. Each iteration's observed prefill ends (endGroup), timed from its first pick, are
+	// regressed on their predicted prefill (s) and the work booked ahead of that prompt at its
+	// pick (x), weighted relative to their sum; these are the decayed sums of the normal
+	// equations (t the observed time), overlapN the iterations with work ahead among them. The overlap is x's coefficient over s's, so an
 	// error of the prefill model, which scales both alike, does not pass for one.
 	overlapSS, overlapSX, overlapXX, overlapST, overlapXT float64
 	overlapN                                              int
@@ -160,6 +160,7 @@ type pod struct {
 	// overtakenHead is the oldest outstanding charge when a later one ended first, at
 	// overtakenAt (it overtook if the head ends more than an iteration later).
 	overtaken     float64
+	overtakes     int // overtakes seen (the gate opens after minOvertakes)
 	overtakenHead *route
 	overtakenAt   time.Time
 
@@ -249,22 +250,25 @@ const (
 	overlapAlpha    = 0.05
 	minOverlapN     = 8
 	minOverlapAhead = 0.002
-	// minOvertaken: the share of ends out of booking order from which a pod may overlap
+	// minOvertaken, minOvertakes: the share of recent ends out of booking order, and how many
+	// such ends seen, from which a pod may overlap prompts (one stray end does not open it)
 	minOvertaken = 0.05
+	minOvertakes = 3
 )
 
 // noteEnd notes whether r's prefill, ending at t, ended in booking order: it ended before the
 // oldest charge still outstanding (a later prompt first: noted, and judged when that one ends,
 // ends within one iteration being one), or it is that charge (its end judges the overtake).
 func (q *pod) noteEnd(t time.Time, r *route) {
-	if h := q.overtakenHead; h != nil && h != r && h.prefillDone {
-		q.overtakenHead = nil // it never ended here (failed, forgotten): nothing to judge
+	if h := q.overtakenHead; h != nil && h != r && (h.prefillDone || h.life.gone) {
+		q.overtakenHead = nil // it never ended here (failed, cancelled, forgotten): nothing to judge
 	}
 	switch h := q.headCharge(); {
 	case r == q.overtakenHead:
 		late := 0.0
 		if t.Sub(q.overtakenAt) > groupWindow {
 			late = 1
+			q.overtakes++
 		}
 		q.overtaken += overlapAlpha * (late - q.overtaken)
 		q.overtakenHead = nil
@@ -282,7 +286,7 @@ func (q *pod) noteEnd(t time.Time, r *route) {
 // on an engine that prefills prompts concurrently, so that work booked ahead delays a new one
 // less than its whole length.
 func (q *pod) overlap() float64 {
-	if q.overlapN < minOverlapN || q.overtaken < minOvertaken {
+	if q.overlapN < minOverlapN || q.overtakes < minOvertakes || q.overtaken < minOvertaken {
 		return 1
 	}
 	det := q.overlapSS*q.overlapXX - q.overlapSX*q.overlapSX
@@ -512,6 +516,13 @@ func (q *pod) drop(now, due time.Time, shiftAt, s float64) {
 	q.move(now, -left)
 }
 
+func laterOf(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // addWork records prefill seconds finished at now (the load estimate and its integral).
@@ -643,12 +654,12 @@ func (q *pod) startFromLifetime(s *metrics.Sample) {
 	if !s.HasPrefillTimeMean {
 		count = s.TTFTCount // the engine's prefill is its TTFT less its queue time (prefillMean)
 	}
-	if mean, ok := prefillMean(s); ok && q.prefill.obs == 0 && s.HasPromptTokens && count >= minLifetimeCount {
+	if mean, ok := prefillMean(s); ok && mean > 0 && !math.IsInf(mean, 0) && q.prefill.obs == 0 && s.HasPromptTokens && count >= minLifetimeCount {
 		if tokens := s.PromptTokens / count; tokens >= 1 {
 			scale(&q.prefill, mean/q.service(Prompt{Tokens: int(tokens)}))
 		}
 	}
-	if q.step.obs == 0 && s.HasInterTokenMean && s.InterTokenCount >= minLifetimeCount && s.InterTokenMean > 0 {
+	if q.step.obs == 0 && s.HasInterTokenMean && s.InterTokenCount >= minLifetimeCount && s.InterTokenMean > 0 && !math.IsInf(s.InterTokenMean, 0) {
 		scale(&q.step, s.InterTokenMean/q.stepSeconds(max(q.engRunning, 1), q.engKV))
 	}
 }
@@ -765,11 +776,15 @@ func (q *pod) prefillEnded(t time.Time, r *route, fit fitKind, adjust float64) {
 	}
 	// The prompt started when the prompts ahead of it ended, on an engine that serves one at a
 	// time; at its pick on one that overlaps them (and in between as far as it does).
-	start := r.picked
-	if q.lastEnd.After(start) {
-		start = start.Add(seconds(q.overlap() * q.lastEnd.Sub(start).Seconds()))
+	start := laterOf(r.picked, q.lastEnd)
+	if k := q.overlap(); k < 1 && q.lastEnd.After(r.picked) {
+		start = r.picked.Add(seconds(k * q.lastEnd.Sub(r.picked).Seconds()))
 	}
-	q.noteEnd(t, r)
+	if fit == fitObserved && !r.unseenHist {
+		// Only an end observed where the prompt ran tells the engine's order (an inferred end
+		// holds the hand-over too).
+		q.noteEnd(t, r)
+	}
 	g := &q.group
 	if len(g.items) == 0 {
 		g.start, g.firstPick, g.firstAhead, g.overlapUnknown = start, r.picked, r.ahead, false
@@ -780,7 +795,7 @@ func (q *pod) prefillEnded(t time.Time, r *route, fit fitKind, adjust float64) {
 		g.firstPick, g.firstAhead = r.picked, r.ahead
 	}
 	g.last, g.lastAdj = t, adjust
-	g.overlapUnknown = g.overlapUnknown || fit == fitNone || r.unseenHist
+	g.overlapUnknown = g.overlapUnknown || fit != fitObserved || r.unseenHist
 	if r.unseenHist {
 		// Work others routed ran here too: the prompt's start is not known, and the time to
 		// its end would teach the prefill model their work.
