@@ -329,7 +329,13 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 					return nil, err
 				}
 				for kind, h := range pred {
-					pred[kind] = h.minus(predBefore[kind])
+					d, ok := h.minus(predBefore[kind])
+					if !ok {
+						fmt.Fprintf(progress, "bench-live: %s's %s prediction ratios went back or changed buckets during the run (did its EPP restart?): left out\n", r.name, kind)
+						delete(pred, kind)
+						continue
+					}
+					pred[kind] = d
 				}
 				runIdx++
 				k := key(r.name, load)

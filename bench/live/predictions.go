@@ -75,29 +75,41 @@ func parseRatios(r io.Reader) (map[string]ratioHist, error) {
 	return out, nil
 }
 
-// minus is what h gained since before (a run's own observations); before may be empty.
-func (h ratioHist) minus(before ratioHist) ratioHist {
+// minus is what h gained since before (a run's own observations; before may be empty), and
+// whether that is known: not when the buckets differ or a count went down (the EPP restarted).
+func (h ratioHist) minus(before ratioHist) (ratioHist, bool) {
+	if len(before.counts) == 0 {
+		return h, true
+	}
+	if !slices.Equal(h.bounds, before.bounds) || len(before.counts) != len(h.counts) {
+		return ratioHist{}, false
+	}
 	d := ratioHist{bounds: h.bounds, counts: slices.Clone(h.counts)}
-	if slices.Equal(h.bounds, before.bounds) && len(before.counts) == len(d.counts) {
-		for i := range d.counts {
-			d.counts[i] -= before.counts[i]
+	for i := range d.counts {
+		if d.counts[i] -= before.counts[i]; d.counts[i] < 0 {
+			return ratioHist{}, false
 		}
 	}
-	return d
+	return d, true
 }
 
-// add sums two histograms of the same buckets (repetitions of one cell).
-func (h ratioHist) add(o ratioHist) ratioHist {
+// add sums two histograms of the same buckets (repetitions of one cell); one of other buckets
+// is left out, and said so.
+func (h ratioHist) add(o ratioHist) (ratioHist, bool) {
 	if len(h.bounds) == 0 {
-		return ratioHist{bounds: o.bounds, counts: slices.Clone(o.counts)}
+		return ratioHist{bounds: o.bounds, counts: slices.Clone(o.counts)}, true
+	}
+	if len(o.bounds) == 0 {
+		return h, true
+	}
+	if !slices.Equal(h.bounds, o.bounds) || len(o.counts) != len(h.counts) {
+		return h, false
 	}
 	d := ratioHist{bounds: h.bounds, counts: slices.Clone(h.counts)}
-	if slices.Equal(h.bounds, o.bounds) && len(o.counts) == len(d.counts) {
-		for i := range d.counts {
-			d.counts[i] += o.counts[i]
-		}
+	for i := range d.counts {
+		d.counts[i] += o.counts[i]
 	}
-	return d
+	return d, true
 }
 
 func (h ratioHist) n() float64 {

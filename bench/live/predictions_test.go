@@ -39,11 +39,17 @@ tandem_ttft_prediction_ratio_count{kind="pd"} 100
 	}
 	// a run's share: what the histogram gained since before
 	before := ratioHist{bounds: h.bounds, counts: []float64{10, 10, 10, 10}}
-	if d := h.minus(before); d.n() != 90 || !(d.quantile(0.5) > 1 && d.quantile(0.5) < 2) {
-		t.Errorf("minus: n %v p50 %v, want 90 and a median in (1, 2) (0, 40, 80, 90 at or below 0.5, 1, 2, +Inf)", d.n(), d.quantile(0.5))
+	if d, ok := h.minus(before); !ok || d.n() != 90 || !(d.quantile(0.5) > 1 && d.quantile(0.5) < 2) {
+		t.Errorf("minus: %v n %v p50 %v, want 90 and a median in (1, 2) (0, 40, 80, 90 at or below 0.5, 1, 2, +Inf)", ok, d.n(), d.quantile(0.5))
 	}
-	if s := h.add(h); s.n() != 200 {
-		t.Errorf("add: n %v, want 200", s.n())
+	if _, ok := before.minus(h); ok {
+		t.Error("minus of a histogram that went back (a restarted EPP) should not be known")
+	}
+	if _, ok := h.minus(ratioHist{bounds: []float64{1, math.Inf(1)}, counts: []float64{1, 1}}); ok {
+		t.Error("minus across other buckets should not be known")
+	}
+	if s, ok := h.add(h); !ok || s.n() != 200 {
+		t.Errorf("add: %v n %v, want 200", ok, s.n())
 	}
 	if got, err := parseRatios(strings.NewReader("other_metric 1\n")); err != nil || len(got) != 0 {
 		t.Errorf("a page without the histogram: %v, %v; want none", got, err)

@@ -50,7 +50,11 @@ func summarise(runs []runRecord, slo sloSpec) stats {
 			s.placed[role] += n
 		}
 		for kind, h := range x.pred {
-			s.pred[kind] = s.pred[kind].add(h)
+			sum, ok := s.pred[kind].add(h)
+			if !ok {
+				fmt.Fprintf(os.Stderr, "bench-live: %s prediction ratios of one repetition have other buckets: left out\n", kind)
+			}
+			s.pred[kind] = sum
 		}
 		s.n += hi - lo
 		s.spanMeasured += x.reqs[hi-1].at - x.reqs[lo].at
