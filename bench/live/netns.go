@@ -31,13 +31,53 @@ func ipCmd(args ...string) error {
 	return nil
 }
 
-// newPodNet makes the bridge and n namespaces (root only: the bench must run as root for them).
+// Name prefixes of what newPodNet makes, followed by its process's tag (pid % 100000).
+const (
+	bridgePrefix = "tlbr"
+	nsPrefix     = "tlive"
+)
+
+// removeStale deletes the bridges and namespaces an earlier bench left behind when it was
+// killed before it could (SIGKILL): those whose tag names no running bench-live. A leftover
+// bridge holds the pods' subnet, which the next run's bridge needs.
+func removeStale() {
+	alive := func(tag string) bool {
+		cmd, err := os.ReadFile("/proc/" + tag + "/cmdline")
+		return err == nil && strings.Contains(string(cmd), "live")
+	}
+	if out, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+			tag, _, ok := strings.Cut(strings.TrimPrefix(name, nsPrefix), "-")
+			if strings.HasPrefix(name, nsPrefix) && ok && tag != "" && !alive(tag) {
+				_ = ipCmd("netns", "del", name)
+			}
+		}
+	}
+	if out, err := exec.Command("ip", "-o", "link", "show", "type", "bridge").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			// "57: tlbr6894: <BROADCAST,…"
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			name := strings.TrimSuffix(f[1], ":")
+			if tag := strings.TrimPrefix(name, bridgePrefix); strings.HasPrefix(name, bridgePrefix) && tag != "" && !alive(tag) {
+				_ = ipCmd("link", "del", name)
+			}
+		}
+	}
+}
+
+// newPodNet makes the bridge and n namespaces (root only: the bench must run as root for them),
+// after removing what a killed earlier run left.
 func newPodNet(n int) (pn *podNet, err error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("network namespaces for the pods need root; run as root or leave llm-d's EPP out (-llmd-epp \"\")")
 	}
+	removeStale()
 	tag := os.Getpid() % 100000
-	pn = &podNet{bridge: fmt.Sprintf("tlbr%d", tag)}
+	pn = &podNet{bridge: fmt.Sprintf("%s%d", bridgePrefix, tag)}
 	defer func() {
 		if err != nil {
 			pn.close()
@@ -53,7 +93,7 @@ func newPodNet(n int) (pn *podNet, err error) {
 		}
 	}
 	for i := range n {
-		ns := fmt.Sprintf("tlive%d-%d", tag, i)
+		ns := fmt.Sprintf("%s%d-%d", nsPrefix, tag, i)
 		host := fmt.Sprintf("tl%dh%d", tag, i)
 		if err := ipCmd("netns", "add", ns); err != nil {
 			return pn, err
