@@ -202,26 +202,39 @@ func stopPods(pods []*pod) {
 	}
 }
 
-// waitHTTP polls url until it answers 200, the process exits or limit passes.
-func waitHTTP(ctx context.Context, url string, p *proc, limit time.Duration) error {
+// waitUntil calls try every interval until it returns nil, p exits, ctx ends or limit passes:
+// the error says what was awaited, try's last answer and where p's log is.
+func waitUntil(ctx context.Context, p *proc, limit, every time.Duration, what string, try func() error) error {
 	deadline := time.Now().Add(limit)
 	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+		err := try()
 		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
+			return nil
 		}
 		if e := p.exited(); e != nil {
 			return e
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s did not answer %s within %v (last: %v); its log: %s", p.name, url, limit, err, p.log)
+			return fmt.Errorf("%s within %v (last: %v); the log of %s: %s", what, limit, err, p.name, p.log)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(every)
 	}
+}
+
+// waitHTTP polls url until it answers 200, the process exits or limit passes.
+func waitHTTP(ctx context.Context, url string, p *proc, limit time.Duration) error {
+	return waitUntil(ctx, p, limit, 50*time.Millisecond, p.name+" did not answer "+url, func() error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("HTTP %d", resp.StatusCode)
+		}
+		return nil
+	})
 }
 
 // writePool writes the pool file Tandem reads (--endpoints-file): every pod labelled for the
@@ -318,21 +331,13 @@ func startTandem(ctx context.Context, dir string, bins binaries, poolFile, name,
 
 // waitTCP waits until addr accepts connections.
 func waitTCP(ctx context.Context, addr string, p *proc, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
+	return waitUntil(ctx, p, limit, 50*time.Millisecond, p.name+" did not listen on "+addr, func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			c.Close()
-			return nil
 		}
-		if e := p.exited(); e != nil {
-			return e
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s did not listen on %s within %v: %w; its log: %s", p.name, addr, limit, err, p.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // binaries are the programs a run starts.
@@ -395,29 +400,19 @@ func servedByRole(ctx context.Context, pods []*pod) (map[string]float64, error) 
 // waitRouted sends a one-token completion through the router at base until one succeeds:
 // the router then knows the pool (a gRPC health SERVING may come before its first sync).
 func waitRouted(ctx context.Context, base string, p *proc, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
 	body := fmt.Sprintf(`{"model":%q,"prompt":"the of and to","max_tokens":1}`, modelName)
-	for {
+	return waitUntil(ctx, p, limit, 200*time.Millisecond, "no request through "+base+" succeeded", func() error {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/completions", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
-		status := ""
-		if err == nil {
-			b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			status = fmt.Sprintf("HTTP %d %s", resp.StatusCode, b)
-		} else {
-			status = err.Error()
+		if err != nil {
+			return err
 		}
-		if e := p.exited(); e != nil {
-			return e
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("HTTP %d %s", resp.StatusCode, b)
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("no request through %s succeeded within %v (last: %s); the router's log: %s", base, limit, status, p.log)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
