@@ -75,11 +75,12 @@ bench-quality-full:
 
 ## bench-live: one trace replayed in real time through every router to real llm-d simulators (llm-d-inference-sim,
 ## built once from the Go module proxy) behind cmd/epp and cmd/gateway, and through llm-d's own EPP and pd-sidecar
-## when they build (hack/ensure-llmd-epp.sh) and the bench runs as root (a network namespace per pod); ~10 min
+## when they build (hack/ensure-llmd-epp.sh) and the bench may make network namespaces (root with CAP_NET_ADMIN:
+## hack/can-netns.sh; a namespace per pod); ~10 min
 ## on 2 cores, ~18 with ARGS=-capacity (the SLO-goodput capacity search).
 ## make bench-live ARGS='-requests 100 -loads 0.8' passes flags (go run ./bench/live -h lists them).
 bench-live:
 	@sim=$$(hack/ensure-llmd-sim.sh) || exit 1; llmd=; \
-	if [[ $$(id -u) -ne 0 ]]; then echo "bench-live: not root, so no network namespaces: llm-d's EPP is left out" >&2; \
+	if ! hack/can-netns.sh; then echo "bench-live: llm-d's EPP is left out (its pods need network namespaces)" >&2; \
 	elif ! llmd=$$(hack/ensure-llmd-epp.sh); then echo "bench-live: llm-d's EPP did not build (above): it is left out" >&2; llmd=; fi; \
 	set -x; $(GO) run ./bench/live -sim "$$sim" $${llmd:+-llmd-epp "$$llmd/epp" -llmd-sidecar "$$llmd/pd-sidecar"} $(ARGS)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, vet, staticcheck, and every Go test with the race detector,
-# against a real kube-apiserver + etcd, real Redis, Helm, promtool, a real nginx and llm-d's simulator. `make test` and .ci/run call this.
+# against a real kube-apiserver + etcd, real Redis, Helm, promtool, a real nginx, llm-d's simulator
+# and, where network namespaces can be made, llm-d's EPP. `make test` and .ci/run call this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export KUBEBUILDER_ASSETS="$(hack/ensure-k8s-bins.sh)"
@@ -10,6 +11,18 @@ export TANDEM_HELM="$(hack/ensure-helm.sh)"
 export TANDEM_PROMTOOL="$(hack/ensure-promtool.sh)"
 # bench/live's test runs llm-d's vLLM simulator (built once from the Go module proxy).
 export TANDEM_LLMD_SIM="$(hack/ensure-llmd-sim.sh)"
+# bench/live's llm-d test runs llm-d's own EPP and routing sidecar (built once from the Go module
+# proxy), each simulated pod in a network namespace of its own: only where this process may make
+# namespaces (root with CAP_NET_ADMIN). Anything short of that leaves that one test skipped, and says so.
+if hack/can-netns.sh; then
+  if llmd="$(hack/ensure-llmd-epp.sh)"; then
+    export TANDEM_LLMD_EPP="$llmd/epp" TANDEM_LLMD_SIDECAR="$llmd/pd-sidecar"
+  else
+    echo "NOTE: llm-d's EPP did not build (above): bench/live's TestLLMDEPPOnRealSimulators will be skipped" >&2
+  fi
+else
+  echo "NOTE: bench/live's TestLLMDEPPOnRealSimulators will be skipped (llm-d's pods need network namespaces)" >&2
+fi
 hack/ensure-nginx.sh >/dev/null # e2e/nginx_real_test.go runs Debian's nginx with its njs module
 staticcheck="$(hack/ensure-staticcheck.sh)"
 

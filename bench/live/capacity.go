@@ -72,11 +72,11 @@ func searchCapacity(grid []float64, steps int, probe func(load float64) (float64
 	return c, nil
 }
 
-func writeCapacities(w io.Writer, caps []capacity) {
+func writeCapacities(w io.Writer, caps []capacity, tpot float64) {
 	if len(caps) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "SLO-goodput capacity (≥ %.0f %% of requests within both objectives, TPOT 50 ms; the highest load that met it, bracketed by the lowest that did not):\n\n", goodputTarget*100)
+	fmt.Fprintf(w, "SLO-goodput capacity (≥ %.0f %% of requests within both objectives, TPOT %.0f ms; the highest load that met it, bracketed by the lowest that did not):\n\n", goodputTarget*100, tpot*1000)
 	fmt.Fprintln(w, "| router | capacity (load) | capacity (req/s) | lowest failing load | probes beyond the loads |")
 	fmt.Fprintln(w, "|---|---|---|---|---|")
 	for _, c := range caps {

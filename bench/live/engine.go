@@ -86,7 +86,8 @@ func (e engine) describe() string {
 }
 
 // sloSpec is bench/quality's SLO: TTFT at most max(ttft, ttftPrefill × the request's own
-// idle-pod prefill), TPOT at most tpot (two objectives: 50 ms and the tight 20 ms).
+// idle-pod prefill), TPOT at most tpot (two objectives: 50 ms and the tight 20 ms). tpots[0]
+// is the objective every request carries (-slo-tpot).
 type sloSpec struct {
 	ttft, ttftPrefill float64
 	tpots             []float64

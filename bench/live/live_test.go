@@ -34,30 +34,7 @@ func simBinary(t *testing.T) string {
 // simulators, Tandem's cmd/epp and cmd/gateway as processes, every router, and checks the
 // report's numbers against what the simulators were configured to do.
 func TestLiveCoreOnRealSimulators(t *testing.T) {
-	sim := simBinary(t)
-	root, err := demo.FindRepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	bins, err := buildTandem(ctx, root, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	bins.sim = sim
-	o, err := parseFlags([]string{"-sim", sim, "-requests", "20", "-loads", "0.5", "-pods", "1x1p1d+1s",
-		"-inter-token-latency", "4ms", "-time-factor-under-load", "2", "-max-output", "24"}, os.Stderr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out, progress bytes.Buffer
-	cells, err := run(ctx, o, bins, &out, &progress)
-	t.Log(progress.String())
-	if err != nil {
-		t.Fatalf("%v\n%s", err, out.String())
-	}
-	t.Log(out.String())
+	cells, out, o := runTiny(t, "-llmd-epp", "", "-llmd-sidecar", "")
 	if len(cells) != len(allRouters) {
 		t.Fatalf("%d cells, want one per router (%d)", len(cells), len(allRouters))
 	}
@@ -115,6 +92,71 @@ func TestLiveCoreOnRealSimulators(t *testing.T) {
 	}
 	if regexp.MustCompile(`RESULT \S+=nan`).MatchString(out.String()) {
 		t.Errorf("a RESULT is nan:\n%s", out.String())
+	}
+}
+
+// runTiny runs bench-live's core on 20 requests at load 0.5 over one roleset and one standard
+// pod, with args added to the flags, and returns its cells, report and options.
+func runTiny(t *testing.T, args ...string) ([]cell, *bytes.Buffer, *options) {
+	t.Helper()
+	sim := simBinary(t)
+	root, err := demo.FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bins, err := buildTandem(ctx, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins.sim = sim
+	o, err := parseFlags(append([]string{"-sim", sim, "-requests", "20", "-loads", "0.5", "-pods", "1x1p1d+1s",
+		"-inter-token-latency", "4ms", "-time-factor-under-load", "2", "-max-output", "24"}, args...), os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins.llmdEPP, bins.sidecar = o.llmdEPP, o.sidecar
+	var out, progress bytes.Buffer
+	cells, err := run(ctx, o, bins, &out, &progress)
+	t.Log(progress.String())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Log(out.String())
+	return cells, &out, o
+}
+
+// TestLLMDEPPOnRealSimulators runs llm-d's own EPP (cmd/epp with its P/D configuration) and
+// routing sidecar beside pd-predictive on real simulators, each pod in a network namespace of
+// its own and the pods found through a real kube-apiserver, and checks llm-d served every
+// request and disaggregated as its configuration says. hack/test.sh builds llm-d
+// (hack/ensure-llmd-epp.sh) and exports TANDEM_LLMD_EPP and TANDEM_LLMD_SIDECAR where this
+// process may make network namespaces; elsewhere the test is skipped, saying why.
+func TestLLMDEPPOnRealSimulators(t *testing.T) {
+	epp, sidecar := os.Getenv("TANDEM_LLMD_EPP"), os.Getenv("TANDEM_LLMD_SIDECAR")
+	if epp == "" || sidecar == "" {
+		t.Skip("TANDEM_LLMD_EPP and TANDEM_LLMD_SIDECAR unset: hack/test.sh sets them from hack/ensure-llmd-epp.sh where network namespaces can be made")
+	}
+	needNetAdmin(t)
+	cells, out, _ := runTiny(t, "-routers", "pd-predictive,llm-d", "-llmd-epp", epp, "-llmd-sidecar", sidecar)
+	if len(cells) != 2 || cells[1].router != llmdRouter.name {
+		t.Fatalf("cells %d (last %q), want pd-predictive and llm-d", len(cells), cells[len(cells)-1].router)
+	}
+	s := cells[1].s
+	if s.n != 16 || s.success() != 1 {
+		t.Errorf("llm-d: %d measured, success %.3f (errors %v); want 16, all successful", s.n, s.success(), s.errs)
+	}
+	// Every prompt has far more than the decider's 16 uncached tokens, so llm-d runs each
+	// prefill on the prefill pod and finishes it through the sidecar on a pod its decode filter
+	// keeps: the decode pod or the standard pod (no role label, which that filter lets through).
+	if p := s.placed; p["prefill"] != 20 || p["decode"]+p["standard"] != 20 {
+		t.Errorf("llm-d: served %v; want 20 prefill legs and 20 decodes", p)
+	}
+	for _, want := range []string{"RESULT live_ttft_p99_ms_llm-d_0.5=", "RESULT live_ttft_p99_ratio_vs_llmd_0.5="} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
 	}
 }
 

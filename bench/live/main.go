@@ -91,7 +91,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.IntVar(&o.maxOut, "max-output", 0, "cut every request's output to this many tokens (0: the trace's own)")
 	fs.StringVar(&o.llmdEPP, "llmd-epp", os.Getenv("TANDEM_LLMD_EPP"), "llm-d's EPP binary (llm-d-inference-scheduler cmd/epp; default $TANDEM_LLMD_EPP; hack/ensure-llmd-epp.sh builds it); \"\" leaves llm-d out")
 	fs.StringVar(&o.sidecar, "llmd-sidecar", os.Getenv("TANDEM_LLMD_SIDECAR"), "llm-d's routing sidecar binary (cmd/pd-sidecar; default $TANDEM_LLMD_SIDECAR)")
-	fs.BoolVar(&o.capacity, "capacity", false, "after the loads, search the SLO-goodput capacity (the highest load with ≥ 90 % of requests within both objectives at TPOT 50 ms) of "+strings.Join(capacityRouters, ", ")+" by bisection from the loads' results")
+	sloTPOT := fs.Duration("slo-tpot", time.Duration(defaultSLO.tpots[0]*float64(time.Second)), "the TPOT objective every request carries (x-slo-tpot-ms), which the routers are told and the capacity is judged at; goodput is reported at 50 ms and 20 ms as well")
+	fs.BoolVar(&o.capacity, "capacity", false, "after the loads, search the SLO-goodput capacity (the highest load with ≥ 90 % of requests within both objectives, TPOT at -slo-tpot) of "+strings.Join(capacityRouters, ", ")+" by bisection from the loads' results")
 	fs.IntVar(&o.capacitySteps, "capacity-steps", 3, "bisection steps of -capacity, one run each per router")
 	fs.StringVar(&o.out, "out", "", "also write the markdown report to this file")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs (their directory is printed)")
@@ -102,6 +103,12 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected arguments %q: all settings are flags", fs.Args())
 	}
 	o.engine.itlStd = o.engine.itl * itlStdPercent / 100
+	if *sloTPOT < time.Millisecond {
+		return nil, fmt.Errorf("-slo-tpot %v: want at least 1ms, e.g. 20ms", *sloTPOT)
+	}
+	// The objective sent comes first: the routers', the capacity's and the headline goodput's.
+	sent := sloTPOT.Seconds()
+	o.slo.tpots = append([]float64{sent}, slices.DeleteFunc(slices.Clone(defaultSLO.tpots), func(x float64) bool { return x == sent })...)
 	if o.sim == "" {
 		return nil, errors.New("-sim: no llm-d-inference-sim binary; run hack/ensure-llmd-sim.sh and pass its output as -sim or TANDEM_LLMD_SIM")
 	}
@@ -313,7 +320,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 					return nil, err
 				}
 				begin := time.Now()
-				res := replay(ctx, sched, targets[r.name], o.slo.tpots[0])
+				res := replay(ctx, sched, targets[r.name], o.slo.tpots[0]) // the objective sent
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
@@ -363,7 +370,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 			textSeed++
 			sched := schedule(reqs, load*sat, o.seed, o.seed<<20+textSeed)
 			activate(r.name)
-			res := replay(ctx, sched, targets[r.name], o.slo.tpots[0])
+			res := replay(ctx, sched, targets[r.name], o.slo.tpots[0]) // the objective sent
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
@@ -395,11 +402,11 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 		fmt.Fprintf(w, "Workload %s (%d requests a run, %d passed over for -max-model-len), pool %s, %d repetition(s), seed %d.\n",
 			o.workload, len(reqs), dropped, o.shape, o.reps, o.seed)
 		fmt.Fprintf(w, "Engine (llm-d-inference-sim, every pod): %s.\n", o.engine.describe())
-		fmt.Fprintf(w, "Saturation of the %d whole-request pods: %.2f req/s. SLO: TTFT ≤ max(%gs, %g× idle prefill); TPOT ≤ %v ms. Load average at start %s, at end %s.\n\n",
-			len(whole), sat, o.slo.ttft, o.slo.ttftPrefill, tpotList(o.slo), load0, loadAverage())
+		fmt.Fprintf(w, "Saturation of the %d whole-request pods: %.2f req/s. SLO: TTFT ≤ max(%gs, %g× idle prefill); TPOT ≤ %v ms (every request carries %.0f ms). Load average at start %s, at end %s.\n\n",
+			len(whole), sat, o.slo.ttft, o.slo.ttftPrefill, tpotList(o.slo), o.slo.tpots[0]*1000, load0, loadAverage())
 		writeTable(w, cells, o.slo)
 		fmt.Fprintln(w)
-		writeCapacities(w, caps)
+		writeCapacities(w, caps, o.slo.tpots[0])
 		writePredictions(w, cells)
 		for _, r := range o.routers {
 			fmt.Fprintf(w, "- `%s`: %s\n", r.name, r.about)

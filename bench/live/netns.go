@@ -1,26 +1,71 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
 // podNet gives every simulated pod an address of its own, as a cluster does: one network
 // namespace per pod, joined to the host by a veth pair on a bridge the bench makes, on a
-// subnet of the benchmarking range (198.18.0.0/15, RFC 2544) that leaves the machine through
+// /24 of the benchmarking range (198.18.0.0/15, RFC 2544) that leaves the machine through
 // no interface. llm-d's simulator listens on every interface of its namespace and llm-d's pool
 // gives every pod the same target port, which needs that; the traffic stays on this machine.
 type podNet struct {
 	bridge string
+	subnet string // "198.18.x": the first three bytes of the pods' /24
 	ns     []string
 }
 
-// subnet is the pods' /24: the bridge is .1, pod i is .(10+i).
-const subnet = "198.18.0"
+// ip is pod i's address on the run's /24: the bridge is .1, pod i is .(10+i).
+func (n *podNet) ip(i int) string { return fmt.Sprintf("%s.%d", n.subnet, 10+i) }
 
-func (n *podNet) ip(i int) string { return fmt.Sprintf("%s.%d", subnet, 10+i) }
+// freeSubnet is the first /24 of 198.18.0.0/15 that no route of this machine's covers, so two
+// benches (or a bench and a test) can run at once.
+func freeSubnet() (string, error) {
+	out, err := exec.Command("ip", "-4", "route", "show", "table", "all").Output()
+	if err != nil {
+		return "", fmt.Errorf("ip route: %w", err)
+	}
+	var used []*net.IPNet
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && (f[0] == "local" || f[0] == "broadcast") {
+			f = f[1:]
+		}
+		if len(f) == 0 {
+			continue
+		}
+		dst := f[0]
+		if !strings.Contains(dst, "/") {
+			dst += "/32"
+		}
+		if _, n, err := net.ParseCIDR(dst); err == nil {
+			used = append(used, n)
+		}
+	}
+	for b := 0; b < 512; b++ {
+		sub := fmt.Sprintf("198.%d.%d", 18+b/256, b%256)
+		_, cand, _ := net.ParseCIDR(sub + ".0/24")
+		if !slices.ContainsFunc(used, func(u *net.IPNet) bool { return overlaps(u, cand) }) {
+			return sub, nil
+		}
+	}
+	return "", errors.New("every /24 of 198.18.0.0/15 is routed on this machine: no subnet left for the pods")
+}
+
+// overlaps reports whether two networks share an address; a default route (0.0.0.0/0) covers
+// everything but takes nothing, so it does not count.
+func overlaps(a, b *net.IPNet) bool {
+	if ones, _ := a.Mask.Size(); ones == 0 {
+		return false
+	}
+	return a.Contains(b.IP) || b.Contains(a.IP)
+}
 
 // ipCmd runs ip(8) with args.
 func ipCmd(args ...string) error {
@@ -69,15 +114,35 @@ func removeStale() {
 	}
 }
 
+// canMakeNamespaces says why this process cannot make network namespaces (not root, no
+// ip(8), or no CAP_NET_ADMIN, as in an unprivileged container), or nil when it can.
+func canMakeNamespaces() error {
+	if os.Geteuid() != 0 {
+		return errors.New("network namespaces for the pods need root")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		return errors.New("network namespaces for the pods need ip(8) (Debian's iproute2)")
+	}
+	probe := fmt.Sprintf("%sprobe%d", nsPrefix, os.Getpid())
+	if err := ipCmd("netns", "add", probe); err != nil {
+		return fmt.Errorf("this process may not make network namespaces (CAP_NET_ADMIN): %w", err)
+	}
+	return ipCmd("netns", "del", probe)
+}
+
 // newPodNet makes the bridge and n namespaces (root only: the bench must run as root for them),
 // after removing what a killed earlier run left.
 func newPodNet(n int) (pn *podNet, err error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("network namespaces for the pods need root; run as root or leave llm-d's EPP out (-llmd-epp \"\")")
+	if err := canMakeNamespaces(); err != nil {
+		return nil, fmt.Errorf("%w; run as root with CAP_NET_ADMIN or leave llm-d's EPP out (-llmd-epp \"\")", err)
 	}
 	removeStale()
 	tag := os.Getpid() % 100000
-	pn = &podNet{bridge: fmt.Sprintf("%s%d", bridgePrefix, tag)}
+	sub, err := freeSubnet()
+	if err != nil {
+		return nil, err
+	}
+	pn = &podNet{bridge: fmt.Sprintf("%s%d", bridgePrefix, tag), subnet: sub}
 	defer func() {
 		if err != nil {
 			pn.close()
@@ -85,7 +150,7 @@ func newPodNet(n int) (pn *podNet, err error) {
 	}()
 	for _, a := range [][]string{
 		{"link", "add", pn.bridge, "type", "bridge"},
-		{"addr", "add", subnet + ".1/24", "dev", pn.bridge},
+		{"addr", "add", sub + ".1/24", "dev", pn.bridge},
 		{"link", "set", pn.bridge, "up"},
 	} {
 		if err := ipCmd(a...); err != nil {

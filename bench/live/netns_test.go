@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -11,12 +12,7 @@ import (
 // What a bench killed with SIGKILL left (its namespaces and its bridge, which holds the pods'
 // subnet) is removed by the next run; what a running bench made is not.
 func TestLeftoversOfAKilledRunAreRemoved(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("network namespaces need root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("no ip(8)")
-	}
+	needNetAdmin(t)
 	dead := ""
 	for pid := 99999; pid > 90000; pid-- {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); os.IsNotExist(err) {
@@ -51,5 +47,45 @@ func TestLeftoversOfAKilledRunAreRemoved(t *testing.T) {
 	}
 	if err := exec.Command("ip", "link", "show", bridge).Run(); err == nil {
 		t.Errorf("the dead run's bridge %s is still there", bridge)
+	}
+}
+
+// needNetAdmin skips a test that makes namespaces and links where this process cannot.
+func needNetAdmin(t *testing.T) {
+	t.Helper()
+	if err := canMakeNamespaces(); err != nil {
+		t.Skip(err)
+	}
+}
+
+// A /24 a route of this machine covers is not handed to the pods.
+func TestFreeSubnetAvoidsARoutedOne(t *testing.T) {
+	needNetAdmin(t)
+	first, err := freeSubnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bridge := bridgePrefix + "t" + strconv.Itoa(os.Getpid()%10000)
+	if err := ipCmd("link", "add", bridge, "type", "bridge"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ipCmd("link", "del", bridge) })
+	for _, a := range [][]string{{"addr", "add", first + ".1/24", "dev", bridge}, {"link", "set", bridge, "up"}} {
+		if err := ipCmd(a...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next, err := freeSubnet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next == first {
+		t.Errorf("freeSubnet gave %s.0/24 again while %s holds it", next, bridge)
+	}
+	_, a, _ := net.ParseCIDR("198.18.0.0/16")
+	_, b, _ := net.ParseCIDR("198.18.7.0/24")
+	_, all, _ := net.ParseCIDR("0.0.0.0/0")
+	if !overlaps(a, b) || !overlaps(b, a) || overlaps(all, b) {
+		t.Error("overlaps: a /16 and a /24 inside it must overlap both ways; a default route overlaps nothing")
 	}
 }

@@ -18,11 +18,12 @@ const StepDecodeLocal = "decode_local"
 const defaultTPOTHeadroom = 0.8
 
 type selectiveParams struct {
-	TPOTHeadroom *float64 `json:"tpotHeadroom" default:"0.8" doc:"A decode pod may run a prompt itself only while the TPOT predicted there, for its running decodes and this request, stays at most this share of the request's TPOT objective (0 < x ≤ 1)."`
+	TPOTHeadroom *float64 `json:"tpotHeadroom" default:"0.8" doc:"A decode pod may run a prompt itself only while the TPOT predicted there, for its running decodes and this request, stays at most this share of the request's TPOT objective (0 < x ≤ 1), or, when the pair is predicted to miss the TPOT objective, below the pair's TPOT."`
 }
 
 // SelectiveDecider is selective disaggregation: a prompt runs whole on a decode pod when
-// the pod's predicted TPOT stays within tpotHeadroom of the objective and that is predicted
+// the pod's predicted TPOT stays within tpotHeadroom of the objective (or below the pair's
+// when the pair is predicted to miss the TPOT objective) and that is predicted
 // to cost less than the pair — predicted TTFT ÷ the TTFT objective + predicted TPOT ÷ the
 // TPOT objective, where the pod's TPOT counts the prefill load the prompt adds to every
 // decode there — or, when the pair's decode pod is predicted to miss the TPOT objective
@@ -58,7 +59,7 @@ func (d *SelectiveDecider) Place(p *Placement) bool {
 		return false
 	}
 	pr := predictor{d.c.models}
-	best, limit := p.Best, d.headroom*p.Objective.TPOT
+	best := p.Best
 	for i, e := range p.Decode {
 		var f *latency.Forecast
 		if p.DecodeForecasts != nil {
@@ -70,7 +71,7 @@ func (d *SelectiveDecider) Place(p *Placement) bool {
 		f = pr.read(e, f)
 		pct := p.Match[e.Key()]
 		w := predictWhole(p.Objective, p.PromptTokens, f, pct)
-		if w.tpot > limit || stalls(f, w.svc) || !replaces(w.cost, w.ttft, best, p.Objective) {
+		if !weighs(w.tpot, best, p.Objective, d.headroom) || stalls(f, w.svc) || !replaces(w.cost, w.ttft, w.tpot, best, p.Objective) {
 			continue
 		}
 		best = pr.wholeOption(p.Objective, p.PromptTokens, e, f, pct, StepDecodeLocal)

@@ -26,8 +26,8 @@ const (
 )
 
 type sloOverflowParams struct {
-	Mode         string   `json:"mode" default:"cost" doc:"When a standard pod may take the request: cost — whenever its predicted cost (TTFT/objective + delay to later prompts + TPOT/objective) is below the best PD option's, or the best PD option is predicted to miss the TPOT objective and the standard pod to meet the TTFT objective, and its TPOT stays within tpotHeadroom of the objective; miss — only when the best PD option is predicted to miss the TTFT or the TPOT objective and the standard pod to meet both."`
-	TPOTHeadroom *float64 `json:"tpotHeadroom" default:"0.8" doc:"Mode cost: the share of the TPOT objective the standard pod's predicted TPOT may reach (0 < x ≤ 1)."`
+	Mode         string   `json:"mode" default:"cost" doc:"When a standard pod may take the request: cost — whenever its predicted cost (TTFT/objective + delay to later prompts + TPOT/objective) is below the best PD option's, or the best PD option is predicted to miss the TPOT objective and the standard pod to meet both, and its TPOT stays within tpotHeadroom of the objective (or below the best PD option's when that misses the TPOT objective); among standard pods one predicted to meet both objectives comes first, then the cheapest; miss — only when the best PD option is predicted to miss the TTFT or the TPOT objective and the standard pod to meet both."`
+	TPOTHeadroom *float64 `json:"tpotHeadroom" default:"0.8" doc:"Mode cost: the share of the TPOT objective the standard pod's predicted TPOT may reach (0 < x ≤ 1); when the best PD option is predicted to miss the TPOT objective, a standard pod predicted below its TPOT is weighed too."`
 	Shed         *bool    `json:"shed" default:"true" doc:"Refuse (429) a sheddable request (a profile with sheddable: true, or an InferenceObjective of negative priority) when no option is predicted to meet its TTFT objective."`
 }
 
@@ -78,14 +78,14 @@ func (d *SLOOverflowDecider) Place(p *Placement) bool {
 		for _, e := range p.Combined {
 			if d.mode == OverflowCost {
 				opt := pr.wholeOption(o, p.PromptTokens, e, nil, p.Match[e.Key()], StepStandardCheaper)
-				if opt.TPOT > d.headroom*o.TPOT || !replaces(opt.Cost, opt.TTFT, p.Best, o) || (best.Destination != nil && !(opt.Cost < best.Cost)) || !pr.stallFits(opt) {
+				if !weighs(opt.TPOT, p.Best, o, d.headroom) || !replaces(opt.Cost, opt.TTFT, opt.TPOT, p.Best, o) || (best.Destination != nil && !betterStandard(opt, best, o)) || !pr.stallFits(opt) {
 					continue
 				}
 				best = opt
 				continue
 			}
 			opt := pr.wholeOption(o, p.PromptTokens, e, nil, p.Match[e.Key()], StepSLOOverflow)
-			if opt.TTFT > o.TTFT || opt.TPOT > o.TPOT || (best.Destination != nil && !(opt.TTFT < best.TTFT)) || !pr.stallFits(opt) {
+			if !meetsBoth(opt, o) || (best.Destination != nil && !(opt.TTFT < best.TTFT)) || !pr.stallFits(opt) {
 				continue
 			}
 			best = opt
@@ -103,6 +103,15 @@ func (d *SLOOverflowDecider) Place(p *Placement) bool {
 		return true
 	}
 	return changed
+}
+
+// betterStandard reports whether standard pod option a beats b (mode cost): one predicted to
+// meet both objectives beats one that is not; between equals the cheaper wins.
+func betterStandard(a, b Option, o Objective) bool {
+	if ma, mb := meetsBoth(a, o), meetsBoth(b, o); ma != mb {
+		return ma
+	}
+	return a.Cost < b.Cost
 }
 
 var _ PlacementDecider = (*SLOOverflowDecider)(nil)

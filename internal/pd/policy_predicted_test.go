@@ -237,8 +237,9 @@ func TestSelectiveRespectsTheStallBudget(t *testing.T) {
 
 // Every option's TPOT is held to the objective, a pair's decode pod included: a pair whose
 // decode pod is predicted to miss the TPOT objective gives way to an option predicted to meet
-// both objectives (a standard pod, a decode pod running the prompt, within the headroom), even
-// a dearer one, in either overflow mode; with no such option it stays.
+// both objectives (a standard pod, a decode pod running the prompt), even a dearer one, in
+// either overflow mode, and to a cheaper one predicted to miss by less; with no such option it
+// stays. While the pair misses, the headroom does not keep out an option below its TPOT.
 func TestPairHeldToTheTPOTObjective(t *testing.T) {
 	obj := Objective{TTFT: 0.5, TPOT: 0.05, HasTTFT: true}
 	for _, c := range []struct {
@@ -254,6 +255,9 @@ func TestPairHeldToTheTPOTObjective(t *testing.T) {
 		// booked, TTFT 0.41 s and TPOT 32 ms, cost 1.49: dearer, and it meets both.
 		{name: "cost mode: a dearer standard pod that meets both", overflow: OverflowCost, crowd: 45, stdReqs: 20, stdBook: 0.3, want: "s"},
 		{name: "nothing meets both: the pair stays", overflow: OverflowCost, crowd: 45, stdBook: 2, want: ""},
+		{name: "beyond the headroom, within the objective, while the pair misses it", overflow: OverflowCost, crowd: 60, stdReqs: 34, want: "s"},
+		{name: "missing the TPOT objective by less than the pair, and cheaper", overflow: OverflowCost, crowd: 60, stdReqs: 50, want: "s"},
+		{name: "missing the TPOT objective by less than the pair, but dearer", overflow: OverflowCost, crowd: 60, stdReqs: 50, stdBook: 0.6, want: ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := newPredictRig()
@@ -282,11 +286,59 @@ func TestPairHeldToTheTPOTObjective(t *testing.T) {
 			if pl.Best.Kind == outcome.KindWhole {
 				got = pl.Best.Destination.Name[:1]
 			}
+			whole := pr.wholeOption(obj, 1000, s, nil, 0, StepStandardCheaper)
+			t.Logf("pair: ttft %.0f ms, tpot %.1f ms, cost %.3f; standard: ttft %.0f ms, tpot %.1f ms, cost %.3f, stall fits %v", pair.TTFT*1000, pair.TPOT*1000, pair.Cost, whole.TTFT*1000, whole.TPOT*1000, whole.Cost, pr.stallFits(whole))
 			if got != c.want {
-				whole := pr.wholeOption(obj, 1000, s, nil, 0, StepStandardCheaper)
 				t.Errorf("placed on %q; want %q (pair: ttft %.0f ms, tpot %.0f ms, cost %.3f; standard: ttft %.0f ms, tpot %.0f ms, cost %.3f); notes %v",
 					got, c.want, pair.TTFT*1000, pair.TPOT*1000, pair.Cost, whole.TTFT*1000, whole.TPOT*1000, whole.Cost, pl.Notes)
 			}
 		})
 	}
+}
+
+// While the pair's decode pod is predicted to miss the TPOT objective, a decode pod whose TPOT
+// is beyond the headroom but below the pair's runs the prompt itself when that is cheaper; among
+// standard pods, one predicted to meet both objectives is taken before a cheaper one that misses.
+func TestBelowAMissingPair(t *testing.T) {
+	obj := Objective{TTFT: 0.5, TPOT: 0.05, HasTTFT: true}
+	start := func(r *predictRig, kind outcome.Kind, p, d *pool.Endpoint, n int) {
+		pk := ""
+		if p != nil {
+			pk = p.Key()
+		}
+		for range n {
+			r.rec.Start(kind, pk, d.Key(), 10)
+		}
+	}
+	t.Run("decode_local beyond the headroom", func(t *testing.T) {
+		r := newPredictRig()
+		p, d, d2 := ep("p1", "prefill"), ep("d1", "decode"), ep("d2", "decode")
+		crowd(r, p, d)                      // the pair's decode pod: a 71 ms step
+		start(r, outcome.KindPD, p, d2, 45) // d2: a 56 ms step, beyond 0.8 × 50 ms
+		pr := predictor{r.m}
+		pl := &Placement{Objective: obj, PromptTokens: 1000, Decode: []*pool.Endpoint{d, d2}, Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil)}
+		pair := pl.Best
+		(&SelectiveDecider{c: r.c, headroom: defaultTPOTHeadroom}).Place(pl)
+		if pl.Best.Kind != outcome.KindWhole || pl.Best.Destination != d2 {
+			w := pr.wholeOption(obj, 1000, d2, nil, 0, StepDecodeLocal)
+			t.Errorf("placed %s on %s; want whole on d2 (pair: tpot %.1f ms, cost %.3f; d2: tpot %.1f ms, cost %.3f)",
+				pl.Best.Kind, pl.Best.Destination.Name, pair.TPOT*1000, pair.Cost, w.TPOT*1000, w.Cost)
+		}
+	})
+	t.Run("meeting both before cheaper", func(t *testing.T) {
+		r := newPredictRig()
+		p, d, s1, s2 := ep("p1", "prefill"), ep("d1", "decode"), ep("s1", "standard"), ep("s2", "standard")
+		crowd(r, p, d)
+		blockDecode(r, ep("d2", "decode"))
+		start(r, outcome.KindWhole, nil, s1, 50) // TPOT 62 ms, cost 1.45: cheaper, misses
+		start(r, outcome.KindWhole, nil, s2, 20) // with 0.3 s booked: TTFT 0.41 s, TPOT 33 ms, cost 1.51
+		r.book(s2, nil, 0.3)
+		pr := predictor{r.m}
+		pl := &Placement{Objective: obj, PromptTokens: 1000, Decode: []*pool.Endpoint{d}, Combined: []*pool.Endpoint{s1, s2},
+			Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil)}
+		(&SLOOverflowDecider{c: r.c, mode: OverflowCost, headroom: defaultTPOTHeadroom, shed: true}).Place(pl)
+		if pl.Best.Destination != s2 {
+			t.Errorf("placed on %s; want s2, the standard pod predicted to meet both objectives; notes %v", pl.Best.Destination.Name, pl.Notes)
+		}
+	})
 }

@@ -175,13 +175,24 @@ func predictWhole(o Objective, tokens int, fe *latency.Forecast, pct float64) wh
 	return whole{prompt: p, svc: svc, ttft: ttft, tpot: tpot, delay: delay, cost: (ttft+delay)/o.TTFT + tpot/o.TPOT}
 }
 
-// replaces reports whether an option of the given cost and predicted TTFT, which keeps its TPOT
-// within the decider's headroom of the objective, should take best's place: it is cheaper, or
-// best is predicted to miss the TPOT objective (a pair's decode pod is held to it as a prompt
-// run whole is) and it is predicted to meet both objectives.
-func replaces(cost, ttft float64, best Option, o Objective) bool {
-	return cost < best.Cost || (best.TPOT > o.TPOT && ttft <= o.TTFT)
+// weighs reports whether an alternative to best (a prompt run whole on a decode or standard
+// pod), predicted at tpot, is weighed at all: its TPOT stays within headroom × the objective
+// or, when best is predicted to miss the TPOT objective, it is at least predicted below best's
+// (a pair's decode pod is held to the objective as a prompt run whole is, so an alternative
+// that misses by less still counts). The caller checks its stall fits as well.
+func weighs(tpot float64, best Option, o Objective, headroom float64) bool {
+	return tpot <= headroom*o.TPOT || (best.TPOT > o.TPOT && tpot < best.TPOT)
 }
+
+// replaces reports whether a weighed alternative of the given cost and predicted TTFT and
+// TPOT should take best's place: it is cheaper, or best is predicted to miss the TPOT
+// objective and it is predicted to meet both objectives.
+func replaces(cost, ttft, tpot float64, best Option, o Objective) bool {
+	return cost < best.Cost || (best.TPOT > o.TPOT && ttft <= o.TTFT && tpot <= o.TPOT)
+}
+
+// meetsBoth reports whether opt is predicted to meet both objectives.
+func meetsBoth(opt Option, o Objective) bool { return opt.TTFT <= o.TTFT && opt.TPOT <= o.TPOT }
 
 // stalls reports whether a prompt of svc prefill seconds run whole on the pod of fe stalls
 // its decodes by more than the tightest of them can absorb within its TPOT objective (its

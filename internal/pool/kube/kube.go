@@ -43,6 +43,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -148,6 +149,10 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 			},
 		},
 	})
+	if meta.IsNoMatchError(err) {
+		// The CRD went away after the check above: discovery lags a deletion.
+		return nil, noInferencePool()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kube: creating the manager: %w", err)
 	}
@@ -167,6 +172,10 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		Watches(&infv1.InferencePool{}, toPool).
 		Watches(&corev1.Pod{}, toPool).
 		Complete(r)
+	if meta.IsNoMatchError(err) {
+		// As above, found only when the watch is made.
+		return nil, noInferencePool()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kube: creating the controller: %w", err)
 	}
@@ -192,7 +201,12 @@ func servesInferencePool(cfg *rest.Config) error {
 			}
 		}
 	}
-	return fmt.Errorf("kube: the cluster does not serve InferencePool %s; install the Gateway API Inference Extension CRDs (v1.0 or later)", gv)
+	return noInferencePool()
+}
+
+// noInferencePool is the error, with its fix, for a cluster without the InferencePool v1 CRD.
+func noInferencePool() error {
+	return fmt.Errorf("kube: the cluster does not serve InferencePool %s/v1; install the Gateway API Inference Extension CRDs (v1.0 or later)", PoolGroup)
 }
 
 // trimPod keeps only what the reconciler reads, so the cache holds little per pod.

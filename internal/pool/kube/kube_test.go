@@ -280,6 +280,14 @@ func TestKubeSource(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond) // polling the apiserver for the condition, bounded above
 		}
+		// Discovery drops the resource a moment after the CRD is gone; until then the manager
+		// would (rightly) start.
+		for servesInferencePool(env.Config) == nil {
+			if time.Now().After(deadline) {
+				t.Fatal("discovery still lists inferencepools 30s after the CRD was removed")
+			}
+			time.Sleep(50 * time.Millisecond) // as above
+		}
 		_, err := NewManager(env.Config, Options{PoolName: "pool", Store: pool.NewStore()})
 		want := "kube: the cluster does not serve InferencePool inference.networking.k8s.io/v1; install the Gateway API Inference Extension CRDs (v1.0 or later)"
 		if err == nil || err.Error() != want {
