@@ -24,9 +24,17 @@ type capacity struct {
 	probes      int
 }
 
-// searchCapacity brackets the capacity from the grid's (load, goodput) pairs, then bisects
-// steps times with probe (the first steps extend the bracket: while no load has failed it
-// doubles the highest that met the target; while none met it, it halves the lowest failing).
+// capTolerance ends a capacity search: the bracket [load, above) is within 2 % of above.
+const capTolerance = 0.02
+
+// capGrowth extends the bracket while no load has failed: loads are fractions of a saturation
+// rate, so capacities lie near 1 and a quarter more at a time wastes fewer probes than doubling.
+const capGrowth = 1.25
+
+// searchCapacity brackets the capacity from the grid's (load, goodput) pairs, then probes at
+// most steps more loads until the bracket is within capTolerance: while no load has failed it
+// tries capGrowth × the highest that met the target, while none met it half the lowest that
+// failed, and otherwise bisects.
 func searchCapacity(grid []float64, steps int, probe func(load float64) (float64, error)) (capacity, error) {
 	var c capacity
 	lo, hi := 0.0, math.Inf(1)
@@ -54,13 +62,13 @@ func searchCapacity(grid []float64, steps int, probe func(load float64) (float64
 		return nil
 	}
 	for range steps {
-		if hi <= lo {
+		if !math.IsInf(hi, 1) && hi-lo <= capTolerance*hi {
 			break
 		}
 		mid := (lo + hi) / 2
 		switch {
 		case math.IsInf(hi, 1):
-			mid = 2 * lo // still no failing load: double
+			mid = capGrowth * lo // still no failing load
 		case lo == 0:
 			mid = hi / 2
 		}

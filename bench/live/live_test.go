@@ -211,7 +211,9 @@ func TestScheduleIsTheSameForEveryRouter(t *testing.T) {
 // known load, the search brackets that load from the grid and narrows it by bisection.
 func TestCapacitySearchFindsTheKnee(t *testing.T) {
 	for _, knee := range []float64{0.35, 0.83, 1.6, 2.7} {
+		probes := 0
 		toy := func(l float64) (float64, error) {
+			probes++
 			if l <= knee {
 				return 0.95, nil
 			}
@@ -222,15 +224,27 @@ func TestCapacitySearchFindsTheKnee(t *testing.T) {
 			g, _ := toy(l)
 			grid = append(grid, l, g)
 		}
-		c, err := searchCapacity(grid, 6, toy)
+		probes = 0
+		c, err := searchCapacity(grid, 8, toy)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !(c.load <= knee && knee < c.above) {
-			t.Errorf("knee %.2f: bracket [%.3f, %.3f) misses it", knee, c.load, c.above)
+		if !(c.load <= knee && knee < c.above) || math.IsInf(c.above, 1) {
+			t.Errorf("knee %.2f: bracket [%.3f, %.3f) misses it or has no failing load", knee, c.load, c.above)
 		}
-		if knee < 2 && c.above-c.load > 0.1 {
-			t.Errorf("knee %.2f: bracket [%.3f, %.3f) wider than 0.1 after 6 steps", knee, c.load, c.above)
+		if knee < 2 && c.above-c.load > capTolerance*c.above {
+			t.Errorf("knee %.2f: bracket [%.3f, %.3f) wider than %.0f %% after 8 steps", knee, c.load, c.above, capTolerance*100)
 		}
+		if c.probes != probes || probes > 8 {
+			t.Errorf("knee %.2f: %d probes made, %d counted; want the same, at most 8", knee, probes, c.probes)
+		}
+	}
+	// A search stops once the bracket is within the tolerance, however many steps are left.
+	c, _ := searchCapacity([]float64{0.99, 0.95, 1.0, 0.5}, 8, func(float64) (float64, error) {
+		t.Error("probed a bracket already within 2 %")
+		return 0, nil
+	})
+	if c.load != 0.99 || c.above != 1.0 || c.probes != 0 {
+		t.Errorf("bracket [%.3f, %.3f) after %d probes; want [0.99, 1) after none", c.load, c.above, c.probes)
 	}
 }

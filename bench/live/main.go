@@ -68,7 +68,7 @@ type options struct {
 	maxOut   int
 	llmdEPP  string
 	sidecar  string
-	// the SLO-goodput capacity search (-capacity): bisection steps after the load grid
+	// the SLO-goodput capacity search (-capacity): at most this many probes after the load grid
 	capacity      bool
 	capacitySteps int
 }
@@ -92,8 +92,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	fs.StringVar(&o.llmdEPP, "llmd-epp", os.Getenv("TANDEM_LLMD_EPP"), "llm-d's EPP binary (llm-d-inference-scheduler cmd/epp; default $TANDEM_LLMD_EPP; hack/ensure-llmd-epp.sh builds it); \"\" leaves llm-d out")
 	fs.StringVar(&o.sidecar, "llmd-sidecar", os.Getenv("TANDEM_LLMD_SIDECAR"), "llm-d's routing sidecar binary (cmd/pd-sidecar; default $TANDEM_LLMD_SIDECAR)")
 	sloTPOT := fs.Duration("slo-tpot", time.Duration(defaultSLO.tpots[0]*float64(time.Second)), "the TPOT objective every request carries (x-slo-tpot-ms), which the routers are told and the capacity is judged at; goodput is reported at 50 ms and 20 ms as well")
-	fs.BoolVar(&o.capacity, "capacity", false, "after the loads, search the SLO-goodput capacity (the highest load with ≥ 90 % of requests within both objectives, TPOT at -slo-tpot) of "+strings.Join(capacityRouters, ", ")+" by bisection from the loads' results")
-	fs.IntVar(&o.capacitySteps, "capacity-steps", 3, "bisection steps of -capacity, one run each per router")
+	fs.BoolVar(&o.capacity, "capacity", false, "after the loads, search the SLO-goodput capacity (the highest load with ≥ 90 % of requests within both objectives, TPOT at -slo-tpot) of "+strings.Join(capacityRouters, ", ")+", searched from the loads' results to within 2 %")
+	fs.IntVar(&o.capacitySteps, "capacity-steps", 6, "at most this many -capacity probes per router (one run each); a search ends sooner once its bracket is within 2 %")
 	fs.StringVar(&o.out, "out", "", "also write the markdown report to this file")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the processes' logs (their directory is printed)")
 	if err := fs.Parse(args); err != nil {

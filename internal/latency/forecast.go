@@ -12,11 +12,12 @@ import (
 type Forecast struct {
 	valid bool
 	// backlog is this replica's booked prefill work ahead now; wait adds what other
-	// replicas booked (a shared store) or the engine reports beyond it.
-	backlog, wait float64
-	prefill       [3]float64 // coefficients, each at least 0
-	handover      [2]float64
-	step          [3]float64
+	// replicas booked (a shared store) or the engine reports beyond it, and is at least
+	// slotWait, the wait for a running slot (the engine's max-num-seqs).
+	backlog, wait, slotWait float64
+	prefill                 [3]float64 // coefficients, each at least 0
+	handover                [2]float64
+	step                    [3]float64
 	// n and kv are the requests and KV tokens on the pod (the larger of Tandem's count and
 	// the engine's); rho the recent prefill load; h how long a request decodes there.
 	n, kv, rho, h float64
@@ -66,9 +67,10 @@ func (m *Models) forecastLocked(key string, q *pod, now time.Time) Forecast {
 // written where they are kept, not copied there).
 func (m *Models) readLocked(f *Forecast, key string, q *pod, now time.Time) {
 	backlog := q.backlog(now)
-	f.valid, f.backlog, f.wait = true, backlog, m.waitLocked(backlog, key, q, now)
+	f.slotWait = q.slotWait()
+	f.valid, f.backlog, f.wait = true, backlog, max(m.waitLocked(backlog, key, q, now), f.slotWait)
 	f.n, f.kv = max(float64(q.requests), q.engRunning), max(q.kv, q.engKV)
-	f.rho, f.h, f.arrivals = q.rhoAtNow(now), max(q.decodeSecs, 0.5), q.arrivalRate(now)
+	f.rho, f.h, f.arrivals = q.rhoAtNow(now), max(q.decodeSecs, minDecodeSecs), q.arrivalRate(now)
 	f.stallRoom = q.stallRoom()
 	for i := range f.prefill {
 		f.prefill[i] = max(q.prefill.theta[i], 0)
@@ -79,7 +81,8 @@ func (m *Models) readLocked(f *Forecast, key string, q *pod, now time.Time) {
 	}
 }
 
-// Wait is the prefill work ahead of a prompt arriving now, in seconds.
+// Wait is the prefill work ahead of a prompt arriving now, or its wait for a running slot
+// when that is longer, in seconds.
 func (f *Forecast) Wait() float64 { return f.wait }
 
 // Service is the predicted prefill seconds of p.
@@ -106,7 +109,8 @@ func (f *Forecast) TPOT(tokens int, extraPrefill float64) float64 {
 
 // Handover predicts the seconds from the end of a prefill of tokens elsewhere, after
 // seconds from now, to the pod's first byte: the prefill work booked on the pod still ahead
-// then (its decode leg queues behind it), the KV transfer, and one decode iteration.
+// then (its decode leg queues behind it) or the wait for a running slot, whichever is longer,
+// the KV transfer, and one decode iteration.
 func (f *Forecast) Handover(tokens int, after float64) float64 {
 	_, h := f.TPOTAndHandover(tokens, after)
 	return h
@@ -116,7 +120,7 @@ func (f *Forecast) Handover(tokens int, after float64) float64 {
 func (f *Forecast) TPOTAndHandover(tokens int, after float64) (tpot, handover float64) {
 	tpot = f.TPOT(tokens, 0)
 	transfer := max(f.handover[0]+f.handover[1]*float64(tokens)/tokScale, minStep)
-	return tpot, max(f.backlog-max(after, 0), 0) + transfer + tpot
+	return tpot, max(max(f.backlog, f.slotWait)-max(after, 0), 0) + transfer + tpot
 }
 
 // Delay predicts what booking s seconds of prefill on the pod now costs the routes that will

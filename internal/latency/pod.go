@@ -48,8 +48,10 @@ const (
 	minService = 0.001 // seconds: no prefill is predicted faster
 	minStep    = 0.001
 	maxRho     = 0.9 // the share of a pod's time prefill work can be predicted to take
-	rhoTau     = 5.0 // seconds: time constant of the prefill-load rate
-	clipAfter  = 5   // observations before outliers are clipped to [ŷ/4, 4ŷ]
+	// minDecodeSecs: no request is predicted to decode for less (a pod with no ends yet).
+	minDecodeSecs = 0.5
+	rhoTau        = 5.0 // seconds: time constant of the prefill-load rate
+	clipAfter     = 5   // observations before outliers are clipped to [ŷ/4, 4ŷ]
 )
 
 func prefillX(p Prompt) [3]float64 {
@@ -126,6 +128,11 @@ type pod struct {
 	// unseenWait is the mean wait beyond the ledger's that the engine reported over the last
 	// interval, when it scheduled requests Tandem did not route there (seconds; else 0).
 	unseenWait float64
+	// slots is how many requests the engine runs at once (max-num-seqs), learned from samples
+	// that report requests waiting while the same number run (0: not known); slotRun and
+	// slotSeen count the samples in a row that agree.
+	slots, slotRun float64
+	slotSeen       int
 	// group: prefills that ended together (one iteration), fitted once it is complete.
 	group endGroup
 	// stallCum is the stall (seconds) prompts prefilled here imposed on its decodes so far;
@@ -589,6 +596,7 @@ func (q *pod) ingest(s *metrics.Sample) {
 	if s.HasKVUsage && s.NumGPUBlocks > 0 && s.BlockSize > 0 {
 		q.engKV = s.KVUsage * float64(s.NumGPUBlocks*s.BlockSize)
 	}
+	q.learnSlots()
 	// The engine's prefill-time histogram: the mean of the prefills it finished in the
 	// scrape interval. It is the only direct view of a prefill pod's service time when a
 	// decode-side sidecar runs the legs (Tandem then only infers their ends), so it is fitted
@@ -662,6 +670,45 @@ func (q *pod) startFromLifetime(s *metrics.Sample) {
 	if q.step.obs == 0 && s.HasInterTokenMean && s.InterTokenCount >= minLifetimeCount && s.InterTokenMean > 0 && !math.IsInf(s.InterTokenMean, 0) {
 		scale(&q.step, s.InterTokenMean/q.stepSeconds(max(q.engRunning, 1), q.engKV))
 	}
+}
+
+// slotSamples is how many samples in a row must report requests waiting while the same
+// number run before that number is taken as the engine's slots.
+const slotSamples = 3
+
+// learnSlots updates the engine's slot count from the latest sample: requests waiting while
+// the same number run, sample after sample, is an engine at its limit of running requests
+// (vLLM's max-num-seqs); more running than that limit says it was none (the wait was for
+// something else, a prefill budget or KV blocks), and it is forgotten.
+func (q *pod) learnSlots() {
+	if q.slots > 0 && q.engRunning > q.slots {
+		q.slots, q.slotRun, q.slotSeen = 0, 0, 0
+	}
+	if !(q.engWaiting > 0 && q.engRunning > 0) {
+		return
+	}
+	if q.engRunning == q.slotRun {
+		q.slotSeen++
+	} else {
+		q.slotRun, q.slotSeen = q.engRunning, 1
+	}
+	if q.slotSeen >= slotSamples {
+		q.slots = q.slotRun
+	}
+}
+
+// slotWait is how long a request arriving now waits for a running slot: with the engine's
+// slots known and more requests on the pod than slots (Tandem's, or the engine's running and
+// waiting), the k-th beyond them waits for k of the running requests to end, which, each
+// decoding for the pod's mean and ending evenly, is k·mean/slots. Only a pod seen decoding
+// (its mean measured on streams that ended there) holds slots that long: on a pod that only
+// prefills, requests waiting behind one running prompt are the prefill queue the ledger has.
+func (q *pod) slotWait() float64 {
+	if q.slots <= 0 || q.streamSteps == 0 {
+		return 0
+	}
+	on := max(float64(q.requests), q.engRunning+q.engWaiting)
+	return max(on+1-q.slots, 0) * q.decodeSecs / q.slots
 }
 
 // unknownWaiting is how many of the requests the engine reported waiting at its last sample

@@ -37,7 +37,9 @@ type sloOverflowParams struct {
 // objective (the overflow rule: standard pods mix prefill with decode, so PD is preferred
 // while it meets the objectives), in mode cost whenever the standard pod is predicted
 // cheaper, or PD misses the TPOT objective and the standard pod meets both (every option's
-// TPOT is held to the objective). Either way a standard pod is taken only if its prompt's
+// TPOT is held to the objective; while PD misses it, tpotHeadroom does not keep out a standard
+// pod predicted below PD's TPOT, and one predicted to meet both objectives comes before a
+// cheaper one). Either way a standard pod is taken only if its prompt's
 // stall fits the slack of the decodes there. When no option meets the TTFT objective and the request is sheddable, it is shed.
 type SLOOverflowDecider struct {
 	picker.TypedName
