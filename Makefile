@@ -77,7 +77,7 @@ bench-quality-full:
 ## built once from the Go module proxy) behind cmd/epp and cmd/gateway, and through llm-d's own EPP and pd-sidecar
 ## when they build (hack/ensure-llmd-epp.sh) and the bench may make network namespaces (root with CAP_NET_ADMIN:
 ## hack/can-netns.sh; a namespace per pod); ~10 min
-## on 2 cores, ~18 with ARGS=-capacity (the SLO-goodput capacity search).
+## on 2 cores, ~21 with ARGS=-capacity (the SLO-goodput capacity search).
 ## make bench-live ARGS='-requests 100 -loads 0.8' passes flags (go run ./bench/live -h lists them).
 bench-live:
 	@sim=$$(hack/ensure-llmd-sim.sh) || exit 1; llmd=; \
