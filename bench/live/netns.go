@@ -34,8 +34,8 @@ func freeSubnet() (string, error) {
 	var used []*net.IPNet
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) > 1 && (f[0] == "local" || f[0] == "broadcast") {
-			f = f[1:]
+		if len(f) > 1 && slices.Contains(routeTypes, f[0]) {
+			f = f[1:] // "local 198.18.0.1 dev …", "blackhole 198.18.3.0/24"
 		}
 		if len(f) == 0 {
 			continue
@@ -57,6 +57,9 @@ func freeSubnet() (string, error) {
 	}
 	return "", errors.New("every /24 of 198.18.0.0/15 is routed on this machine: no subnet left for the pods")
 }
+
+// routeTypes are the words ip-route(8) may put before a route's destination.
+var routeTypes = []string{"unicast", "local", "broadcast", "multicast", "anycast", "blackhole", "unreachable", "prohibit", "throw", "nat"}
 
 // overlaps reports whether two networks share an address; a default route (0.0.0.0/0) covers
 // everything but takes nothing, so it does not count.

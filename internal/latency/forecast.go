@@ -12,8 +12,10 @@ import (
 type Forecast struct {
 	valid bool
 	// backlog is this replica's booked prefill work ahead now; wait adds what other
-	// replicas booked (a shared store) or the engine reports beyond it, and is at least
-	// slotWait, the wait for a running slot (the engine's max-num-seqs).
+	// replicas booked (a shared store) or the engine reports beyond it; slotWait is the wait
+	// for a running slot (the engine's max-num-seqs), which is no prefill work: it lengthens
+	// a new request's wait (Wait, Handover), not the prefill load its decodes or later
+	// prompts see (TPOT, Delay).
 	backlog, wait, slotWait float64
 	prefill                 [3]float64 // coefficients, each at least 0
 	handover                [2]float64
@@ -68,7 +70,7 @@ func (m *Models) forecastLocked(key string, q *pod, now time.Time) Forecast {
 func (m *Models) readLocked(f *Forecast, key string, q *pod, now time.Time) {
 	backlog := q.backlog(now)
 	f.slotWait = q.slotWait()
-	f.valid, f.backlog, f.wait = true, backlog, max(m.waitLocked(backlog, key, q, now), f.slotWait)
+	f.valid, f.backlog, f.wait = true, backlog, m.waitLocked(backlog, key, q, now)
 	f.n, f.kv = max(float64(q.requests), q.engRunning), max(q.kv, q.engKV)
 	f.rho, f.h, f.arrivals = q.rhoAtNow(now), max(q.decodeSecs, minDecodeSecs), q.arrivalRate(now)
 	f.stallRoom = q.stallRoom()
@@ -83,7 +85,7 @@ func (m *Models) readLocked(f *Forecast, key string, q *pod, now time.Time) {
 
 // Wait is the prefill work ahead of a prompt arriving now, or its wait for a running slot
 // when that is longer, in seconds.
-func (f *Forecast) Wait() float64 { return f.wait }
+func (f *Forecast) Wait() float64 { return max(f.wait, f.slotWait) }
 
 // Service is the predicted prefill seconds of p.
 func (f *Forecast) Service(p Prompt) float64 {

@@ -74,6 +74,24 @@ func TestSlotWaitOfAnEngineAtItsLimit(t *testing.T) {
 			if h, h0 := f.Handover(500, 0), before.Handover(500, 0); !(h >= h0+5*0.4/16) {
 				t.Errorf("hand-over %.3f s (before %.3f); want the slot wait added", h, h0)
 			}
+			// Waiting for a slot is no prefill work: the TPOT predicted there and the delay a
+			// prompt booked there adds are those of a twin pod whose engine reports none waiting.
+			twin := newRig(Options{})
+			decoded(twin, key)
+			load(twin, key, 20)
+			for _, n := range c.running {
+				sample(twin, key, n, 0)
+			}
+			ft := twin.m.Forecast(key)
+			if tp, tp0 := f.TPOT(500, 0), ft.TPOT(500, 0); tp != tp0 {
+				t.Errorf("TPOT %.4f s, %.4f with none waiting: the slot wait was taken for prefill load", tp, tp0)
+			}
+			if d, d0 := f.Delay(0.1), ft.Delay(0.1); d != d0 {
+				t.Errorf("delay %.4f s, %.4f with none waiting: the slot wait was taken for prefill work", d, d0)
+			}
+			if ft.Wait() != 0 {
+				t.Errorf("none waiting: wait %.3f s, want 0", ft.Wait())
+			}
 			// Once the requests end, nothing waits for a slot.
 			r2 := newRig(Options{})
 			decoded(r2, key)
