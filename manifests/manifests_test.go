@@ -52,6 +52,9 @@ var kustomizations = map[string][]string{
 	"overlays/kgateway":             {"Deployment", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
 	"overlays/istio":                {"Deployment", "DestinationRule", "Gateway", "HTTPRoute", "InferencePool", "Role", "RoleBinding", "Service", "ServiceAccount"},
 	"monitoring":                    {"ConfigMap", "PrometheusRule", "ServiceMonitor"},
+	hpaDir:                          {"HorizontalPodAutoscaler", "HorizontalPodAutoscaler", "HorizontalPodAutoscaler"},
+	kedaDir:                         {"ScaledObject", "ScaledObject", "ScaledObject"},
+	adapterDir:                      {"ConfigMap"},
 }
 
 // vendorKinds are gateway implementations' own CRDs, not installed here: rendered and checked, not

@@ -173,16 +173,9 @@ func TestAlertsAggregateByNamespace(t *testing.T) {
 
 // TestRulesWithPromtool checks the rules with promtool and runs the rule unit tests in
 // testdata/alerts-test.yaml (EPP down per namespace, absent, stale endpoints counted once across
-// replicas). promtool comes from hack/ensure-promtool.sh.
+// replicas).
 func TestRulesWithPromtool(t *testing.T) {
-	promtool := os.Getenv("TANDEM_PROMTOOL")
-	if promtool == "" {
-		out, err := exec.Command(filepath.Join("..", "hack", "ensure-promtool.sh")).Output()
-		if err != nil {
-			t.Fatalf("hack/ensure-promtool.sh: %v", err)
-		}
-		promtool = strings.TrimSpace(string(out))
-	}
+	promtool := promtoolPath(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "tandem-rules.yaml"), ruleGroups(t), 0o600); err != nil {
 		t.Fatal(err)
@@ -205,4 +198,17 @@ func TestRulesWithPromtool(t *testing.T) {
 		}
 		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out.String())
 	}
+}
+
+// promtoolPath returns the path of promtool: $TANDEM_PROMTOOL, else what hack/ensure-promtool.sh prints.
+func promtoolPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("TANDEM_PROMTOOL"); p != "" {
+		return p
+	}
+	out, err := exec.Command(filepath.Join("..", "hack", "ensure-promtool.sh")).Output()
+	if err != nil {
+		t.Fatalf("hack/ensure-promtool.sh: %v", err)
+	}
+	return strings.TrimSpace(string(out))
 }
