@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tandem-epp/tandem/internal/advisor"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
 	"github.com/tandem-epp/tandem/internal/handoff"
@@ -78,6 +79,7 @@ type App struct {
 	scraper  *metrics.Scraper
 	outcomes *outcome.Recorder
 	health   *health.Detector
+	advice   *advisor.Published
 	serving  *serving.Server
 	metricsL net.Listener
 	// objectives are the InferenceObjectives requests may name (cluster or endpoints file).
@@ -143,6 +145,9 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		log.Info("config file warning", "warning", w)
 	}
 	a.picker, a.tel = pk, tel
+	// The P:D ratio advisor's gauges and its status endpoint (GET /advice on the metrics port).
+	a.advice = pk.Advisor.Publish(a.store.Load)
+	a.reg.MustRegister(a.advice)
 	a.router, a.deps, a.tokens, a.cascade = pk.Router, pk.Deps, pk.Tokens, pk.Cascade
 	// The "epp" hand-off (TANDEM_PD_HANDOFF / routingConfig.handoff): Tandem runs prefill legs.
 	a.handoff, err = handoff.NewAdapters(gw.PD, handoff.Options{Observer: tel.handoffObserver(), Log: log.WithName("handoff")})
@@ -316,6 +321,7 @@ func (a *App) Run(ctx context.Context) error {
 func (a *App) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{Registry: a.reg}))
+	mux.Handle("/advice", a.advice)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	return mux
 }

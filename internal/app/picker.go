@@ -7,6 +7,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tandem-epp/tandem/internal/advisor"
 	"github.com/tandem-epp/tandem/internal/bucketserve"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/health"
@@ -48,6 +49,8 @@ type Picker struct {
 	Cascade *pd.Cascade
 	// Models are the online latency models (fed by Deps.Outcomes) of pd-predictive.
 	Models *latency.Models
+	// Advisor is the P:D ratio advisor (fed by Deps.Outcomes, pricing with Models).
+	Advisor *advisor.Advisor
 	// Warnings are the config file's problems that did not stop it from loading.
 	Warnings []string
 
@@ -80,9 +83,12 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 	pd.RegisterTokenLoad(cascade, tokens)
 	models := latency.New(latency.Options{Clock: clock, Samples: deps.Metrics.Get, Observer: o.Predictions})
 	deps.Outcomes.Subscribe(models)
+	adv := advisor.New(advisor.Options{Clock: clock, Models: models, Samples: deps.Metrics.Get, Window: gw.AdvisorWindow,
+		TTFT: gw.PD.SLOTTFT, TPOT: gw.PD.SLOTPOT})
+	deps.Outcomes.Subscribe(adv)
 	pd.RegisterPredictive(cascade, models)
 	pd.RegisterPlugins(o.Registry, cascade)
-	p := &Picker{Deps: deps, Tokens: tokens, Cascade: cascade, Models: models, builtin: pd.Strategies(cascade, deps, gw.PD),
+	p := &Picker{Deps: deps, Tokens: tokens, Cascade: cascade, Models: models, Advisor: adv, builtin: pd.Strategies(cascade, deps, gw.PD),
 		registry: o.Registry, reporter: o.Reporter}
 	table, warnings, err := p.routes(o.File, gw)
 	if err != nil {

@@ -200,6 +200,9 @@ type Gateway struct {
 	Outlier Outlier
 	// Retry is the epp hand-off's pair-level retry and its budget.
 	Retry Retry
+	// AdvisorWindow is how far back the traffic the P:D ratio advisor rests on reaches
+	// (TANDEM_ADVISOR_WINDOW_SECONDS).
+	AdvisorWindow time.Duration
 }
 
 // Outlier configures passive health, modelled on Envoy's outlier detection (the names in
@@ -243,6 +246,7 @@ func DefaultGateway() Gateway {
 		MetricRefreshInterval: time.Second, // cost grows with endpoints ÷ interval: 1 s keeps 1024 pods under 0.2 cores
 		Outlier:               DefaultOutlier(),
 		Retry:                 DefaultRetry(),
+		AdvisorWindow:         time.Minute,
 	}
 }
 

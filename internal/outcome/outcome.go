@@ -82,6 +82,9 @@ type Route struct {
 	// connect to those before it.
 	Fallbacks    []string
 	PromptTokens int
+	// CachedTokens are the prompt tokens the pod that prefills it was predicted to hold in
+	// its prefix cache at the pick (0 when the strategy does not predict it).
+	CachedTokens int
 
 	Picked, PrefillEnd, Headers, FirstByte, LastChunk, End time.Time
 	// PrefillObserved: PrefillEnd was reported by the hand-off that ran the leg, not
@@ -248,6 +251,17 @@ func (t *Tracker) Response(status int, served string) {
 			t.r.Served = served
 		}
 	}
+	t.mu.Unlock()
+}
+
+// Cached records the prompt tokens the prefilling pod was predicted to hold in its prefix
+// cache (set at the pick; no event).
+func (t *Tracker) Cached(tokens int) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	t.r.CachedTokens = max(tokens, 0)
 	t.mu.Unlock()
 }
 

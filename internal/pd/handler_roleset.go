@@ -626,6 +626,7 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 	s.trace.ScoreDirection = picker.LowerIsBetter // costs; a prediction's milliseconds too
 	if s.predictive {
 		pr := predictor{c.models}
+		lc.route.Cached(opt.Prompt.Cached)
 		pr.charge(lc.RouteID(), opt, s.obj, outputBound(cy.Req))
 		pr.traceOption(s.trace, opt)
 	}
@@ -684,6 +685,7 @@ func (h *RolesetHandler) wholeDecision(s *selection, opt Option, maxTokens int) 
 	s.trace.Add(opt.Step)
 	lc := newWholeLifecycle(c, ranked, s.promptTokens)
 	pr := predictor{c.models}
+	lc.route.Cached(opt.Prompt.Cached)
 	pr.charge(lc.RouteID(), opt, s.obj, maxTokens)
 	pr.traceOption(s.trace, opt)
 	return &picker.Decision{Outcome: kind, Step: opt.Step, Destination: ranked, Trace: s.trace, Lifecycle: lc}
