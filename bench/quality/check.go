@@ -11,6 +11,9 @@ import (
 
 // runCheck runs -check on the first workload and shape instead of the report.
 func runCheck(o *options, dataDir string, stdout io.Writer) error {
+	if o.check == "advisor" {
+		return checkAdvisor(o, dataDir, stdout)
+	}
 	wn, c := o.workloads[0], o.clusters[0]
 	tr, err := readTrace(dataDir, wn)
 	if err != nil {

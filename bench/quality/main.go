@@ -153,8 +153,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if *check != "" && *check != "stalls" && *check != "grid" {
-		return nil, fmt.Errorf("-check=%q: want stalls or grid", *check)
+	if *check != "" && *check != "stalls" && *check != "grid" && *check != "advisor" {
+		return nil, fmt.Errorf("-check=%q: want stalls, grid or advisor", *check)
 	}
 	if *checkRate < 0 {
 		return nil, fmt.Errorf("-check-rate=%v: want a rate in req/s, or 0", *checkRate)

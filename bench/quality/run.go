@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/tandem-epp/tandem/internal/advisor"
 	"github.com/tandem-epp/tandem/internal/app"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/latency"
@@ -232,6 +233,15 @@ type runOpts struct {
 	scenarioSeed uint64
 	rate         float64          // offered requests per second (a Poisson process); 0: the workload's own arrival times
 	sched        picker.Scheduler // when set, routes instead of the policy (validation)
+	// advise: ask the P:D ratio advisor for its advice every so many virtual seconds while
+	// requests arrive, and once at the end (0: never)
+	advise float64
+}
+
+// timedAdvice is the advisor's report at a virtual time.
+type timedAdvice struct {
+	at  float64
+	rep advisor.Report
 }
 
 // runResult is one (workload, cluster, policy, load) run.
@@ -255,6 +265,10 @@ type runResult struct {
 	// run (their ratio is the realised cost ratio), and every stalled iteration
 	baseSeconds, scenSeconds float64
 	stalls                   []stallEvent
+	// advice is the advisor's reports (runOpts.advise), and its predicted capacity of every
+	// split of the pods at the end
+	advice    []timedAdvice
+	predicted map[advisor.Split]float64
 }
 
 // costRatio is the realised cost ratio of the run's engine scenario (1 without one).
@@ -359,6 +373,7 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 	var sched picker.Scheduler
 	var deps *picker.Deps
 	var models *latency.Models
+	var adv *advisor.Advisor
 	if o.sched != nil {
 		sched = o.sched
 	} else if pol.rr {
@@ -377,6 +392,7 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 			return nil, errNotRegistered{err}
 		}
 		router, dp := pk.Router, pk.Deps
+		adv = pk.Advisor
 		if pol.strategy == pd.StrategyPredictive || pol.file != "" {
 			models = pk.Models
 		}
@@ -407,6 +423,16 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 		}
 	}
 	d.at(0, scrape)
+	if o.advise > 0 && adv != nil {
+		var advise func()
+		advise = func() {
+			res.advice = append(res.advice, timedAdvice{at: d.now, rep: adv.Advise(snap)})
+			if pending > 0 {
+				d.after(o.advise, advise)
+			}
+		}
+		d.at(o.advise, advise)
+	}
 
 	ctx := context.Background()
 	for i := range w.reqs {
@@ -455,6 +481,10 @@ func simulate(w *workload, c clusterSpec, pol policy, o runOpts) (*runResult, er
 		})
 	}
 	d.run()
+	if o.advise > 0 && adv != nil {
+		res.advice = append(res.advice, timedAdvice{at: d.now, rep: adv.Advise(snap)})
+		res.predicted = adv.Capacities(snap, modelName)
+	}
 	if pending != 0 {
 		return nil, fmt.Errorf("%s/%s: %d requests never finished (simulation bug)", w.name, pol.name, pending)
 	}
