@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -387,9 +388,27 @@ func serveGateway(t *testing.T, opts gateway.Options) string {
 	return "http://" + ln.Addr().String()
 }
 
-// freePort is a 127.0.0.1 port nothing listens on now (the kernel's pick, released at once).
+// freePort is a 127.0.0.1 port nothing listens on now, below the kernel's ephemeral range
+// when it can be: a late pod's port stays unbound until the test starts its engine, and a
+// port the kernel hands out could meanwhile become the local end of some outgoing
+// connection (bind: address already in use).
 func freePort(t *testing.T) int {
 	t.Helper()
+	low := 32768 // Linux's default start of ip_local_port_range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	for i := 0; low > 11000 && i < 200; i++ {
+		port := 10000 + rand.IntN(low-11000)
+		if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			ln.Close()
+			return port
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
