@@ -65,14 +65,7 @@ func sweepSplits(o *options, w *workload, n int, pol policy, guess float64, seed
 	caps := make([]float64, len(s.splits)*seeds)
 	err := parallel(len(caps), o.workers, func(i int) error {
 		c, seed := splitCluster(s.splits[i/seeds]), o.seed+uint64(i%seeds)
-		cp, _, err := searchCapacity(guess, func(rate float64) (bool, error) {
-			res, err := simulate(w, c, pol, runOpts{params: o.params, scrape: o.scrape, seed: seed, rate: rate})
-			if err != nil {
-				return false, err
-			}
-			sm, _ := summarize(res)
-			return sm.sloPct >= goodFraction, nil
-		})
+		cp, err := sloCapacity(o, w, c, pol, seed, guess)
 		caps[i] = cp
 		return err
 	})
@@ -85,6 +78,20 @@ func sweepSplits(o *options, w *workload, n int, pol policy, guess float64, seed
 	}
 	s.best = slices.Max(s.caps)
 	return s, nil
+}
+
+// sloCapacity is the SLO-goodput capacity of w on c under pol with the given seed, searched
+// from guess.
+func sloCapacity(o *options, w *workload, c clusterSpec, pol policy, seed uint64, guess float64) (float64, error) {
+	cp, _, err := searchCapacity(guess, func(rate float64) (bool, error) {
+		res, err := simulate(w, c, pol, runOpts{params: o.params, scrape: o.scrape, seed: seed, rate: rate})
+		if err != nil {
+			return false, err
+		}
+		sm, _ := summarize(res)
+		return sm.sloPct >= goodFraction, nil
+	})
+	return cp, err
 }
 
 // nearest is how many pods must change role to turn s into the nearest of bests.
@@ -122,18 +129,11 @@ func checkAdvisor(o *options, dataDir string, stdout io.Writer) error {
 			return err
 		}
 		// The advisor, from a run on the shape itself at adviceLoad of its capacity.
-		shapeCap, _, err := searchCapacity(guess, func(rate float64) (bool, error) {
-			res, err := simulate(w, c, pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, rate: rate})
-			if err != nil {
-				return false, err
-			}
-			sm, _ := summarize(res)
-			return sm.sloPct >= goodFraction, nil
-		})
+		shapeCap, err := sloCapacity(o, w, c, pol, o.seed, guess)
 		if err != nil {
 			return err
 		}
-		res, err := simulate(w, c, pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, rate: adviceLoad * shapeCap, advise: 5})
+		res, err := simulate(w, c, pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, rate: adviceLoad * shapeCap, advise: adviseEvery})
 		if err != nil {
 			return err
 		}
@@ -281,14 +281,7 @@ func shiftPart(o *options, tr *trace, c clusterSpec, pol policy, prompt, output 
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	capRate, _, err := searchCapacity(guess, func(rate float64) (bool, error) {
-		res, err := simulate(win, c, pol, runOpts{params: o.params, scrape: o.scrape, seed: o.seed, rate: rate})
-		if err != nil {
-			return false, err
-		}
-		sm, _ := summarize(res)
-		return sm.sloPct >= goodFraction, nil
-	})
+	capRate, err := sloCapacity(o, win, c, pol, o.seed, guess)
 	if err != nil {
 		return nil, 0, nil, err
 	}

@@ -329,11 +329,10 @@ type priced struct {
 	eng  engine
 	cuts []cut
 	ob   objectives
-	span float64
 }
 
 func (a *Advisor) price(model string, eps []*pool.Endpoint, pods map[string]podInfo, samples []sample, span float64) priced {
-	p := priced{t: trafficOf(model, eps, pods, samples), eng: a.engine(eps), ob: a.objectives(), span: span}
+	p := priced{t: trafficOf(model, eps, pods, samples), eng: a.engine(eps), ob: a.objectives()}
 	p.eng.calibrate(p.t)
 	if len(p.t.mix) > 0 && span > 0 {
 		p.cuts = p.eng.cuts(p.t.mix, p.t.longestWhole(), p.ob)

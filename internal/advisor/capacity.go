@@ -1,6 +1,7 @@
 package advisor
 
 import (
+	"cmp"
 	"math"
 	"slices"
 
@@ -330,15 +331,7 @@ var cuts = func() []float64 {
 // what it would do, which the advisor does not second-guess).
 func (e *engine) cuts(xs []request, longestWhole float64, ob objectives) []cut {
 	sorted := slices.Clone(xs)
-	slices.SortStableFunc(sorted, func(a, b request) int {
-		switch {
-		case a.prompt < b.prompt:
-			return -1
-		case a.prompt > b.prompt:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(sorted, func(a, b request) int { return cmp.Compare(a.prompt, b.prompt) })
 	out := make([]cut, 0, len(cuts))
 	for _, q := range cuts {
 		i := int(math.Round(q * float64(len(sorted))))
