@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"sync"
-	"sync/atomic"
 
 	"github.com/go-logr/logr"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/picker"
-	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/wire"
 )
 
@@ -94,7 +92,6 @@ type Cascade struct {
 	selectMu sync.Mutex
 	prefill  *load.Tracker // prefill requests in flight per prefill endpoint
 	pending  *load.Tracker // picked requests whose decode has not started, per decode endpoint
-	version  atomic.Uint64 // snapshot version the trackers were last pruned for
 	noted    sync.Map      // policy fallback notes already logged
 
 	chain *picker.Chain
@@ -126,6 +123,10 @@ func New(o Options) *Cascade {
 		fallbacks: o.Fallbacks, log: o.Logger, rand: intn, objectives: o.Objectives,
 		prefill: load.NewTracker(), pending: load.NewTracker(),
 	}
+	o.Deps.OnForget(func(live func(key string) bool) {
+		picker.ForgetAbsent(c.prefill, live)
+		picker.ForgetAbsent(c.pending, live)
+	})
 	c.chain = c.NewDefaultChain()
 	return c
 }
@@ -169,26 +170,4 @@ func (c *Cascade) logger(ctx context.Context) logr.Logger {
 		return l
 	}
 	return c.log
-}
-
-// pruneFor forgets tracker entries of endpoints that left the pool, once per snapshot.
-func (c *Cascade) pruneFor(snap *pool.Snapshot) {
-	if snap == nil {
-		return
-	}
-	c.deps.ForgetGone(snap) // Running and Drain, shared with the other strategies
-	old := c.version.Load()
-	// Only a newer snapshot prunes: a request still holding an older one must not forget
-	// the counters of endpoints that joined since.
-	if snap.Version <= old || !c.version.CompareAndSwap(old, snap.Version) {
-		return
-	}
-	forgetGone(snap, []*load.Tracker{c.prefill, c.pending}, nil)
-	if c.models != nil {
-		live := make(map[string]struct{}, len(snap.Endpoints))
-		for _, e := range snap.Endpoints {
-			live[e.Key()] = struct{}{}
-		}
-		c.models.Forget(func(key string) bool { _, ok := live[key]; return ok })
-	}
 }

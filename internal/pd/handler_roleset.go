@@ -229,7 +229,6 @@ func scoringPart(p *picker.Profile) *picker.Profile {
 // Produce implements picker.DataProducer: everything before the critical section.
 func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 	c := h.c
-	c.pruneFor(cy.Snap)
 	s := &selection{ri: -1}
 	selectionKey.Write(cy.State, s)
 	if cy.Req.API == request.APIOther {

@@ -118,13 +118,15 @@ func TestDecodePodGoesAwayMidTraffic(t *testing.T) {
 	h := newHarness(t, gateway(func(g *config.PD) { g.PrefillScorePolicy = PolicyLeastRequest }), pods...)
 	dAKey := h.key("dA")
 	var inflight []*picker.Decision
-	for range 8 {
+	for i := range 8 {
 		d := h.mustPick(prompt("x", 8))
-		d.Lifecycle.ResponseHeaders(200, "")
+		if i%2 == 0 { // the others' decodes have not started: pending on their decode pod
+			d.Lifecycle.ResponseHeaders(200, "")
+		}
 		inflight = append(inflight, d)
 	}
-	if h.deps.Running.InFlight(dAKey) == 0 {
-		t.Fatal("setup: nothing went to dA")
+	if h.deps.Running.InFlight(dAKey) == 0 || h.c.PendingDecode(dAKey) == 0 {
+		t.Fatal("setup: nothing went to dA, or none of it is pending")
 	}
 	h.publish(pods[0], pods[2], pods[3]) // dA is gone
 	for range 50 {
@@ -137,8 +139,12 @@ func TestDecodePodGoesAwayMidTraffic(t *testing.T) {
 	for _, d := range inflight {
 		d.Lifecycle.Done(nil)
 	}
+	_, pending := h.c.Trackers()
 	if _, has := h.deps.Running.Lookup(dAKey); has {
 		t.Fatal("the departed pod's running counter was kept")
+	}
+	if _, has := pending.Lookup(dAKey); has {
+		t.Fatal("the departed pod's pending-decode counter was kept")
 	}
 	for _, k := range []string{h.key("pA"), h.key("pB"), h.key("dB")} {
 		if h.c.PrefillInFlight(k) != 0 || h.c.PendingDecode(k) != 0 || h.deps.Running.InFlight(k) != 0 {

@@ -25,9 +25,11 @@ type AbsoluteCost interface {
 
 // RegisterPredictive registers predicted_ttft (prefill) and predicted_tpot (decode) on the
 // cascade's registries, predicting from m, and makes m the models the cascade's predictive
-// chain (pd-predictive) and placement deciders read.
+// chain (pd-predictive) and placement deciders read; m forgets the endpoints that leave the
+// pool when the cascade's deps do.
 func RegisterPredictive(c *Cascade, m *latency.Models) {
 	c.models = m
+	c.deps.OnForget(m.Forget)
 	c.Policies().RegisterPrefill(predictedTTFT{m})
 	c.Policies().RegisterDecode(predictedTPOT{m})
 }

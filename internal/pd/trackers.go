@@ -3,7 +3,6 @@ package pd
 import (
 	"sync"
 
-	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -214,28 +213,3 @@ var (
 	_ PrefillObserver  = (*lifecycle)(nil)
 	_ WholeRouter      = (*lifecycle)(nil)
 )
-
-// forgetGone drops tracker entries of endpoints no longer in the snapshot.
-func forgetGone(snap *pool.Snapshot, trackers []*load.Tracker, rates []*load.Rate) {
-	if snap == nil {
-		return
-	}
-	live := make(map[string]struct{}, len(snap.Endpoints))
-	for _, e := range snap.Endpoints {
-		live[e.Key()] = struct{}{}
-	}
-	for _, t := range trackers {
-		for _, k := range t.Keys() {
-			if _, ok := live[k]; !ok {
-				t.Forget(k)
-			}
-		}
-	}
-	for _, r := range rates {
-		for _, k := range r.Keys() {
-			if _, ok := live[k]; !ok {
-				r.Forget(k)
-			}
-		}
-	}
-}

@@ -2,6 +2,7 @@ package picker
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 
 	"github.com/tandem-epp/tandem/internal/config"
@@ -43,12 +44,40 @@ type Deps struct {
 
 	// pruned is the newest snapshot version ForgetGone pruned for.
 	pruned atomic.Uint64
+	// forgets are the OnForget callbacks, called by ForgetGone.
+	forgetMu sync.Mutex
+	forgets  []func(live func(key string) bool)
 }
 
-// ForgetGone drops the Running and Drain entries of endpoints not in snap, once per
-// snapshot newer than the last one pruned for: a request still holding an older snapshot
-// must not forget endpoints that joined since. Every strategy calls it, so the shared
-// signals do not keep an entry for every endpoint that ever existed.
+// Keyed is per-endpoint state that can drop an endpoint's entry (load.Tracker, load.Rate).
+type Keyed interface {
+	Keys() []string
+	Forget(key string)
+}
+
+// ForgetAbsent drops the entries of k whose endpoint live says has left.
+func ForgetAbsent(k Keyed, live func(key string) bool) {
+	for _, key := range k.Keys() {
+		if !live(key) {
+			k.Forget(key)
+		}
+	}
+}
+
+// OnForget registers f to run whenever ForgetGone prunes for a newer snapshot, with a test
+// of which endpoints are still in the pool: per-endpoint state outside the Deps (a strategy's
+// own trackers, latency models) is pruned in the same place and at the same moment as the
+// shared counters.
+func (d *Deps) OnForget(f func(live func(key string) bool)) {
+	d.forgetMu.Lock()
+	defer d.forgetMu.Unlock()
+	d.forgets = append(d.forgets, f)
+}
+
+// ForgetGone drops the per-endpoint state of endpoints not in snap — Running, Drain and
+// whatever OnForget registered — once per snapshot newer than the last one pruned for: a
+// request still holding an older snapshot must not forget endpoints that joined since. Every
+// strategy calls it, so no signal keeps an entry for every endpoint that ever existed.
 func (d *Deps) ForgetGone(snap *pool.Snapshot) {
 	if d == nil || snap == nil {
 		return
@@ -57,23 +86,17 @@ func (d *Deps) ForgetGone(snap *pool.Snapshot) {
 	if snap.Version <= old || !d.pruned.CompareAndSwap(old, snap.Version) {
 		return
 	}
-	live := make(map[string]struct{}, len(snap.Endpoints))
-	for _, e := range snap.Endpoints {
-		live[e.Key()] = struct{}{}
-	}
 	if d.Running != nil {
-		for _, k := range d.Running.Keys() {
-			if _, ok := live[k]; !ok {
-				d.Running.Forget(k)
-			}
-		}
+		ForgetAbsent(d.Running, snap.Has)
 	}
 	if d.Drain != nil {
-		for _, k := range d.Drain.Keys() {
-			if _, ok := live[k]; !ok {
-				d.Drain.Forget(k)
-			}
-		}
+		ForgetAbsent(d.Drain, snap.Has)
+	}
+	d.forgetMu.Lock()
+	forgets := d.forgets
+	d.forgetMu.Unlock()
+	for _, f := range forgets {
+		f(snap.Has)
 	}
 }
 

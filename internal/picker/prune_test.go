@@ -14,11 +14,14 @@ import (
 // strategies still forgets the endpoints that left, at the first pick on a newer
 // snapshot. A request still holding an older snapshot prunes nothing. Worked by hand:
 // a and b each serve one completed request (both have a running counter and a drain
-// window), then b leaves the pool.
+// window), then b leaves the pool. State registered with OnForget is asked about the same
+// endpoints at the same moment, once per newer snapshot.
 func TestChainForgetsEndpointsThatLeft(t *testing.T) {
 	deps := NewDeps(nil, config.DefaultPD().PrefixCache)
 	chain := NewLeastRequestStrategy(deps)
 	a, b := ep("a", "", ""), ep("b", "", "")
+	var asked [][]bool // per OnForget call: is a live, is b live
+	deps.OnForget(func(live func(key string) bool) { asked = append(asked, []bool{live(a.Key()), live(b.Key())}) })
 	store := pool.NewStore()
 	v1 := store.Publish(pool.Info{}, []*pool.Endpoint{a, b}, true)
 	pickOn := func(snap *pool.Snapshot, cands ...*pool.Endpoint) *Decision {
@@ -49,5 +52,9 @@ func TestChainForgetsEndpointsThatLeft(t *testing.T) {
 		if slices.Contains(tc.keys, b.Key()) || !slices.Contains(tc.keys, a.Key()) {
 			t.Errorf("%s keys %v after b left; want only %s", tc.name, tc.keys, a.Key())
 		}
+	}
+	pickOn(v2, a).Lifecycle.Done(nil) // the same snapshot again: nothing more to prune
+	if want := [][]bool{{true, true}, {true, false}}; !slices.EqualFunc(asked, want, slices.Equal[[]bool]) {
+		t.Errorf("OnForget saw %v, want %v (v1 once, then v2 once)", asked, want)
 	}
 }

@@ -55,6 +55,11 @@ func TestStorePublishAndLookups(t *testing.T) {
 	if e, ok := snap.ByHostPort("10.0.0.1:8002"); !ok || e != b1 {
 		t.Fatalf("ByHostPort: %v %v", e, ok)
 	}
+	for key, want := range map[string]bool{"ns/a:8000": true, "ns/a:8002": true, "ns/b:8000": true, "ns/a:8001": false, "ns/0": false, "ns/c:8000": false, "": false} {
+		if got := snap.Has(key); got != want {
+			t.Errorf("Has(%q) = %v, want %v", key, got, want)
+		}
+	}
 	if got := snap.ByAddress("10.0.0.1"); len(got) != 2 {
 		t.Fatalf("ByAddress: %d endpoints, want 2 ranks", len(got))
 	}

@@ -35,6 +35,12 @@ func (s *Snapshot) ByHostPort(hp string) (*Endpoint, bool) {
 	return e, ok
 }
 
+// Has reports whether the endpoint keyed key is in the snapshot.
+func (s *Snapshot) Has(key string) bool {
+	i := sort.Search(len(s.Endpoints), func(i int) bool { return s.Endpoints[i].Key() >= key })
+	return i < len(s.Endpoints) && s.Endpoints[i].Key() == key
+}
+
 // Served is the endpoint of eps (a request's destination and fallbacks) serving at
 // hostPort, as the gateway names the one that answered; nil when hostPort is empty or none
 // of them serves there.
