@@ -625,29 +625,19 @@ func (m *Metrics) ConfigError(ep *pool.Endpoint, source string, _ error) {
 // rolesets, and the series of pods that left are dropped.
 func (m *Metrics) PoolChanged(snap *pool.Snapshot) {
 	byRole := map[pool.Role]int{pool.RolePrefill: 0, pool.RoleDecode: 0, pool.RoleStandard: 0}
-	type sides struct{ prefill, decode bool }
-	rolesets := map[string]*sides{}
 	pods := make(map[string][2]string, len(snap.Endpoints))
 	for _, ep := range snap.Endpoints {
 		byRole[ep.Role]++
 		pods[ep.PodKey()] = [2]string{ep.Namespace, ep.Name}
-		if ep.Roleset == "" || ep.Role == pool.RoleStandard {
-			continue
-		}
-		s := rolesets[ep.Roleset]
-		if s == nil {
-			s = &sides{}
-			rolesets[ep.Roleset] = s
-		}
-		s.prefill = s.prefill || ep.Role == pool.RolePrefill
-		s.decode = s.decode || ep.Role == pool.RoleDecode
 	}
 	for r, n := range byRole {
 		m.poolEndpoints.WithLabelValues(string(r)).Set(float64(n))
 	}
+	// A roleset counts once per revision (its pair-match label values): mid-rollout, a
+	// roleset whose new revision has only one side yet is one complete and one incomplete.
 	complete, incomplete := 0, 0
-	for _, s := range rolesets {
-		if s.prefill && s.decode {
+	for _, g := range pool.Rolesets(snap.Endpoints, func(e *pool.Endpoint) bool { return e.Roleset != "" }) {
+		if g.Complete() {
 			complete++
 		} else {
 			incomplete++
