@@ -158,7 +158,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.scrapeStale = m.gaugeVec("tandem_scrape_stale", "1 while an endpoint's engine metrics are stale (no good scrape within the staleness threshold), else 0.", epLabels...)
 	m.configErrors = m.counterVec("tandem_config_errors_total", "Bad per-pod configuration (annotations, labels) that Tandem ignored, by pod and source.", "namespace", "pod_name", "source")
 	m.poolEndpoints = m.gaugeVec("tandem_pool_endpoints", "Endpoints in the pool snapshot, by role (prefill, decode, standard).", "role")
-	m.pdRolesets = m.gaugeVec("tandem_pd_rolesets", "Rolesets in the pool by state: complete (has prefill and decode endpoints) or incomplete (only one side).", "state")
+	m.pdRolesets = m.gaugeVec("tandem_pd_rolesets", "Rolesets in the pool by state: complete (has prefill and decode endpoints) or incomplete (only one side). Each revision of a roleset (its TANDEM_PAIR_MATCH_LABELS values) counts as one.", "state")
 	m.endpointRunning = m.gaugeVec("tandem_endpoint_running_requests", "Requests running in the engine, as last scraped.", append(epLabels, "role")...)
 	m.endpointWaiting = m.gaugeVec("tandem_endpoint_waiting_requests", "Requests queued in the engine, as last scraped.", append(epLabels, "role")...)
 	m.endpointKVUsage = m.gaugeVec("tandem_endpoint_kv_cache_usage_ratio", "KV-cache utilisation of the engine (0..1), as last scraped.", append(epLabels, "role")...)
