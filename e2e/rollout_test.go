@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -52,38 +49,13 @@ func TestRolloutNeverPairsRevisions(t *testing.T) {
 	}
 	pods := startPods(t, specs...)
 
-	const selectorKey, selectorValue = "app", "tandem-rollout"
-	ip := &infv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Name: "rollout-pool", Namespace: ns},
-		Spec: infv1.InferencePoolSpec{
-			Selector:          infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{selectorKey: selectorValue}},
-			TargetPorts:       []infv1.Port{{Number: 8000}},
-			EndpointPickerRef: &infv1.EndpointPickerRef{Name: "tandem", Port: &infv1.Port{Number: 9002}},
-		},
-	}
-	if err := env.Client.Create(ctx, ip); err != nil {
-		t.Fatalf("creating the InferencePool: %v", err)
-	}
+	createInferencePool(ctx, t, env, ns, "rollout-pool")
 	objs := map[string]*corev1.Pod{}
 	live := map[string]bool{}
 	add := func(name string) {
 		t.Helper()
-		p := pods[name]
-		labels := p.labels()
-		labels[selectorKey] = selectorValue
-		labels[pool.LabelModelPort] = strconv.Itoa(int(p.port()))
-		labels[pool.LabelDisaggRevision] = revision[name]
-		obj := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: p.annotations()},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}}},
-		}
-		if err := env.Client.Create(ctx, obj); err != nil {
-			t.Fatalf("creating pod %s: %v", name, err)
-		}
-		if err := testenv.SetPodStatus(ctx, env.Client, obj, "127.0.0.1", true); err != nil {
-			t.Fatal(err)
-		}
-		objs[name], live[name] = obj, true
+		objs[name] = createSimPod(ctx, t, env, ns, pods[name], map[string]string{pool.LabelDisaggRevision: revision[name]})
+		live[name] = true
 	}
 	remove := func(name string) {
 		t.Helper()
