@@ -1,6 +1,8 @@
 package pd
 
 import (
+	"slices"
+
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -18,14 +20,18 @@ const maxTracedUnpaired = 8
 // leave any of cands unpaired. Only called when a roleset is incomplete: that is rare
 // outside a rollout.
 func traceUnpaired(tr *picker.Trace, cands []*pool.Endpoint) {
-	unpaired := pool.UnpairedByMatch(pool.Rolesets(cands, nil))
-	if len(unpaired) == 0 || tr == nil {
+	split := pool.SplitByMatch(pool.Rolesets(cands, nil))
+	if len(split) == 0 || tr == nil {
 		return
 	}
 	tr.Add(StepPairMatchUnpaired)
-	tr.Unpaired = make(map[string]string, min(len(unpaired), maxTracedUnpaired))
-	for _, e := range unpaired[:min(len(unpaired), maxTracedUnpaired)] {
-		tr.Unpaired[e.Key()] = e.RolesetKey()
+	tr.Unpaired = map[string]string{}
+	for _, g := range split {
+		for _, e := range slices.Concat(g.Prefill, g.Decode) {
+			if len(tr.Unpaired) < maxTracedUnpaired {
+				tr.Unpaired[e.Key()] = e.RolesetKey()
+			}
+		}
 	}
 }
 

@@ -31,20 +31,14 @@ func Lint(endpoints []*Endpoint) []string {
 		}
 	}
 	groups := Rolesets(endpoints, nil)
-	unpaired := map[*RolesetGroup]bool{}
+	split := map[*RolesetGroup]bool{}
+	for _, g := range SplitByMatch(groups) {
+		split[g] = true
+	}
 	for _, g := range groups {
-		if !g.Complete() {
-			unpaired[g] = false
+		if g.Complete() {
+			continue
 		}
-	}
-	for _, e := range UnpairedByMatch(groups) {
-		for g := range unpaired {
-			if g.Model == e.Model && g.Key == e.RolesetKey() {
-				unpaired[g] = true
-			}
-		}
-	}
-	for g, byMatch := range unpaired {
 		name := fmt.Sprintf("roleset %q", g.Name)
 		if g.Name == "" {
 			name = "the pods without a " + LabelRolesetName + " label"
@@ -56,7 +50,7 @@ func Lint(endpoints []*Endpoint) []string {
 		if len(g.Decode) > 0 {
 			have, missing, pods = "decode", "prefill", g.Decode
 		}
-		if byMatch {
+		if split[g] {
 			out = append(out, fmt.Sprintf("%s: %s pods (%s) of revision %s have no %s pod of the same revision, so the pair-match labels (TANDEM_PAIR_MATCH_LABELS) leave them unpaired until one joins them or the rollout ends",
 				name, have, podNames(pods), g.Revision(), missing))
 			continue

@@ -119,11 +119,10 @@ func Rolesets(eps []*Endpoint, keep func(*Endpoint) bool) []*RolesetGroup {
 	return out
 }
 
-// UnpairedByMatch lists the endpoints of groups the match labels left without a pair: their
-// roleset identity lacks a side, while the pods of the same roleset-name and model, all
-// revisions together, have both (so without the match labels they would be paired). In the
-// order of groups.
-func UnpairedByMatch(groups []*RolesetGroup) []*Endpoint {
+// SplitByMatch lists the groups the match labels left without a pair: their roleset identity
+// lacks a side, while the pods of the same roleset-name and model, all revisions together,
+// have both (so without the match labels they would be paired). In the order of groups.
+func SplitByMatch(groups []*RolesetGroup) []*RolesetGroup {
 	type id struct{ model, name string }
 	type sides struct{ prefill, decode, split bool }
 	byName := map[id]*sides{}
@@ -137,14 +136,10 @@ func UnpairedByMatch(groups []*RolesetGroup) []*Endpoint {
 		s.decode = s.decode || len(g.Decode) > 0
 		s.split = s.split || g.Key != g.Name
 	}
-	var out []*Endpoint
+	var out []*RolesetGroup
 	for _, g := range groups {
-		if g.Complete() {
-			continue
-		}
-		if s := byName[id{g.Model, g.Name}]; s.split && s.prefill && s.decode {
-			out = append(out, g.Prefill...)
-			out = append(out, g.Decode...)
+		if s := byName[id{g.Model, g.Name}]; !g.Complete() && s.split && s.prefill && s.decode {
+			out = append(out, g)
 		}
 	}
 	return out

@@ -72,8 +72,8 @@ func TestRolesetsSplitPerRevision(t *testing.T) {
 	if strings.Join(got, ",") != want {
 		t.Errorf("groups %s\nwant   %s", strings.Join(got, ","), want)
 	}
-	if un := UnpairedByMatch(groups); len(un) != 1 || un[0].Name != "p-b" {
-		t.Errorf("unpaired %v, want p-b only", un)
+	if split := SplitByMatch(groups); len(split) != 1 || split[0] != groups[2] {
+		t.Errorf("split by the match labels: %d groups, want rs@b only", len(split))
 	}
 	if g := groups[2]; g.Revision() != LabelDisaggRevision+"=b" || g.Name != "rs" || g.Complete() {
 		t.Errorf("rs@b: revision %q name %q complete %v", g.Revision(), g.Name, g.Complete())
@@ -84,7 +84,7 @@ func TestRolesetsSplitPerRevision(t *testing.T) {
 	for _, e := range eps {
 		plain = append(plain, NewEndpoint(e.Namespace, e.Name, e.Address, e.Port, e.Rank, e.Labels, nil))
 	}
-	if groups := Rolesets(plain, nil); len(groups) != 2 || !groups[1].Complete() || len(groups[1].Prefill) != 2 || len(UnpairedByMatch(groups)) != 0 {
+	if groups := Rolesets(plain, nil); len(groups) != 2 || !groups[1].Complete() || len(groups[1].Prefill) != 2 || len(SplitByMatch(groups)) != 0 {
 		t.Errorf("without match labels: %d groups", len(groups))
 	}
 
