@@ -180,13 +180,13 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 	}
 	d := &picker.Decision{Destination: dr.Ranked, Step: StepDecodeOnly}
 	if pr := done[h.prefName]; pr != nil && len(pr.Ranked) > 0 {
-		prefill, dest := sameRevision(pr.Ranked, dr.Ranked[0].Revision), dr.Ranked
+		// The pair-match labels: no prefill pod, and no decode fallback (the gateway hands it
+		// the same prefill target), of another revision than the decode pick's.
+		rev := dr.Ranked[0].Revision
+		prefill, dest := sameRevision(pr.Ranked, rev), sameRevision(dr.Ranked, rev)
 		if len(prefill) < len(pr.Ranked) {
-			// The pair-match labels: no prefill pod of another revision than the decode
-			// pick's, and no decode fallback of another revision than the prefill's.
 			d.Trace = &picker.Trace{Steps: []string{StepPairMatchUnpaired}}
-			traceSkipped(d.Trace, pr.Ranked, dr.Ranked[0].Revision)
-			dest = sameRevision(dr.Ranked, dr.Ranked[0].Revision)
+			traceSkipped(d.Trace, pr.Ranked, rev)
 		}
 		if len(prefill) > 0 {
 			d.Destination, d.Prefill, d.Outcome, d.Step = dest, prefill, picker.OutcomePD, StepPrefillDecode
