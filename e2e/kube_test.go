@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"testing"
 	"time"
@@ -29,35 +31,10 @@ func TestPDPickThroughKubernetesSource(t *testing.T) {
 	ctx := testCtx(t, 90*time.Second)
 	pods := startPods(t, pdPods("a", "b")...)
 
-	const selectorKey, selectorValue = "app", "tandem-e2e-sim"
-	ip := &infv1.InferencePool{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-pool", Namespace: ns},
-		Spec: infv1.InferencePoolSpec{
-			Selector:          infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{selectorKey: selectorValue}},
-			TargetPorts:       []infv1.Port{{Number: 8000}},
-			EndpointPickerRef: &infv1.EndpointPickerRef{Name: "tandem", Port: &infv1.Port{Number: 9002}},
-		},
-	}
-	if err := env.Client.Create(ctx, ip); err != nil {
-		t.Fatalf("creating the InferencePool: %v", err)
-	}
+	createInferencePool(ctx, t, env, ns, "e2e-pool")
 	objs := map[string]*corev1.Pod{}
 	for _, name := range []string{"prefill-a", "decode-a", "prefill-b", "decode-b"} {
-		p := pods[name]
-		labels := p.labels()
-		labels[selectorKey] = selectorValue
-		labels[pool.LabelModelPort] = strconv.Itoa(int(p.port()))
-		obj := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: p.annotations()},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}}},
-		}
-		if err := env.Client.Create(ctx, obj); err != nil {
-			t.Fatalf("creating pod %s: %v", name, err)
-		}
-		if err := testenv.SetPodStatus(ctx, env.Client, obj, "127.0.0.1", true); err != nil {
-			t.Fatal(err)
-		}
-		objs[name] = obj
+		objs[name] = createSimPod(ctx, t, env, ns, pods[name], nil)
 	}
 
 	a := startTandem(t, []string{"--pool-name=e2e-pool", "--pool-namespace=" + ns}, defaultEnv(nil), env.Config)
@@ -113,4 +90,45 @@ func TestPDPickThroughKubernetesSource(t *testing.T) {
 	if got := countReceived(pods["prefill-b"]); got != prefillB {
 		t.Errorf("prefill-b received %d requests after its roleset lost its decode pod", got-prefillB)
 	}
+}
+
+// The label the test pools select their pods by.
+const selectorKey, selectorValue = "app", "tandem-e2e-sim"
+
+// createInferencePool creates an InferencePool selecting the test pods, with the one target port
+// 8000 (nothing listens there: each pod names its simulator's port with model.aibrix.ai/port).
+func createInferencePool(ctx context.Context, t *testing.T, env *testenv.Env, ns, name string) {
+	t.Helper()
+	ip := &infv1.InferencePool{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: infv1.InferencePoolSpec{
+			Selector:          infv1.LabelSelector{MatchLabels: map[infv1.LabelKey]infv1.LabelValue{selectorKey: selectorValue}},
+			TargetPorts:       []infv1.Port{{Number: 8000}},
+			EndpointPickerRef: &infv1.EndpointPickerRef{Name: "tandem", Port: &infv1.Port{Number: 9002}},
+		},
+	}
+	if err := env.Client.Create(ctx, ip); err != nil {
+		t.Fatalf("creating the InferencePool: %v", err)
+	}
+}
+
+// createSimPod creates the Pod object of simulated pod p (its labels, plus extra) and reports
+// it Ready at 127.0.0.1, as the kubelet would.
+func createSimPod(ctx context.Context, t *testing.T, env *testenv.Env, ns string, p *pod, extra map[string]string) *corev1.Pod {
+	t.Helper()
+	labels := p.labels()
+	labels[selectorKey] = selectorValue
+	labels[pool.LabelModelPort] = strconv.Itoa(int(p.port()))
+	maps.Copy(labels, extra)
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: ns, Labels: labels, Annotations: p.annotations()},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm/vllm-openai"}}},
+	}
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatalf("creating pod %s: %v", p.name, err)
+	}
+	if err := testenv.SetPodStatus(ctx, env.Client, obj, "127.0.0.1", true); err != nil {
+		t.Fatal(err)
+	}
+	return obj
 }

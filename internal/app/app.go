@@ -194,7 +194,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if opts.EndpointsFile != "" {
 		path := opts.EndpointsFile
 		a.source = func(ctx context.Context) error {
-			w := &file.Watcher{Path: path, Store: a.store, Logger: log.WithName("endpoints-file"),
+			w := &file.Watcher{Path: path, Store: a.store, PairMatch: gw.PairMatch(), Logger: log.WithName("endpoints-file"),
 				OnError: func(err error) { tel.sourceError("file", err) }, OnObjectives: objectives.Replace}
 			if err := w.Load(); err != nil {
 				return err
@@ -205,7 +205,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		if _, _, err := file.Load(path); err != nil {
 			return nil, err
 		}
-	} else if a.source, err = kubeSource(opts, env, a.store, objectives, tel, log); err != nil {
+	} else if a.source, err = kubeSource(opts, env, a.store, gw.PairMatch(), objectives, tel, log); err != nil {
 		return nil, err
 	}
 

@@ -18,29 +18,12 @@ import (
 // names the pods and the setting to change. Per-profile routingConfig.handoff overrides are not
 // seen here: a warning about the gateway setting may not hold for a profile that overrides it.
 func disaggregationWarnings(snap *pool.Snapshot, gw config.Gateway, gatewayClient string) []string {
-	type sides struct{ prefill, decode []*pool.Endpoint }
-	rolesets := map[string]*sides{}
-	for _, e := range snap.Endpoints {
-		if e.Role != pool.RolePrefill && e.Role != pool.RoleDecode {
-			continue
-		}
-		// Pods without a roleset form one group: llm-d's pools have none, and its
-		// disagg-profile-handler pairs any of their prefill pods with any decode pod.
-		s := rolesets[e.Roleset]
-		if s == nil {
-			s = &sides{}
-			rolesets[e.Roleset] = s
-		}
-		if e.Role == pool.RolePrefill {
-			s.prefill = append(s.prefill, e)
-		} else {
-			s.decode = append(s.decode, e)
-		}
-	}
+	// Pods without a roleset form one group per revision: llm-d's pools have none, and its
+	// disagg-profile-handler pairs any of their prefill pods with any decode pod.
 	var decode []*pool.Endpoint
-	for _, s := range rolesets {
-		if len(s.prefill) > 0 {
-			decode = append(decode, s.decode...)
+	for _, g := range pool.Rolesets(snap.Endpoints, nil) {
+		if len(g.Prefill) > 0 {
+			decode = append(decode, g.Decode...)
 		}
 	}
 	if len(decode) == 0 {

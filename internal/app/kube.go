@@ -26,7 +26,7 @@ func setKubeLogger(log logr.Logger) { ctrl.SetLogger(log) }
 
 // kubeSource follows the InferencePool named by opts, its pods and the InferenceObjectives of
 // the pool, into store and objectives; bad pod annotations also become Warning events.
-func kubeSource(opts *Options, env Env, store *pool.Store, objectives *objective.Set, tel *tel, log logr.Logger) (func(context.Context) error, error) {
+func kubeSource(opts *Options, env Env, store *pool.Store, match pool.PairMatch, objectives *objective.Set, tel *tel, log logr.Logger) (func(context.Context) error, error) {
 	rc := env.RestConfig
 	if rc == nil {
 		var err error
@@ -35,7 +35,7 @@ func kubeSource(opts *Options, env Env, store *pool.Store, objectives *objective
 		}
 	}
 	mgr, err := kube.NewManager(rc, kube.Options{PoolName: opts.PoolName, PoolNamespace: opts.PoolNamespace,
-		PoolGroup: opts.PoolGroup, Store: store, Logger: log.WithName("kube")})
+		PoolGroup: opts.PoolGroup, Store: store, PairMatch: match, Logger: log.WithName("kube")})
 	if err != nil {
 		return nil, err
 	}

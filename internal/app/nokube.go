@@ -22,6 +22,6 @@ func setKubeLogger(logr.Logger) {}
 // an endpoints file.
 var ErrNoKube = errors.New("this epp was built without Kubernetes support (-tags nokube): give the pool with --endpoints-file, or use a build without that tag to follow an InferencePool")
 
-func kubeSource(*Options, Env, *pool.Store, *objective.Set, *tel, logr.Logger) (func(context.Context) error, error) {
+func kubeSource(*Options, Env, *pool.Store, pool.PairMatch, *objective.Set, *tel, logr.Logger) (func(context.Context) error, error) {
 	return nil, ErrNoKube
 }

@@ -10,8 +10,9 @@ import (
 
 // checkPool reads every pool snapshot the store publishes, at start-up and on each change, until
 // ctx ends: it logs once each the pool's probable mistakes (pool.Lint: a role label typo, a
-// roleset with one side) and parses every pod's model.aibrix.ai/config annotation, so a bad one
-// is reported (by the picker's annotation reporter) when the pod joins, not at its first request.
+// roleset with one side, pods the pair-match labels leave unpaired) and parses every pod's
+// model.aibrix.ai/config annotation, so a bad one is reported (by the picker's annotation
+// reporter) when the pod joins, not at its first request.
 func checkPool(ctx context.Context, store *pool.Store, pk *Picker, log logr.Logger) {
 	changes := store.Changes()
 	said := map[string]bool{}

@@ -58,6 +58,8 @@ var seedDefaults = map[string]string{
 	// Issue 18's predictive policies: no objective unless the operator or the request sets one.
 	"TANDEM_SLO_TTFT_MS": "0",
 	"TANDEM_SLO_TPOT_MS": "0",
+	// Rollout-safe pairs: the one label a controller sets alike on both roles' pods of a revision.
+	"TANDEM_PAIR_MATCH_LABELS": "disaggregatedset.x-k8s.io/revision",
 	// The P:D ratio advisor's traffic window (issue 27).
 	"TANDEM_ADVISOR_WINDOW_SECONDS": "60",
 	// Passive health and the pair-level retry (issue 12): Envoy's outlier-detection and
@@ -149,6 +151,7 @@ func TestEnvValidValues(t *testing.T) {
 		{"TANDEM_SLO_TTFT_MS", "800", func(g Gateway) any { return g.PD.SLOTTFT }, 800 * time.Millisecond},
 		{"TANDEM_SLO_TPOT_MS", "0", func(g Gateway) any { return g.PD.SLOTPOT }, time.Duration(0)},
 		{"TANDEM_ADVISOR_WINDOW_SECONDS", "120", func(g Gateway) any { return g.AdvisorWindow }, 2 * time.Minute},
+		{"TANDEM_PAIR_MATCH_LABELS", " app.kubernetes.io/version , example.com/rev", func(g Gateway) any { return g.PairMatchLabels }, "app.kubernetes.io/version,example.com/rev"},
 		{"TANDEM_OUTLIER_DETECTION", "false", func(g Gateway) any { return g.Outlier.Enabled }, false},
 		{"TANDEM_OUTLIER_CONSECUTIVE_5XX", "0", func(g Gateway) any { return g.Outlier.Consecutive5xx }, 0},
 		{"TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE", "2", func(g Gateway) any { return g.Outlier.ConsecutiveGatewayFailure }, 2},
@@ -240,6 +243,7 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"TANDEM_SLO_TTFT_MS", "-1", "TANDEM_SLO_TTFT_MS=-1: must be 0 (disabled) or positive"},
 		{"TANDEM_SLO_TPOT_MS", "12.5", "TANDEM_SLO_TPOT_MS=12.5: must be a whole number"},
 		{"TANDEM_ADVISOR_WINDOW_SECONDS", "0", "TANDEM_ADVISOR_WINDOW_SECONDS=0: must be positive"},
+		{"TANDEM_PAIR_MATCH_LABELS", "version,,rev", "TANDEM_PAIR_MATCH_LABELS=version,,rev: must be a comma-separated list of label keys (such as disaggregatedset.x-k8s.io/revision), or none"},
 		{"TANDEM_OUTLIER_DETECTION", "on", "TANDEM_OUTLIER_DETECTION=on: must be true or false"},
 		{"TANDEM_OUTLIER_CONSECUTIVE_5XX", "-1", "TANDEM_OUTLIER_CONSECUTIVE_5XX=-1: must be 0 or more"},
 		{"TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE", "2.5", "TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE=2.5: must be a whole number"},

@@ -27,6 +27,8 @@ var restartOnly = []string{
 	"TANDEM_PD_PREFILL_RETRY",
 	"TANDEM_PD_RETRY_BUDGET_PERCENT",
 	"TANDEM_PD_RETRY_MIN_CONCURRENCY",
+	// The pool source reads each pod's revision once, when it starts.
+	"TANDEM_PAIR_MATCH_LABELS",
 }
 
 // RestartOnly lists the settings, by variable name, that differ between the running

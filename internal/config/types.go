@@ -203,6 +203,18 @@ type Gateway struct {
 	// AdvisorWindow is how far back the traffic the P:D ratio advisor rests on reaches
 	// (TANDEM_ADVISOR_WINDOW_SECONDS).
 	AdvisorWindow time.Duration
+	// PairMatchLabels are the pod label keys, comma-separated, whose values must match
+	// between a prefill and a decode pod of one pair (TANDEM_PAIR_MATCH_LABELS; "": none).
+	// The pool sources read each pod's Revision with PairMatch.
+	PairMatchLabels string
+}
+
+// PairMatch is PairMatchLabels as the pool sources use it.
+func (g *Gateway) PairMatch() pool.PairMatch {
+	if g.PairMatchLabels == "" {
+		return nil
+	}
+	return strings.Split(g.PairMatchLabels, ",")
 }
 
 // Outlier configures passive health, modelled on Envoy's outlier detection (the names in
@@ -247,6 +259,7 @@ func DefaultGateway() Gateway {
 		Outlier:               DefaultOutlier(),
 		Retry:                 DefaultRetry(),
 		AdvisorWindow:         time.Minute,
+		PairMatchLabels:       strings.Join(pool.DefaultPairMatch, ","),
 	}
 }
 

@@ -6,6 +6,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // Var is one gateway setting. The same definition drives the environment variable, the key of
@@ -209,6 +213,40 @@ func strategyVar(name, key, desc string, f func(*Gateway) *string) Var {
 	}
 }
 
+// PairMatchNone is the TANDEM_PAIR_MATCH_LABELS value that matches no label.
+const PairMatchNone = "none"
+
+// labelListVar accepts a comma-separated list of pod label keys (each once; spaces ignored),
+// or PairMatchNone for the empty list; it keeps them comma-joined, without spaces.
+func labelListVar(name, key, desc string, f func(*Gateway) *string) Var {
+	const rule = "must be a comma-separated list of label keys (such as " + pool.LabelDisaggRevision + "), or none"
+	return Var{
+		Name: name, Key: key, Type: "list of label keys, or none", Rule: rule, Description: desc,
+		set: func(g *Gateway, raw string) string {
+			if strings.TrimSpace(raw) == PairMatchNone {
+				*f(g) = ""
+				return ""
+			}
+			var keys []string
+			for _, part := range strings.Split(raw, ",") {
+				k := strings.TrimSpace(part)
+				if k == "" || len(validation.IsQualifiedName(k)) > 0 || slices.Contains(keys, k) {
+					return rule
+				}
+				keys = append(keys, k)
+			}
+			*f(g) = strings.Join(keys, ",")
+			return ""
+		},
+		format: func(g *Gateway) string {
+			if *f(g) == "" {
+				return PairMatchNone
+			}
+			return *f(g)
+		},
+	}
+}
+
 // Vars is every gateway setting, in the order the reference lists them.
 var Vars = []Var{
 	boolVar("AIBRIX_PROMPT_LENGTH_BUCKETING", "promptLengthBucketing",
@@ -367,6 +405,9 @@ var Vars = []Var{
 	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffAuto, HandoffSidecar, HandoffEPP}, false, Exact,
 		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy), `epp` (Tandem runs the prefill leg itself, so plain engine pods disaggregate), or `auto`: per request, `sidecar` when the decode pod declares a routing sidecar (it carries llm-d's `llm-d.ai/role` label, as llm-d's decode pods with the routing sidecar do), else `epp`. The prefill target also travels as `envoy.lb` metadata in every mode.",
 		func(g *Gateway) *string { return &g.PD.Handoff }),
+	labelListVar("TANDEM_PAIR_MATCH_LABELS", "pairMatchLabels",
+		"Pod label keys, comma-separated, whose values must be equal on a prefill and a decode pod for Tandem to pair them, so that a rolling update never pairs two revisions: a roleset becomes one roleset per revision, and a pod whose revision has no pod of the other role is left unpaired (warned at start-up and named in the decision trace). A label absent on both pods matches; present on one side only, it does not. The default is the revision label the DisaggregatedSet controller sets on both roles' pods; Deployments, StatefulSets and LeaderWorkerSets need a label of your own with one value in both roles' templates (docs/rollouts.md). `none` matches no label.",
+		func(g *Gateway) *string { return &g.PairMatchLabels }),
 }
 
 // VarByName finds a setting by its environment variable name.

@@ -194,7 +194,8 @@ func (st *stream) watchEjection(h *handoff.Handoff, prefill *pool.Endpoint) (ctx
 var errPrefillEjected = errors.New("the prefill pod was ejected by outlier detection")
 
 // eppFallbacks keeps, of a PD decision's destinations, the decode pod and the fallbacks that
-// can take the decode body the epp hand-off forwards: decode pods of its roleset and engine (the
+// can take the decode body the epp hand-off forwards: decode pods of its roleset identity (name
+// and revision) and engine (the
 // body carries one prefill leg's kv_transfer_params, bootstrap_* or generation-only
 // disaggregated_params, which only they can use). Combined fallbacks stay for the sidecar
 // hand-off, whose body is the client's.
@@ -206,7 +207,7 @@ func eppFallbacks(dest []*pool.Endpoint) []*pool.Endpoint {
 	out := make([]*pool.Endpoint, 1, len(dest))
 	out[0] = primary
 	for _, e := range dest[1:] {
-		if e.Role == pool.RoleDecode && e.Roleset == primary.Roleset && e.Engine == primary.Engine {
+		if e.Role == pool.RoleDecode && e.RolesetKey() == primary.RolesetKey() && e.Engine == primary.Engine {
 			out = append(out, e)
 		}
 	}

@@ -352,8 +352,6 @@ func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint, star
 	group := roleGroup(ep.Role)
 	n, k := 0, 0
 	standard := false
-	type sides struct{ prefill, decode bool }
-	rolesets := map[string]*sides{}
 	for _, e := range snap.Endpoints {
 		if e.Model != ep.Model {
 			continue
@@ -364,22 +362,7 @@ func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint, star
 				k++
 			}
 		}
-		if isEjected(e) {
-			continue
-		}
-		switch e.Role {
-		case pool.RolePrefill, pool.RoleDecode:
-			if e.Roleset == "" {
-				continue
-			}
-			s := rolesets[e.Roleset]
-			if s == nil {
-				s = &sides{}
-				rolesets[e.Roleset] = s
-			}
-			s.prefill = s.prefill || e.Role == pool.RolePrefill
-			s.decode = s.decode || e.Role == pool.RoleDecode
-		default:
+		if e.Role == pool.RoleStandard && !isEjected(e) {
 			standard = true
 		}
 	}
@@ -389,8 +372,12 @@ func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint, star
 	if standard {
 		return ""
 	}
-	for _, s := range rolesets {
-		if s.prefill && s.decode {
+	// The last complete pair is counted per revision: a prefill pod of one revision and a
+	// decode pod of another are no pair.
+	for _, g := range pool.Rolesets(snap.Endpoints, func(e *pool.Endpoint) bool {
+		return e.Model == ep.Model && e.Roleset != "" && !isEjected(e)
+	}) {
+		if g.Complete() {
 			return ""
 		}
 	}

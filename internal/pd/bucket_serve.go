@@ -66,11 +66,11 @@ func rolesetGroups(cy *picker.Cycle) []bucketserve.Group {
 		if e.Role != pool.RolePrefill && e.Role != pool.RoleDecode {
 			continue
 		}
-		i, ok := idx[e.Roleset]
+		i, ok := idx[e.RolesetKey()]
 		if !ok {
 			i = len(accs)
-			idx[e.Roleset] = i
-			accs = append(accs, &acc{g: bucketserve.Group{Name: e.Roleset, Max: bucketserve.Unlimited}, prefillPods: map[string]struct{}{}})
+			idx[e.RolesetKey()] = i
+			accs = append(accs, &acc{g: bucketserve.Group{Name: e.RolesetKey(), Max: bucketserve.Unlimited}, prefillPods: map[string]struct{}{}})
 		}
 		a := accs[i]
 		if cy.PodRouting != nil {

@@ -61,8 +61,10 @@ type PDDecider interface {
 // DisaggHandler is llm-d's disagg-profile-handler (P/D; no encode stage): in decode-first
 // order the decode profile picks the destination, then the prefill decider, looking at that
 // pick, says whether the prefill profile runs; its pick becomes the prefill target. In
-// prefill-first order the prefill profile runs whenever it exists, then decode. A PD pick
-// counts in the PD trackers as the seed's pairs do.
+// prefill-first order the prefill profile runs whenever it exists, then decode. The prefill
+// target is the best-ranked prefill pod of the decode pick's revision (the pair-match labels):
+// with none, the request is served decode-only. A PD pick counts in the PD trackers as the
+// seed's pairs do.
 type DisaggHandler struct {
 	picker.TypedName
 	c                    *Cascade
@@ -178,13 +180,51 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 	}
 	d := &picker.Decision{Destination: dr.Ranked, Step: StepDecodeOnly}
 	if pr := done[h.prefName]; pr != nil && len(pr.Ranked) > 0 {
-		d.Prefill, d.Outcome, d.Step = pr.Ranked, picker.OutcomePD, StepPrefillDecode
-		d.SetHeaders = map[string]string{HeaderPrefillerHostPort: pr.Ranked[0].HostPort()}
-		lc := newPairLifecycle(h.c, pr.Ranked[0], dr.Ranked[0], cy.Req.PromptTokens)
-		lc.dest = d.Destination
-		d.Lifecycle = lc
+		// The pair-match labels: no prefill pod, and no decode fallback (the gateway hands it
+		// the same prefill target), of another revision than the decode pick's.
+		rev := dr.Ranked[0].Revision
+		prefill, dest := sameRevision(pr.Ranked, rev), sameRevision(dr.Ranked, rev)
+		if len(prefill) < len(pr.Ranked) {
+			d.Trace = &picker.Trace{Steps: []string{StepPairMatchUnpaired}}
+			traceSkipped(d.Trace, pr.Ranked, rev)
+		}
+		if len(prefill) > 0 {
+			d.Destination, d.Prefill, d.Outcome, d.Step = dest, prefill, picker.OutcomePD, StepPrefillDecode
+			d.SetHeaders = map[string]string{HeaderPrefillerHostPort: prefill[0].HostPort()}
+			lc := newPairLifecycle(h.c, prefill[0], dr.Ranked[0], cy.Req.PromptTokens)
+			lc.dest = d.Destination
+			d.Lifecycle = lc
+		}
 	}
 	return d, nil
+}
+
+// sameRevision keeps the endpoints of eps (in order) whose Revision is rev; eps itself when
+// all are.
+func sameRevision(eps []*pool.Endpoint, rev string) []*pool.Endpoint {
+	for i, e := range eps {
+		if e.Revision != rev {
+			out := append([]*pool.Endpoint(nil), eps[:i]...)
+			for _, e := range eps[i+1:] {
+				if e.Revision == rev {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+	}
+	return eps
+}
+
+// traceSkipped names in tr the prefill pods of eps the pair-match labels kept from pairing
+// with a decode pod of revision rev (at most maxTracedUnpaired).
+func traceSkipped(tr *picker.Trace, eps []*pool.Endpoint, rev string) {
+	tr.Unpaired = map[string]string{}
+	for _, e := range eps {
+		if e.Revision != rev && len(tr.Unpaired) < maxTracedUnpaired {
+			tr.Unpaired[e.Key()] = e.RolesetKey()
+		}
+	}
 }
 
 var (

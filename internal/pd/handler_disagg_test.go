@@ -132,3 +132,66 @@ func TestDisaggHandler(t *testing.T) {
 		})
 	}
 }
+
+// llm-d's handler with the pair-match labels: the decode pick is paired with the prefill pod
+// of its revision, whichever the prefill profile ranked first, and its decode fallbacks are of
+// its revision too; with no prefill pod of the decode pick's revision the request is served
+// decode-only. The trace names the prefill pod left out.
+func TestDisaggHandlerNeverPairsRevisions(t *testing.T) {
+	f, err := config.ParseFile("epp.yaml", []byte(fmt.Sprintf(disaggFile, `{deciders: {prefill: always-disagg-pd-decider}}`)), config.FileOptions{KnownPluginTypes: pd.IsPluginType})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := buildPicker(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := func(i int, name, role, rev string) *pool.Endpoint {
+		return pool.DefaultPairMatch.NewEndpoint("ns", name, fmt.Sprintf("10.6.0.%d", i), 8000, 0,
+			map[string]string{pool.LabelLLMDRole: role, pool.LabelModelName: "m", pool.LabelDisaggRevision: rev}, nil)
+	}
+	prefillA, prefillB, decodeB := ep(1, "prefill-a", "prefill", "a"), ep(2, "prefill-b", "prefill", "b"), ep(3, "decode-b", "decode", "b")
+	decodeA := ep(4, "decode-a", "decode", "a")
+	for _, tc := range []struct {
+		name        string
+		eps         []*pool.Endpoint
+		wantPrefill string
+	}{
+		{"both revisions of prefill", []*pool.Endpoint{prefillA, prefillB, decodeB}, "prefill-b"},
+		{"no prefill pod of the decode pod's revision", []*pool.Endpoint{prefillA, decodeB}, ""},
+		{"two revisions of both roles", []*pool.Endpoint{prefillA, prefillB, decodeA, decodeB}, "*"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := pool.NewStore().Publish(pool.Info{}, tc.eps, true)
+			for i := 0; i < 6; i++ {
+				r, _ := request.Parse("POST", "/v1/completions", map[string]string{}, []byte(fmt.Sprintf(`{"model":"m","prompt":"hello %d"}`, i)))
+				d, err := p.Router.Schedule(context.Background(), r, snap, snap.Endpoints)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := ""
+				if len(d.Prefill) > 0 {
+					got = d.Prefill[0].Name
+				}
+				for _, e := range append(d.Prefill, d.Destination...) {
+					if e.Revision != d.Destination[0].Revision {
+						t.Fatalf("decode pick %s with %s of revision %q", d.Destination[0].Name, e.Name, e.Revision)
+					}
+				}
+				if tc.wantPrefill == "*" {
+					if len(d.Prefill) == 0 {
+						t.Fatalf("decode pick %s served without a prefill pod", d.Destination[0].Name)
+					}
+				} else if d.Destination[0].Name != "decode-b" || got != tc.wantPrefill {
+					t.Fatalf("destination %s prefill %q, want decode-b with %q", d.Destination[0].Name, got, tc.wantPrefill)
+				}
+				if d.Trace.Unpaired[prefillA.Key()] == "" && d.Trace.Unpaired[prefillB.Key()] == "" || !strings.Contains(strings.Join(d.Trace.Steps, ","), pd.StepPairMatchUnpaired) {
+					t.Fatalf("trace steps %v unpaired %v", d.Trace.Steps, d.Trace.Unpaired)
+				}
+				if d.Lifecycle != nil {
+					d.Lifecycle.Done(nil)
+				}
+			}
+		})
+	}
+}

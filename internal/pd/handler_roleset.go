@@ -267,6 +267,9 @@ func (h *RolesetHandler) Produce(ctx context.Context, cy *picker.Cycle) error {
 	if s.pt.bucketed {
 		s.trace.Add("bucketing")
 	}
+	if s.pt.incomplete > 0 {
+		traceUnpaired(s.trace, cy.Candidates)
+	}
 	return nil
 }
 
@@ -712,7 +715,7 @@ func (c *Cascade) decodeBatch(_ *picker.Cycle, knobs *config.PD, eps []*pool.End
 	b := &DecodeBatch{Pods: make([]DecodePod, len(eps)), MaxRequests: 1, MaxThroughput: 1, MaxFreeGPU: 1, Knobs: knobs}
 	for i, e := range eps {
 		p := &b.Pods[i]
-		p.Endpoint, p.Roleset = e, e.Roleset
+		p.Endpoint, p.Roleset = e, e.RolesetKey()
 		if rs != nil {
 			p.Roleset = rolesets[rs[i]].Name
 		}

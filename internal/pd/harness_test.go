@@ -51,6 +51,8 @@ type harness struct {
 	store  *pool.Store
 	gw     config.PD
 	byName map[string]*pool.Endpoint
+	// match are the pair-match labels publish builds endpoints with (nil: none).
+	match pool.PairMatch
 }
 
 func newHarness(t *testing.T, gw config.PD, pods ...pod) *harness {
@@ -96,7 +98,7 @@ func (h *harness) publish(pods ...pod) {
 		if p.routing != "" {
 			ann[pool.AnnotationConfig] = `{"profiles": {"default": {"routingConfig": ` + p.routing + `}}}`
 		}
-		e := pool.NewEndpoint("ns", p.name, fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), 8000, 0, labels, ann)
+		e := h.match.NewEndpoint("ns", p.name, fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), 8000, 0, labels, ann)
 		h.byName[p.name] = e
 		eps = append(eps, e)
 	}

@@ -1,16 +1,48 @@
 package pd
 
 import (
+	"slices"
+
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 )
+
+// StepPairMatchUnpaired is the trace step of a pick that found PD candidates the pair-match
+// labels left without a pair (Trace.Unpaired names them): during a rolling update, pods
+// whose revision has no pod of the other role yet.
+const StepPairMatchUnpaired = "pair_match_unpaired"
+
+// maxTracedUnpaired bounds Trace.Unpaired.
+const maxTracedUnpaired = 8
+
+// traceUnpaired adds StepPairMatchUnpaired and the pods to tr when the pair-match labels
+// leave any of cands unpaired. Only called when a roleset is incomplete: that is rare
+// outside a rollout.
+func traceUnpaired(tr *picker.Trace, cands []*pool.Endpoint) {
+	split := pool.SplitByMatch(pool.Rolesets(cands, nil))
+	if len(split) == 0 || tr == nil {
+		return
+	}
+	tr.Add(StepPairMatchUnpaired)
+	tr.Unpaired = map[string]string{}
+	for _, g := range split {
+		for _, e := range slices.Concat(g.Prefill, g.Decode) {
+			if len(tr.Unpaired) < maxTracedUnpaired {
+				tr.Unpaired[e.Key()] = e.RolesetKey()
+			}
+		}
+	}
+}
 
 // llm-d role values that mean "runs both phases".
 var llmdCombinedRoles = map[string]bool{"prefill-decode": true, "both": true}
 
-// Roleset is one group of prefill and decode pods sharing a roleset-name. Pods without the
-// label form the implicit roleset "" (llm-d pools have no rolesets: any prefill pod pairs
-// with any decode pod).
+// Roleset is one group of prefill and decode pods sharing a roleset identity
+// (pool.Endpoint.RolesetKey): a roleset-name and the values of the pair-match labels, so a
+// roleset in a rolling update is one Roleset per revision. Pods without the label form the
+// implicit roleset "" (llm-d pools have no rolesets: any prefill pod pairs with any decode
+// pod of its revision). Name is the identity.
 type Roleset struct {
 	Name    string
 	Prefill []*pool.Endpoint
@@ -95,14 +127,14 @@ func (ix *rolesetIndex) add(i int, e *pool.Endpoint, inPrefill, inDecode bool) {
 	} else {
 		ix.nDecode++
 	}
-	r := ix.last
-	if r < 0 || ix.names[r] != e.Roleset {
+	r, key := ix.last, e.RolesetKey()
+	if r < 0 || ix.names[r] != key {
 		var ok bool
-		if r, ok = ix.idx[e.Roleset]; !ok {
+		if r, ok = ix.idx[key]; !ok {
 			r = len(ix.counts)
-			ix.idx[e.Roleset] = r
+			ix.idx[key] = r
 			ix.counts = append(ix.counts, struct{ prefill, decode int }{})
-			ix.names = append(ix.names, e.Roleset)
+			ix.names = append(ix.names, key)
 		}
 		ix.last = r
 	}

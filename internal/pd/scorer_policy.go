@@ -265,7 +265,7 @@ func (s *PolicyScorer) prefillCosts(ctx context.Context, cy *picker.Cycle, eps [
 		match = tmp.match
 	}
 	for i, e := range eps {
-		pb.Pods[i] = PrefillPod{Endpoint: e, Roleset: e.Roleset, InFlight: float64(s.c.prefill.InFlightOf(e)),
+		pb.Pods[i] = PrefillPod{Endpoint: e, Roleset: e.RolesetKey(), InFlight: float64(s.c.prefill.InFlightOf(e)),
 			MatchPct: match[e.Key()], Sample: s.c.deps.Metrics.Get(e.Key())}
 		pb.MaxInFlight = math.Max(pb.MaxInFlight, pb.Pods[i].InFlight)
 	}

@@ -190,11 +190,18 @@ func (s *Chain) fill(c *Cycle, d *Decision, done map[string]*ProfileResult) {
 	if d.Step == "" {
 		d.Step = s.StrategyName
 	}
-	if d.Trace == nil {
+	// A handler may leave a trace of its own steps only (no Candidates): the strategy's name
+	// goes first and the scores are added, as for a handler that leaves none.
+	if d.Trace == nil || d.Trace.Candidates == 0 {
+		own := d.Trace
 		d.Trace = &Trace{Candidates: len(c.Candidates)}
 		d.Trace.Add(s.StrategyName)
 		if d.Trace.Scores = RankedScores(done); d.Trace.Scores != nil {
 			d.Trace.ScoreDirection = HigherIsBetter
+		}
+		if own != nil {
+			d.Trace.Steps = append(d.Trace.Steps, own.Steps...)
+			d.Trace.Unpaired = own.Unpaired
 		}
 	}
 }

@@ -81,6 +81,9 @@ type Trace struct {
 	// Health lists candidates passive health left out of the pick: endpoint key ->
 	// "ejected:<reason>" or "recent_failure" (at most 8).
 	Health map[string]string `json:"health,omitempty"`
+	// Unpaired lists PD candidates the pair-match labels left without a pair (their
+	// revision has no pod of the other role): endpoint key -> its roleset identity (at most 8).
+	Unpaired map[string]string `json:"unpaired,omitempty"`
 }
 
 // Trace.ScoreDirection values.

@@ -1,5 +1,5 @@
 // Package pool owns the set of endpoints Tandem may route to: one Endpoint per
-// Ready pod × target port, with the pod's role, roleset, engine and labels already
-// read, held in an immutable Snapshot that sources swap atomically.
+// Ready pod × target port, with the pod's role, roleset, revision (the pair-match labels),
+// engine and labels already read, held in an immutable Snapshot that sources swap atomically.
 // It must not score or pick; sources (Kubernetes, file) live in sub-packages.
 package pool

@@ -62,15 +62,25 @@ type Endpoint struct {
 	Roleset string
 	Engine  string
 	Model   string
+	// Revision is what the pair-match labels read on the pod (PairMatch.Revision); "" when
+	// it carries none of them, or the endpoint was built without match labels.
+	Revision string
 
-	hostPort string
-	key      string
+	hostPort   string
+	key        string
+	rolesetKey string
 	// memos are other packages' caches of what they keep under key (see Memo).
 	memos [memoSlots]atomic.Pointer[memoSet]
 }
 
-// NewEndpoint builds an endpoint and derives its role, roleset, engine and model from the labels.
+// NewEndpoint builds an endpoint and derives its role, roleset, engine and model from the
+// labels. It matches no pair labels (its Revision is ""); the pool sources build endpoints
+// with PairMatch.NewEndpoint.
 func NewEndpoint(namespace, name, address string, port int32, rank int, labels, annotations map[string]string) *Endpoint {
+	return PairMatch(nil).NewEndpoint(namespace, name, address, port, rank, labels, annotations)
+}
+
+func newEndpoint(namespace, name, address string, port int32, rank int, labels, annotations map[string]string) *Endpoint {
 	if labels == nil {
 		labels = map[string]string{}
 	}

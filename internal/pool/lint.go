@@ -13,13 +13,13 @@ import (
 var standardRoleValues = []string{"all", "standard", "combined", "both", "prefill-decode"}
 
 // Lint lists what in a pool's pods is probably a mistake though it routes: a role label value
-// Tandem does not know (the pod silently becomes a standard pod), and a roleset with prefill pods
-// but no decode pod or the other way round (it can never serve a PD pair). Each line names the
-// pods and the values Tandem knows. The result is sorted, so a caller can say each line once.
+// Tandem does not know (the pod silently becomes a standard pod), a roleset with prefill pods
+// but no decode pod or the other way round (it can never serve a PD pair), and pods the
+// pair-match labels leave unpaired (their roleset has both sides, but not of their revision).
+// Each line names the pods and the values Tandem knows. The result is sorted, so a caller can
+// say each line once.
 func Lint(endpoints []*Endpoint) []string {
 	var out []string
-	type sides struct{ prefill, decode map[string]bool }
-	rolesets := map[string]*sides{}
 	seenPod := map[string]bool{}
 	for _, e := range endpoints {
 		pod := e.PodKey()
@@ -29,42 +29,46 @@ func Lint(endpoints []*Endpoint) []string {
 				out = append(out, w)
 			}
 		}
-		if e.Role != RolePrefill && e.Role != RoleDecode {
-			continue
-		}
-		key := e.Model + "\x00" + e.Roleset
-		s := rolesets[key]
-		if s == nil {
-			s = &sides{map[string]bool{}, map[string]bool{}}
-			rolesets[key] = s
-		}
-		if e.Role == RolePrefill {
-			s.prefill[pod] = true
-		} else {
-			s.decode[pod] = true
-		}
 	}
-	for key, s := range rolesets {
-		if len(s.prefill) > 0 && len(s.decode) > 0 {
+	groups := Rolesets(endpoints, nil)
+	split := map[*RolesetGroup]bool{}
+	for _, g := range SplitByMatch(groups) {
+		split[g] = true
+	}
+	for _, g := range groups {
+		if g.Complete() {
 			continue
 		}
-		model, roleset, _ := strings.Cut(key, "\x00")
-		name := fmt.Sprintf("roleset %q", roleset)
-		if roleset == "" {
+		name := fmt.Sprintf("roleset %q", g.Name)
+		if g.Name == "" {
 			name = "the pods without a " + LabelRolesetName + " label"
 		}
-		if model != "" {
-			name += fmt.Sprintf(" (model %q)", model)
+		if g.Model != "" {
+			name += fmt.Sprintf(" (model %q)", g.Model)
 		}
-		have, missing, pods := "prefill", "decode", s.prefill
-		if len(s.decode) > 0 {
-			have, missing, pods = "decode", "prefill", s.decode
+		have, missing, pods := "prefill", "decode", g.Prefill
+		if len(g.Decode) > 0 {
+			have, missing, pods = "decode", "prefill", g.Decode
+		}
+		if split[g] {
+			out = append(out, fmt.Sprintf("%s: %s pods (%s) of revision %s have no %s pod of the same revision, so the pair-match labels (TANDEM_PAIR_MATCH_LABELS) leave them unpaired until one joins them or the rollout ends",
+				name, have, podNames(pods), g.Revision(), missing))
+			continue
 		}
 		out = append(out, fmt.Sprintf("%s: %s pods (%s) but no %s pod, so they serve no prefill/decode pair until a %s pod joins them",
-			name, have, strings.Join(sortedKeys(pods), ", "), missing, missing))
+			name, have, podNames(pods), missing, missing))
 	}
 	sort.Strings(out)
 	return out
+}
+
+// podNames lists the pods of eps ("namespace/name", each once, sorted), comma-separated.
+func podNames(eps []*Endpoint) string {
+	pods := map[string]bool{}
+	for _, e := range eps {
+		pods[e.PodKey()] = true
+	}
+	return strings.Join(sortedKeys(pods), ", ")
 }
 
 // roleValueWarning says when a pod's role label holds a value Tandem does not know.

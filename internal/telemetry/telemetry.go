@@ -158,7 +158,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.scrapeStale = m.gaugeVec("tandem_scrape_stale", "1 while an endpoint's engine metrics are stale (no good scrape within the staleness threshold), else 0.", epLabels...)
 	m.configErrors = m.counterVec("tandem_config_errors_total", "Bad per-pod configuration (annotations, labels) that Tandem ignored, by pod and source.", "namespace", "pod_name", "source")
 	m.poolEndpoints = m.gaugeVec("tandem_pool_endpoints", "Endpoints in the pool snapshot, by role (prefill, decode, standard).", "role")
-	m.pdRolesets = m.gaugeVec("tandem_pd_rolesets", "Rolesets in the pool by state: complete (has prefill and decode endpoints) or incomplete (only one side).", "state")
+	m.pdRolesets = m.gaugeVec("tandem_pd_rolesets", "Rolesets in the pool by state: complete (has prefill and decode endpoints) or incomplete (only one side). Each revision of a roleset (its TANDEM_PAIR_MATCH_LABELS values) counts as one.", "state")
 	m.endpointRunning = m.gaugeVec("tandem_endpoint_running_requests", "Requests running in the engine, as last scraped.", append(epLabels, "role")...)
 	m.endpointWaiting = m.gaugeVec("tandem_endpoint_waiting_requests", "Requests queued in the engine, as last scraped.", append(epLabels, "role")...)
 	m.endpointKVUsage = m.gaugeVec("tandem_endpoint_kv_cache_usage_ratio", "KV-cache utilisation of the engine (0..1), as last scraped.", append(epLabels, "role")...)
@@ -625,29 +625,19 @@ func (m *Metrics) ConfigError(ep *pool.Endpoint, source string, _ error) {
 // rolesets, and the series of pods that left are dropped.
 func (m *Metrics) PoolChanged(snap *pool.Snapshot) {
 	byRole := map[pool.Role]int{pool.RolePrefill: 0, pool.RoleDecode: 0, pool.RoleStandard: 0}
-	type sides struct{ prefill, decode bool }
-	rolesets := map[string]*sides{}
 	pods := make(map[string][2]string, len(snap.Endpoints))
 	for _, ep := range snap.Endpoints {
 		byRole[ep.Role]++
 		pods[ep.PodKey()] = [2]string{ep.Namespace, ep.Name}
-		if ep.Roleset == "" || ep.Role == pool.RoleStandard {
-			continue
-		}
-		s := rolesets[ep.Roleset]
-		if s == nil {
-			s = &sides{}
-			rolesets[ep.Roleset] = s
-		}
-		s.prefill = s.prefill || ep.Role == pool.RolePrefill
-		s.decode = s.decode || ep.Role == pool.RoleDecode
 	}
 	for r, n := range byRole {
 		m.poolEndpoints.WithLabelValues(string(r)).Set(float64(n))
 	}
+	// A roleset counts once per revision (its pair-match label values): mid-rollout, a
+	// roleset whose new revision has only one side yet is one complete and one incomplete.
 	complete, incomplete := 0, 0
-	for _, s := range rolesets {
-		if s.prefill && s.decode {
+	for _, g := range pool.Rolesets(snap.Endpoints, func(e *pool.Endpoint) bool { return e.Roleset != "" }) {
+		if g.Complete() {
 			complete++
 		} else {
 			incomplete++

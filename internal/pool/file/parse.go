@@ -85,8 +85,12 @@ func Parse(data []byte) (pool.Info, []*pool.Endpoint, error) {
 }
 
 // ParseDocument is Parse with the file's objectives.
-func ParseDocument(data []byte) (Document, error) {
-	p := &parser{objectives: map[string]int{}}
+func ParseDocument(data []byte) (Document, error) { return ParseDocumentMatching(data, nil) }
+
+// ParseDocumentMatching is ParseDocument with each endpoint's Revision read by match (the
+// pair-match labels).
+func ParseDocumentMatching(data []byte, match pool.PairMatch) (Document, error) {
+	p := &parser{objectives: map[string]int{}, match: match}
 	info, entries := p.document(data)
 	if len(p.errs) > 0 {
 		return Document{}, errors.New(strings.Join(p.errs, "\n"))
@@ -108,6 +112,7 @@ type entry struct {
 type parser struct {
 	errs       []string
 	objectives map[string]int
+	match      pool.PairMatch
 }
 
 func (p *parser) errorf(path, format string, args ...any) {
@@ -225,7 +230,7 @@ func (p *parser) endpoint(path string, n *yaml.Node) (parsedEntry, bool) {
 		return parsedEntry{}, false
 	}
 	p.modelConfig(path, annotations)
-	eps, warnings := podports.Endpoints(ns, name, address, ports, labels, annotations)
+	eps, warnings := podports.Endpoints(ns, name, address, ports, labels, annotations, p.match)
 	for _, w := range warnings {
 		p.errorf(path+"."+w.Field, "%s", w.Problem)
 	}

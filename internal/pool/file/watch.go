@@ -45,6 +45,9 @@ type Watcher struct {
 	// OnObjectives receives the file's objectives after each successful load (before the
 	// endpoints are published); nil ignores them.
 	OnObjectives func(byName map[string]int)
+	// PairMatch are the labels whose values must match between paired pods (each
+	// endpoint's Revision); nil matches none.
+	PairMatch pool.PairMatch
 	// PollInterval re-reads the file as a safety net for missed notifications; 0 means DefaultPollInterval.
 	PollInterval time.Duration
 	Logger       logr.Logger
@@ -76,7 +79,7 @@ func (w *Watcher) apply(data []byte) error {
 		return nil
 	}
 	w.last = data
-	d, err := ParseDocument(data)
+	d, err := ParseDocumentMatching(data, w.PairMatch)
 	if err != nil {
 		err = fmt.Errorf("endpoints file %s: %w", w.Path, err)
 		w.fail(err)

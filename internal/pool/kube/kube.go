@@ -79,6 +79,9 @@ type Options struct {
 	PoolGroup string
 	// Store receives the snapshots (required).
 	Store *pool.Store
+	// PairMatch are the labels whose values must match between paired pods (each
+	// endpoint's Revision); nil matches none.
+	PairMatch pool.PairMatch
 	// Logger is used by the manager and the reconciler; the zero value discards.
 	Logger logr.Logger
 	// MetricsBindAddress is controller-runtime's metrics server; "" or "0" turns it off
@@ -157,11 +160,12 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		return nil, fmt.Errorf("kube: creating the manager: %w", err)
 	}
 	r := &reconciler{
-		reader: mgr.GetCache(),
-		key:    types.NamespacedName{Namespace: opts.PoolNamespace, Name: opts.PoolName},
-		store:  opts.Store,
-		log:    opts.Logger.WithValues("pool", opts.PoolNamespace+"/"+opts.PoolName),
-		warned: map[string]string{},
+		reader:    mgr.GetCache(),
+		key:       types.NamespacedName{Namespace: opts.PoolNamespace, Name: opts.PoolName},
+		store:     opts.Store,
+		pairMatch: opts.PairMatch,
+		log:       opts.Logger.WithValues("pool", opts.PoolNamespace+"/"+opts.PoolName),
+		warned:    map[string]string{},
 	}
 	// Every event maps to the single pool request, so the work queue coalesces bursts.
 	toPool := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -230,6 +234,8 @@ type reconciler struct {
 	key    types.NamespacedName
 	store  *pool.Store
 	log    logr.Logger
+	// pairMatch reads each endpoint's Revision.
+	pairMatch pool.PairMatch
 
 	last      *published
 	warned    map[string]string // pod key -> warnings last logged, so each is logged once
@@ -324,7 +330,7 @@ func (r *reconciler) endpoints(pods []corev1.Pod, targetPorts []int32) []*pool.E
 		}
 		podKey := p.Namespace + "/" + p.Name
 		seen[podKey] = true
-		eps, warnings := podports.Endpoints(p.Namespace, p.Name, p.Status.PodIP, targetPorts, maps.Clone(p.Labels), maps.Clone(p.Annotations))
+		eps, warnings := podports.Endpoints(p.Namespace, p.Name, p.Status.PodIP, targetPorts, maps.Clone(p.Labels), maps.Clone(p.Annotations), r.pairMatch)
 		for _, e := range eps {
 			if other, dup := owner[e.HostPort()]; dup {
 				warnings = append(warnings, podports.Warning{Field: "status.podIP", Value: e.HostPort(),

@@ -26,9 +26,11 @@ import (
 //     serving port this way). With several target ports the label is ignored: each rank must
 //     keep its own port.
 //
+// match reads each endpoint's Revision (the pair-match labels).
+//
 // Problems that do not stop the pod from routing (a malformed annotation entry, a bad port
 // label) are returned as warnings; the Kubernetes source logs them, the file source refuses them.
-func Endpoints(namespace, name, address string, targetPorts []int32, labels, annotations map[string]string) ([]*pool.Endpoint, []Warning) {
+func Endpoints(namespace, name, address string, targetPorts []int32, labels, annotations map[string]string, match pool.PairMatch) ([]*pool.Endpoint, []Warning) {
 	active, restricted, warnings := activePorts(annotations)
 
 	override := int32(0)
@@ -51,7 +53,7 @@ func Endpoints(namespace, name, address string, targetPorts []int32, labels, ann
 		if override != 0 {
 			port = override
 		}
-		eps = append(eps, pool.NewEndpoint(namespace, name, address, port, rank, labels, annotations))
+		eps = append(eps, match.NewEndpoint(namespace, name, address, port, rank, labels, annotations))
 	}
 	return eps, warnings
 }

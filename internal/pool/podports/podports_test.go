@@ -43,7 +43,7 @@ func TestEndpoints(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			eps, warnings := Endpoints("ns", "pod", "10.0.0.1", tc.targetPorts, tc.labels, tc.annotations)
+			eps, warnings := Endpoints("ns", "pod", "10.0.0.1", tc.targetPorts, tc.labels, tc.annotations, nil)
 			got := []string{}
 			for _, e := range eps {
 				got = append(got, fmt.Sprintf("%d/%d", e.Port, e.Rank))
