@@ -203,6 +203,10 @@ type Gateway struct {
 	// AdvisorWindow is how far back the traffic the P:D ratio advisor rests on reaches
 	// (TANDEM_ADVISOR_WINDOW_SECONDS).
 	AdvisorWindow time.Duration
+	// KVHoldTimeout bounds how long a prefill pod is counted as holding a finished prefill
+	// leg's KV that no decode leg took (TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS, 480s: the engines'
+	// default hold).
+	KVHoldTimeout time.Duration
 }
 
 // Outlier configures passive health, modelled on Envoy's outlier detection (the names in
@@ -247,6 +251,7 @@ func DefaultGateway() Gateway {
 		Outlier:               DefaultOutlier(),
 		Retry:                 DefaultRetry(),
 		AdvisorWindow:         time.Minute,
+		KVHoldTimeout:         480 * time.Second,
 	}
 }
 
