@@ -148,7 +148,7 @@ func (h *Handoff) runSync(ctx context.Context) ([]byte, *Failure) {
 	resp, f := h.a.opts.Executor.Do(ctx, h.call())
 	h.prefillDone(f) // a sync failure always fails the request
 	if f != nil {
-		h.prefillFailed.Store(true)
+		h.noteFailure(f)
 		return nil, f
 	}
 	body, err := h.engine.Merge(&h.in.Leg, h.plan, resp)
@@ -187,7 +187,7 @@ func (h *Handoff) runAsync(ctx context.Context) {
 		h.prefillDone(f)
 		return
 	}
-	h.prefillFailed.Store(true)
+	h.noteFailure(f)
 	stage := StageBeforeResponse
 	if h.responded.Load() {
 		stage = StageAfterResponse
@@ -293,6 +293,15 @@ func (h *Handoff) DecodeFirstToken() {
 	hold := h.hold
 	h.mu.Unlock()
 	hold.end(HoldConsumed)
+}
+
+// noteFailure records a prefill leg that failed on its own: its pod holds no KV to release. A
+// leg cancelled because the request ended (the client left) is not such a failure: the pod may
+// have computed the prompt and hold its KV (SGLang keeps it until the transfer).
+func (h *Handoff) noteFailure(f *Failure) {
+	if f.Class != ClassCanceled {
+		h.prefillFailed.Store(true)
+	}
 }
 
 // startHold starts measuring the prefill pod's hold of this leg's KV once the prefill leg
