@@ -21,7 +21,8 @@ import (
 //	body, aerr := h.Start(streamCtx)     // sync: after the prefill leg; async: at once
 //	forward body to the decode pod; select on h.Failed() and h.PrefillSucceeded() (arm the
 //	watchdog) while the response flows; call h.DecodeResponded() at the decode leg's first
-//	response message, h.AbortDecode(reason) when the watchdog fires, and h.Done() on every path.
+//	response message, h.DecodeFirstToken() at its first 2xx body chunk, h.AbortDecode(reason)
+//	when the watchdog fires, and h.Done() on every path.
 type Handoff struct {
 	a      *Adapters
 	in     Input
