@@ -68,7 +68,7 @@ func TestAbandonedStreamsLeaveNothingBehind(t *testing.T) {
 	var arrived, cancelled, released atomic.Int64
 	arrivedC := make(chan struct{}, 1000)
 	prefill := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client hanging up
+		_, _ = io.Copy(io.Discard, r.Body)  // lets the server notice the client hanging up
 		if r.URL.Path == "/abort_request" { // an SGLang prefill pod told to release the request's KV
 			released.Add(1)
 			return
