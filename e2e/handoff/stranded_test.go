@@ -131,3 +131,31 @@ func TestStrandedKVUnsupported(t *testing.T) {
 		t.Errorf("the vLLM prefill pod should still hold the KV (its own timeout frees it): %+v", s)
 	}
 }
+
+// TestStrandedKVDecodeFailed: an SGLang decode leg that fails before its first token (here a
+// 500 before it joined the bootstrap room) ends the request; Tandem tells the prefill pod, whose
+// leg would otherwise wait for its decode peer until the bootstrap timeout.
+func TestStrandedKVDecodeFailed(t *testing.T) {
+	st := newStack(t, stackOptions{engine: sim.EngineSGLang, env: eppEnv(nil)})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	c := clientCase{chat: true, stream: true}
+	if r := st.post(ctx, c.path(), c.body(), map[string]string{sim.HeaderFault: "decode-500"}); r.status != 500 {
+		t.Fatalf("status %d, want the decode pod's 500: %s", r.status, r.body)
+	}
+	rids, err := waitAborts(ctx, st.prefill, 1)
+	if err != nil {
+		t.Fatalf("the prefill pod was never told: %v", err)
+	}
+	pre := inferences(st.prefill)
+	if len(pre) != 1 || len(rids) != 1 || rids[0] != gjson.GetBytes(pre[0].Body, "rid").Str {
+		t.Fatalf("prefill pod aborts %q for %d prefill legs, want one for the legs' rid", rids, len(pre))
+	}
+	if _, err := st.prefill.WaitStats(ctx, func(s sim.Stats) bool { return s.PrefillBootstrap == 0 && s.Running == 0 && s.KVHeld == 0 }); err != nil {
+		t.Fatalf("the prefill leg still waits: %+v (%v)", st.prefill.Stats(), err)
+	}
+	sent := map[string]string{"engine": "sglang", "result": "sent"}
+	if !eventually(func() bool { return st.counter("tandem_pd_prefill_release_total", sent) == 1 }) {
+		t.Errorf("tandem_pd_prefill_release_total%v = %v, want 1", sent, st.counter("tandem_pd_prefill_release_total", sent))
+	}
+}
