@@ -150,7 +150,8 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	a.reg.MustRegister(a.advice)
 	a.router, a.deps, a.tokens, a.cascade = pk.Router, pk.Deps, pk.Tokens, pk.Cascade
 	// The "epp" hand-off (TANDEM_PD_HANDOFF / routingConfig.handoff): Tandem runs prefill legs.
-	a.handoff, err = handoff.NewAdapters(gw.PD, handoff.Options{Observer: tel.handoffObserver(), Log: log.WithName("handoff")})
+	a.handoff, err = handoff.NewAdapters(gw.PD, handoff.Options{Observer: tel.handoffObserver(), Log: log.WithName("handoff"),
+		KVHoldTimeout: gw.KVHoldTimeout})
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/health"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // The "epp" PD hand-off's telemetry, and what end-to-end tests read of a running App.
@@ -36,6 +37,18 @@ func (o handoffObserver) DecodeAbort(reason string, result handoff.AbortResult) 
 }
 
 func (o handoffObserver) Panicked(where string) { o.t.m.PanicRecovered(where) }
+
+// PrefillRelease implements handoff.KVObserver.
+func (o handoffObserver) PrefillRelease(engine string, result handoff.ReleaseResult) {
+	o.t.m.PrefillRelease(engine, string(result))
+}
+
+// StrandedKV implements handoff.KVObserver.
+func (o handoffObserver) StrandedKV(prefill *pool.Endpoint, end handoff.HoldEnd, seconds float64) {
+	o.t.m.StrandedKV(prefill, string(end), seconds)
+}
+
+var _ handoff.KVObserver = handoffObserver{}
 
 // DecodeWatchdog implements extproc.HandoffObserver.
 func (o *extprocObserver) DecodeWatchdog(_, phase string) { o.m.DecodeWatchdog(phase) }

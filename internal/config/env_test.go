@@ -61,7 +61,8 @@ var seedDefaults = map[string]string{
 	// Rollout-safe pairs: the one label a controller sets alike on both roles' pods of a revision.
 	"TANDEM_PAIR_MATCH_LABELS": "disaggregatedset.x-k8s.io/revision",
 	// The P:D ratio advisor's traffic window (issue 27).
-	"TANDEM_ADVISOR_WINDOW_SECONDS": "60",
+	"TANDEM_ADVISOR_WINDOW_SECONDS":     "60",
+	"TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS": "480",
 	// Passive health and the pair-level retry (issue 12): Envoy's outlier-detection and
 	// retry-budget defaults, except max_ejection_percent (Envoy: 10; PD pools have a handful of
 	// pods per role) and Tandem's own recent-failure window.
@@ -152,6 +153,7 @@ func TestEnvValidValues(t *testing.T) {
 		{"TANDEM_SLO_TPOT_MS", "0", func(g Gateway) any { return g.PD.SLOTPOT }, time.Duration(0)},
 		{"TANDEM_ADVISOR_WINDOW_SECONDS", "120", func(g Gateway) any { return g.AdvisorWindow }, 2 * time.Minute},
 		{"TANDEM_PAIR_MATCH_LABELS", " app.kubernetes.io/version , example.com/rev", func(g Gateway) any { return g.PairMatchLabels }, "app.kubernetes.io/version,example.com/rev"},
+		{"TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS", "60", func(g Gateway) any { return g.KVHoldTimeout }, time.Minute},
 		{"TANDEM_OUTLIER_DETECTION", "false", func(g Gateway) any { return g.Outlier.Enabled }, false},
 		{"TANDEM_OUTLIER_CONSECUTIVE_5XX", "0", func(g Gateway) any { return g.Outlier.Consecutive5xx }, 0},
 		{"TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE", "2", func(g Gateway) any { return g.Outlier.ConsecutiveGatewayFailure }, 2},
@@ -244,6 +246,7 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"TANDEM_SLO_TPOT_MS", "12.5", "TANDEM_SLO_TPOT_MS=12.5: must be a whole number"},
 		{"TANDEM_ADVISOR_WINDOW_SECONDS", "0", "TANDEM_ADVISOR_WINDOW_SECONDS=0: must be positive"},
 		{"TANDEM_PAIR_MATCH_LABELS", "version,,rev", "TANDEM_PAIR_MATCH_LABELS=version,,rev: must be a comma-separated list of label keys (such as disaggregatedset.x-k8s.io/revision), or none"},
+		{"TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS", "0", "TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS=0: must be positive"},
 		{"TANDEM_OUTLIER_DETECTION", "on", "TANDEM_OUTLIER_DETECTION=on: must be true or false"},
 		{"TANDEM_OUTLIER_CONSECUTIVE_5XX", "-1", "TANDEM_OUTLIER_CONSECUTIVE_5XX=-1: must be 0 or more"},
 		{"TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE", "2.5", "TANDEM_OUTLIER_CONSECUTIVE_GATEWAY_FAILURE=2.5: must be a whole number"},

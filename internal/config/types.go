@@ -207,6 +207,10 @@ type Gateway struct {
 	// between a prefill and a decode pod of one pair (TANDEM_PAIR_MATCH_LABELS; "": none).
 	// The pool sources read each pod's Revision with PairMatch.
 	PairMatchLabels string
+	// KVHoldTimeout bounds how long a prefill pod is counted as holding a finished prefill
+	// leg's KV that no decode leg took (TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS, 480s: the engines'
+	// default hold).
+	KVHoldTimeout time.Duration
 }
 
 // PairMatch is PairMatchLabels as the pool sources use it.
@@ -260,6 +264,7 @@ func DefaultGateway() Gateway {
 		Retry:                 DefaultRetry(),
 		AdvisorWindow:         time.Minute,
 		PairMatchLabels:       strings.Join(pool.DefaultPairMatch, ","),
+		KVHoldTimeout:         480 * time.Second,
 	}
 }
 

@@ -49,6 +49,7 @@ type eppHandoff struct {
 	held      *extprocv3.ProcessingResponse
 	holdUntil time.Time // the held answer goes out by then at the latest
 	sent      bool      // the response headers answer went out
+	status    int       // the decode leg's response status, once its headers came
 }
 
 func (e *eppHandoff) active() bool { return e.h != nil }

@@ -65,10 +65,14 @@ func endpointOf(t *testing.T, srv *httptest.Server, name, engine string) *pool.E
 // every prefill leg under way was cancelled, and the goroutine count is back at its baseline:
 // no Recv goroutine, hand-off goroutine or timer outlives its stream.
 func TestAbandonedStreamsLeaveNothingBehind(t *testing.T) {
-	var arrived, cancelled atomic.Int64
+	var arrived, cancelled, released atomic.Int64
 	arrivedC := make(chan struct{}, 1000)
 	prefill := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body) // lets the server notice the client hanging up
+		_, _ = io.Copy(io.Discard, r.Body)  // lets the server notice the client hanging up
+		if r.URL.Path == "/abort_request" { // an SGLang prefill pod told to release the request's KV
+			released.Add(1)
+			return
+		}
 		arrived.Add(1)
 		arrivedC <- struct{}{}
 		<-r.Context().Done() // a prefill leg that only ends when Tandem cancels it
@@ -225,6 +229,10 @@ func TestAbandonedStreamsLeaveNothingBehind(t *testing.T) {
 	}
 	if a, c := arrived.Load(), cancelled.Load(); a != 4*perPhase || c != a {
 		t.Errorf("%d prefill legs arrived, %d were cancelled; want %d, all cancelled", a, c, 4*perPhase)
+	}
+	// SGLang streams abandoned before the decode leg's first chunk release the prefill pod's KV.
+	if n := released.Load(); n != 2*perPhase {
+		t.Errorf("%d /abort_request calls reached the prefill pod, want %d (the SGLang phases before a response chunk)", n, 2*perPhase)
 	}
 }
 

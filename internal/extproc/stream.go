@@ -495,6 +495,9 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 		}
 	}
 	served, missing := servedEndpoint(msg.GetMetadataContext())
+	if st.ho.active() && st.ho.status == 0 {
+		st.ho.status = code
+	}
 	var set []*corev3.HeaderValueOption
 	if d := st.decision; d != nil {
 		if !st.respHeaders {
@@ -557,6 +560,10 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 	}
 	eos := b.GetEndOfStream()
 	if st.ho.active() {
+		if st.ho.status >= 200 && st.ho.status < 300 && len(b.GetBody()) > 0 {
+			// The decode leg's first token: it took the prefill pod's KV (nothing to release).
+			st.ho.h.DecodeFirstToken()
+		}
 		st.ho.wd.Chunk(time.Now(), eos)
 		st.ho.rearm()
 	}

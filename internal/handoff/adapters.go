@@ -24,7 +24,7 @@ type Observer interface {
 	// the watchdog's "watchdog_<phase>".
 	DecodeAbort(reason string, result AbortResult)
 	// Panicked reports a panic recovered in a goroutine of a hand-off ("handoff_prefill",
-	// "handoff_abort"); the request it served failed, the process goes on.
+	// "handoff_abort", "handoff_release"); the request it served failed, the process goes on.
 	Panicked(where string)
 }
 
@@ -49,13 +49,17 @@ type Options struct {
 	Log        logr.Logger
 	// Now is the clock of TensorRT-LLM ids (nil: time.Now).
 	Now func() time.Time
+	// KVHoldTimeout bounds a measured hold of a finished prefill leg's KV
+	// (TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS; 0: DefaultKVHoldTimeout).
+	KVHoldTimeout time.Duration
 }
 
 // Adapters holds one adapter per engine and the shared executor, aborter and id sources, and
 // builds a Handoff per request. Safe for concurrent use.
 type Adapters struct {
 	opts      Options
-	connector string // gateway-wide vLLM connector
+	kvObs     KVObserver // Observer, when it measures stranded KV; else nil
+	connector string     // gateway-wide vLLM connector
 	vllm      map[string]*VLLM
 	sglang    *SGLang
 	trt       Engine
@@ -79,7 +83,8 @@ func NewAdapters(pd config.PD, opts Options) (*Adapters, error) {
 	if opts.Observer == nil {
 		opts.Observer = nopObserver{}
 	}
-	a := &Adapters{opts: opts, sglang: &SGLang{}, vllm: map[string]*VLLM{
+	kvObs, _ := opts.Observer.(KVObserver)
+	a := &Adapters{opts: opts, kvObs: kvObs, sglang: &SGLang{}, vllm: map[string]*VLLM{
 		ConnectorSHFS: {Connector: ConnectorSHFS, Log: opts.Log},
 		ConnectorNIXL: {Connector: ConnectorNIXL, Log: opts.Log},
 	}}

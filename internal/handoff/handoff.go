@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,8 @@ import (
 //	body, aerr := h.Start(streamCtx)     // sync: after the prefill leg; async: at once
 //	forward body to the decode pod; select on h.Failed() and h.PrefillSucceeded() (arm the
 //	watchdog) while the response flows; call h.DecodeResponded() at the decode leg's first
-//	response message, h.AbortDecode(reason) when the watchdog fires, and h.Done() on every path.
+//	response message, h.DecodeFirstToken() at its first 2xx body chunk, h.AbortDecode(reason)
+//	when the watchdog fires, and h.Done() on every path.
 type Handoff struct {
 	a      *Adapters
 	in     Input
@@ -39,6 +41,9 @@ type Handoff struct {
 	completed       atomic.Bool                   // the request completed: an async leg is left to end on its own
 	served          atomic.Pointer[pool.Endpoint] // the decode pod answering, when not Input.Decode
 	finished        atomic.Bool
+	consumed        atomic.Bool // the decode leg's first token came: it took the prefill pod's KV
+	prefillFailed   atomic.Bool // the prefill leg failed while the request ran: no KV to release
+	hold            *kvHold     // the prefill pod's hold of this leg's KV (under mu); nil if unmeasured
 	bg              sync.WaitGroup
 	legDone         sync.Once // Input.PrefillDone runs once, even when a panic interrupts the leg
 	failOnce        sync.Once // failed receives at most one value
@@ -101,6 +106,7 @@ func (h *Handoff) Start(ctx context.Context) ([]byte, *apierror.Error) {
 	}
 	h.a.opts.Observer.PrefillDone(h.engine.Name(), "", StageBeforeResponse, time.Since(began))
 	close(h.succeeded)
+	h.startHold()
 	return body, nil
 }
 
@@ -143,6 +149,7 @@ func (h *Handoff) runSync(ctx context.Context) ([]byte, *Failure) {
 	resp, f := h.a.opts.Executor.Do(ctx, h.call())
 	h.prefillDone(f) // a sync failure always fails the request
 	if f != nil {
+		h.noteFailure(f)
 		return nil, f
 	}
 	body, err := h.engine.Merge(&h.in.Leg, h.plan, resp)
@@ -173,6 +180,7 @@ func (h *Handoff) runAsync(ctx context.Context) {
 		h.prefillDone(nil)
 		h.a.opts.Observer.PrefillDone(h.engine.Name(), "", StageBeforeResponse, time.Since(began))
 		close(h.succeeded)
+		h.startHold()
 		return
 	}
 	if h.finished.Load() {
@@ -180,6 +188,7 @@ func (h *Handoff) runAsync(ctx context.Context) {
 		h.prefillDone(f)
 		return
 	}
+	h.noteFailure(f)
 	stage := StageBeforeResponse
 	if h.responded.Load() {
 		stage = StageAfterResponse
@@ -274,6 +283,87 @@ func (h *Handoff) abort(reason string, retry bool) {
 	}()
 }
 
+// DecodeFirstToken records that the decode leg's first token came (its first response body
+// chunk with a 2xx status): the decode pod took the prefill pod's KV, whose hold ends
+// "consumed", and nothing is released when the request ends. Idempotent.
+func (h *Handoff) DecodeFirstToken() {
+	if !h.consumed.CompareAndSwap(false, true) {
+		return
+	}
+	h.mu.Lock()
+	hold := h.hold
+	h.mu.Unlock()
+	hold.end(HoldConsumed)
+}
+
+// noteFailure records a prefill leg that failed on its own: its pod holds no KV to release. A
+// leg cancelled because the request ended (the client left) is not such a failure: the pod may
+// have computed the prompt and hold its KV (SGLang keeps it until the transfer).
+func (h *Handoff) noteFailure(f *Failure) {
+	if f.Class != ClassCanceled {
+		h.prefillFailed.Store(true)
+	}
+}
+
+// startHold starts measuring the prefill pod's hold of this leg's KV once the prefill leg
+// answered, unless the decode leg already took it or the request already ended.
+func (h *Handoff) startHold() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.consumed.Load() || h.finished.Load() || h.hold != nil {
+		return
+	}
+	h.hold = beginHold(h.a.kvObs, h.in.Prefill, h.a.opts.KVHoldTimeout)
+}
+
+// engineName is the adapter's engine without its variant: sglang, vllm or trtllm.
+func (h *Handoff) engineName() string {
+	name, _, _ := strings.Cut(h.engine.Name(), "/")
+	return name
+}
+
+// releasePrefill runs when the request ended before the decode leg's first token and the
+// prefill leg did not fail: the prefill pod may hold the request's KV for nobody. SGLang frees
+// it on POST /abort_request {"rid"} (sent off the request path, PrefillReleaseTimeout); vLLM and
+// TensorRT-LLM have no such call for a finished request, so their hold runs to the engine's
+// own timeout and is counted unsupported.
+func (h *Handoff) releasePrefill() {
+	h.mu.Lock()
+	hold := h.hold
+	h.mu.Unlock()
+	obs := h.a.kvObs
+	if h.plan.RID == "" {
+		if hold != nil && obs != nil {
+			obs.PrefillRelease(h.engineName(), ReleaseUnsupported)
+		}
+		return
+	}
+	h.bg.Add(1)
+	go func() {
+		defer h.bg.Done()
+		defer func() {
+			if r := recover(); r != nil {
+				h.recovered("handoff_release", r)
+			}
+		}()
+		began := time.Now()
+		res := h.a.opts.Aborter.attempt(h.in.Prefill, h.plan.RID, PrefillReleaseTimeout)
+		result := ReleaseSent
+		if res != AbortOK {
+			result = ReleaseFailed
+			h.a.opts.Log.Info("prefill release failed: the prefill pod keeps the KV until its own timeout",
+				"requestID", h.in.RequestID, "prefill", h.in.Prefill.PodKey(), "rid", h.plan.RID)
+		} else {
+			hold.end(HoldReleased)
+			h.a.opts.Log.V(1).Info("prefill pod released the KV of a request that ended before its first token",
+				"requestID", h.in.RequestID, "prefill", h.in.Prefill.PodKey(), "rid", h.plan.RID, "took", time.Since(began).String())
+		}
+		if obs != nil {
+			obs.PrefillRelease(h.engineName(), result)
+		}
+	}()
+}
+
 // Completed records that the request completed (the decode leg's response ended): an async
 // prefill leg still running then succeeded (the decode leg could not finish without its KV),
 // and Done lets it read its answer, within its own timeout, instead of cancelling it, so its
@@ -281,7 +371,9 @@ func (h *Handoff) abort(reason string, retry bool) {
 func (h *Handoff) Completed() { h.completed.Store(true) }
 
 // Done ends the hand-off on every path (completion, failure, client cancel, watchdog): it cancels
-// a prefill leg still running, unless the request Completed. An abort already under way
+// a prefill leg still running, unless the request Completed, and, when the decode leg's first
+// token never came and the prefill leg did not fail, releases the prefill pod's KV
+// (releasePrefill). An abort already under way
 // finishes on its own timeouts; Wait blocks for it. Done is idempotent.
 func (h *Handoff) Done() {
 	if !h.finished.CompareAndSwap(false, true) {
@@ -291,7 +383,11 @@ func (h *Handoff) Done() {
 	if h.cancel != nil && !(h.plan.Async && h.completed.Load()) {
 		h.cancel()
 	}
+	started := h.started
 	h.mu.Unlock()
+	if started && !h.consumed.Load() && !h.prefillFailed.Load() {
+		h.releasePrefill()
+	}
 }
 
 // Wait blocks until the hand-off's background work (async prefill leg, aborts) has ended or ctx

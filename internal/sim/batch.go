@@ -49,6 +49,8 @@ type Batch struct {
 	// Counters for reports.
 	Iterations, Mixed, Preemptions int // iterations; of which carried prefill and decode work; preemptions
 	BusySeconds                    float64
+
+	held int // finished prefill legs whose KV is held for their decode leg
 }
 
 // SeqKind says what a sequence computes.
@@ -160,6 +162,7 @@ func (b *Batch) Release(s *Seq) {
 	if s.state == stateHeld {
 		b.drop(s)
 		s.state = stateDone
+		b.held--
 	}
 }
 
@@ -365,6 +368,7 @@ func (b *Batch) Commit() []Event {
 		case s.Kind == SeqPrefill:
 			b.running = slices.DeleteFunc(b.running, func(x *Seq) bool { return x == s })
 			s.state = stateHeld
+			b.held++
 			events = append(events, Event{EvHeld, s})
 		case s.generated >= s.Out:
 			b.running = slices.DeleteFunc(b.running, func(x *Seq) bool { return x == s })
@@ -376,6 +380,9 @@ func (b *Batch) Commit() []Event {
 	b.inflight, b.planned = nil, false
 	return events
 }
+
+// Held is how many finished prefill legs hold their KV for a decode leg (until Release).
+func (b *Batch) Held() int { return b.held }
 
 // Running is vLLM's num_requests_running: sequences in the running batch (prefilling,
 // decoding, or hung).

@@ -47,6 +47,9 @@ type Stats struct {
 	PrefillBootstrap int
 	// DecodePrealloc counts decode legs waiting for their KV from a prefill pod.
 	DecodePrealloc int
+	// KVHeld counts finished prefill legs whose KV this pod holds until their decode leg pulls
+	// it, an SGLang /abort_request names their rid, or kv_hold_seconds pass.
+	KVHeld int
 	// Generated counts output tokens since the pod started.
 	Generated int64
 	// Preemptions counts sequences that lost their KV because it ran out.
@@ -57,7 +60,7 @@ func (e *engine) stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return Stats{Running: e.b.Running(), Waiting: e.b.Waiting(), KVUsedTokens: e.b.KVUsed(), KVTokens: e.p.KVTokens,
-		CachedBlocks: e.b.CachedBlocks(), PrefillBootstrap: e.prefillQ, DecodePrealloc: e.decodeQ, Generated: e.gen,
+		CachedBlocks: e.b.CachedBlocks(), PrefillBootstrap: e.prefillQ, DecodePrealloc: e.decodeQ, KVHeld: e.b.Held(), Generated: e.gen,
 		Preemptions: e.b.Preemptions}
 }
 

@@ -22,6 +22,10 @@ type Faults struct {
 	HangAfterTokens int `json:"hang_after_tokens"`
 	// SlowStart delays everything (before the response headers) by this many seconds.
 	SlowStart float64 `json:"slow_start_seconds"`
+	// PullDelay makes a decode leg wait this many seconds, its KV blocks allocated, before it
+	// pulls the prompt's KV from the prefill pod (a slow KV link or a busy decode pod): the
+	// prefill pod holds the KV meanwhile.
+	PullDelay float64 `json:"pull_delay_seconds"`
 }
 
 func (f Faults) validate() error {
@@ -34,6 +38,8 @@ func (f Faults) validate() error {
 		return fmt.Errorf("faults.hang_after_tokens %d: must be ≥ 0", f.HangAfterTokens)
 	case f.SlowStart < 0:
 		return fmt.Errorf("faults.slow_start_seconds %v: must be ≥ 0", f.SlowStart)
+	case f.PullDelay < 0:
+		return fmt.Errorf("faults.pull_delay_seconds %v: must be ≥ 0", f.PullDelay)
 	}
 	return nil
 }
@@ -83,6 +89,9 @@ func (s *Server) faultsFor(h http.Header) (Faults, *httpError) {
 			if g.SlowStart > 0 {
 				f.SlowStart = g.SlowStart
 			}
+			if g.PullDelay > 0 {
+				f.PullDelay = g.PullDelay
+			}
 		}
 	}
 	return f, nil
@@ -98,6 +107,12 @@ func parseFault(item string, g *Faults) error {
 			return fmt.Errorf("%q: want hang-after-N with N ≥ 1", item)
 		}
 		g.HangAfterTokens = n
+	case strings.HasPrefix(item, "pull-delay-"):
+		d, err := time.ParseDuration(strings.TrimPrefix(item, "pull-delay-"))
+		if err != nil || d < 0 {
+			return fmt.Errorf("%q: want pull-delay-DURATION, e.g. pull-delay-2s", item)
+		}
+		g.PullDelay = d.Seconds()
 	case strings.HasPrefix(item, "slow-"):
 		d, err := time.ParseDuration(strings.TrimPrefix(item, "slow-"))
 		if err != nil || d < 0 {
@@ -107,7 +122,7 @@ func parseFault(item string, g *Faults) error {
 	default:
 		code, err := strconv.Atoi(item)
 		if err != nil || code < 400 || code > 599 {
-			return fmt.Errorf("%q: want a status 400–599, hang, hang-after-N or slow-DURATION, optionally prefixed by prefill-, decode- or standard-", item)
+			return fmt.Errorf("%q: want a status 400–599, hang, hang-after-N, slow-DURATION or pull-delay-DURATION, optionally prefixed by prefill-, decode- or standard-", item)
 		}
 		g.ErrorRate, g.ErrorStatus = 1, code
 	}

@@ -134,6 +134,7 @@ func (s *Server) kvRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /sim/kv/vllm/pull", s.handleVLLMPull)
 	mux.HandleFunc("POST /sim/kv/sglang/join", s.handleSGLangJoin)
+	mux.HandleFunc("POST /sim/kv/sglang/pull", s.handleSGLangPull)
 	mux.HandleFunc("POST /sim/kv/trt/pull", s.handleTRTPull)
 	return mux
 }
@@ -185,7 +186,8 @@ func (s *Server) callKV(ctx context.Context, hostPort, path, field string, req a
 	return rep.Tokens, nil
 }
 
-// abortSet maps SGLang rids to the cancel functions of the requests carrying them.
+// abortSet maps SGLang rids to the cancel functions of the requests carrying them, and of the
+// KV finished prefill legs hold.
 type abortSet struct {
 	mu   sync.Mutex
 	next int
@@ -213,19 +215,22 @@ func (a *abortSet) add(rid string, cancel context.CancelCauseFunc) (remove func(
 	}
 }
 
-// abort cancels every request whose rid starts with prefix and returns how many.
+// abort cancels every request (or held KV) whose rid starts with prefix and returns how many.
+// The cancel functions run after the set's lock is released: one may remove its own entry.
 func (a *abortSet) abort(prefix string) int {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	a.log = append(a.log, prefix)
-	n := 0
+	var hit []context.CancelCauseFunc
 	for _, e := range a.m {
 		if prefix != "" && strings.HasPrefix(e.rid, prefix) {
-			e.cancel(errAborted)
-			n++
+			hit = append(hit, e.cancel)
 		}
 	}
-	return n
+	a.mu.Unlock()
+	for _, cancel := range hit {
+		cancel(errAborted)
+	}
+	return len(hit)
 }
 
 // Aborts lists the rids /abort_request was called with, in order.

@@ -62,12 +62,20 @@ func (sglangContract) classify(s *Server, q *inferReq) (*leg, *httpError) {
 		}
 		return sglangPrefillLeg(s, q, room), nil
 	}
-	return &leg{kind: legDecode, pull: func(ctx context.Context) (int, *httpError) {
-		return s.callKV(ctx, addr, "/sim/kv/sglang/join", "bootstrap_host", sglangJoin{Room: room, RID: q.rid, PromptHash: q.hash})
-	}}, nil
+	join := sglangJoin{Room: room, RID: q.rid, PromptHash: q.hash}
+	return &leg{kind: legDecode,
+		arrive: func(ctx context.Context) *httpError {
+			_, herr := s.callKV(ctx, addr, "/sim/kv/sglang/join", "bootstrap_host", join)
+			return herr
+		},
+		pull: func(ctx context.Context) (int, *httpError) {
+			return s.callKV(ctx, addr, "/sim/kv/sglang/pull", "bootstrap_host", join)
+		}}, nil
 }
 
-// sglangJoin is a decode leg joining its room at the prefill pod's bootstrap server.
+// sglangJoin is a decode leg joining its room at the prefill pod's bootstrap server (on
+// arrival, as SGLang's bootstrap handshake), then pulling the room's KV (once its KV blocks are
+// allocated on the decode pod).
 type sglangJoin struct {
 	Room       int64  `json:"room"`
 	RID        string `json:"rid"`
@@ -113,8 +121,19 @@ func sglangPrefillLeg(s *Server, q *inferReq, room int64) *leg {
 			return herr
 		},
 		handOff: func(_ context.Context, free func()) (extra, *httpError) {
-			if err := s.table.put(sglangKVKey(room), sglangKV{tokens: len(q.ids), free: free}, Wall(s.p.KVHold, s.scale), free); err != nil {
+			// Until the decode leg pulls it, the held KV answers /abort_request with this rid.
+			key := sglangKVKey(room)
+			unregister := s.aborts.add(q.rid, func(error) {
+				if v, err := s.table.take(context.Background(), key, 0); err == nil {
+					v.(sglangKV).free()
+				}
+			})
+			release := func() {
 				free()
+				unregister()
+			}
+			if err := s.table.put(key, sglangKV{tokens: len(q.ids), free: release}, Wall(s.p.KVHold, s.scale), release); err != nil {
+				release()
 				return extra{}, badRequest("bootstrap_room", "bootstrap_room %d is already in use", room)
 			}
 			return extra{}, nil
@@ -122,19 +141,29 @@ func sglangPrefillLeg(s *Server, q *inferReq, room int64) *leg {
 	}
 }
 
-// handleSGLangJoin runs on the prefill pod: the decode leg announces itself, then waits for the KV.
+// handleSGLangJoin runs on the prefill pod: the decode leg announces itself on arrival.
 func (s *Server) handleSGLangJoin(w http.ResponseWriter, r *http.Request) {
 	var j sglangJoin
 	if err := json.NewDecoder(r.Body).Decode(&j); err != nil {
 		kvFail(w, http.StatusBadRequest, "bad join request: %v", err)
 		return
 	}
-	timeout := Wall(s.p.BootstrapTimeout, s.scale)
-	if err := s.table.put(sglangDecodeKey(j.Room), j, timeout, nil); err != nil {
+	if err := s.table.put(sglangDecodeKey(j.Room), j, Wall(s.p.BootstrapTimeout, s.scale), nil); err != nil {
 		kvFail(w, http.StatusBadRequest, "bootstrap_room %d already has a decode leg on bootstrap server %s", j.Room, s.KVHostPort())
 		return
 	}
-	v, err := s.table.take(r.Context(), sglangKVKey(j.Room), timeout)
+	writeJSON(w, http.StatusOK, kvReply{})
+}
+
+// handleSGLangPull runs on the prefill pod: the decode leg, its KV blocks allocated, waits for
+// the room's KV and takes it, which frees it here.
+func (s *Server) handleSGLangPull(w http.ResponseWriter, r *http.Request) {
+	var j sglangJoin
+	if err := json.NewDecoder(r.Body).Decode(&j); err != nil {
+		kvFail(w, http.StatusBadRequest, "bad pull request: %v", err)
+		return
+	}
+	v, err := s.table.take(r.Context(), sglangKVKey(j.Room), Wall(s.p.BootstrapTimeout, s.scale))
 	switch {
 	case errors.Is(err, errSlotTimeout):
 		kvFail(w, http.StatusInternalServerError, "bootstrap_room %d: no prefill leg delivered KV within the bootstrap timeout (%gs)", j.Room, s.p.BootstrapTimeout)
@@ -153,7 +182,7 @@ func (s *Server) handleSGLangJoin(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleAbort is SGLang's /abort_request: drop every waiting or running request whose rid
-// starts with the given rid. It answers 200 whether or not anything matched, as SGLang does.
+// starts with the given rid, and free the KV a finished prefill leg of such a rid still holds. It answers 200 whether or not anything matched, as SGLang does.
 func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) {
 	var req map[string]any
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {

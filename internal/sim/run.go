@@ -32,6 +32,9 @@ type leg struct {
 	pull func(ctx context.Context) (int, *httpError)
 	// beforeAdmit (prefill legs) waits for what must happen first (SGLang: the decode leg connects).
 	beforeAdmit func(ctx context.Context) *httpError
+	// arrive (decode legs), when set, announces the leg to its prefill pod on arrival, before
+	// it waits for KV blocks here (SGLang's bootstrap handshake).
+	arrive func(ctx context.Context) *httpError
 	// handOff (prefill legs) keeps the computed KV for the decode leg, which frees it with
 	// free, and returns what to add to the answer.
 	handOff func(ctx context.Context, free func()) (extra, *httpError)
@@ -64,6 +67,12 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 		herr := lg.beforeAdmit(ctx)
 		s.eng.addQueue(-1, 0)
 		if herr != nil || ctx.Err() != nil { // refused, or aborted / abandoned while waiting
+			s.fail(ctx, w, herr)
+			return
+		}
+	}
+	if lg.arrive != nil {
+		if herr := lg.arrive(ctx); herr != nil || ctx.Err() != nil {
 			s.fail(ctx, w, herr)
 			return
 		}
@@ -101,7 +110,11 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 		switch ev {
 		case EvAllocated: // decode leg: KV blocks held here; pull the prompt's KV, then decode
 			s.eng.addQueue(0, 1)
-			tokens, herr := lg.pull(ctx)
+			var tokens int
+			var herr *httpError
+			if f.PullDelay <= 0 || sleepWall(ctx, time.Duration(f.PullDelay*float64(time.Second))) {
+				tokens, herr = lg.pull(ctx)
+			}
 			var secs float64
 			if herr == nil && ctx.Err() == nil {
 				secs, ok = s.eng.transfer(ctx, tokens)

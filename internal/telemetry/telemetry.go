@@ -60,6 +60,8 @@ type Metrics struct {
 	prefillFail         *prometheus.CounterVec
 	pdPrefillFailure    *prometheus.CounterVec
 	pdDecodeAbort       *prometheus.CounterVec
+	pdPrefillRelease    *prometheus.CounterVec
+	pdStrandedKV        *prometheus.CounterVec
 	pdDecodeWatchdog    *prometheus.CounterVec
 	tokenLoadActive     *prometheus.GaugeVec
 	tokenLoadKV         *prometheus.GaugeVec
@@ -110,6 +112,7 @@ type Metrics struct {
 	servedModels *labelCap
 	podsMu       sync.Mutex
 	pods         map[string][2]string // pod key -> namespace, name, as of the last snapshot
+	poolSeen     bool                 // PoolChanged ran at least once: pods is the pool
 }
 
 // New builds Tandem's metrics and registers them on reg.
@@ -121,7 +124,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		"model": newLabelCap(maxModels), "plugin": newLabelCap(maxPlugins), "engine": newLabelCap(maxSmall),
 		"strategy": newLabelCap(maxSmall), "step": newLabelCap(maxSmall), "status": newLabelCap(maxSmall),
 		"class": newLabelCap(maxSmall), "stage": newLabelCap(maxSmall), "result": newLabelCap(maxSmall),
-		"phase": newLabelCap(maxSmall), "source": newLabelCap(maxSmall), "where": newLabelCap(maxSmall),
+		"phase": newLabelCap(maxSmall), "end": newLabelCap(maxSmall), "source": newLabelCap(maxSmall), "where": newLabelCap(maxSmall),
 		"field": newLabelCap(maxSmall), "kind": newLabelCap(maxSmall), "reason": newLabelCap(maxSmall),
 	}}
 	podLabels := []string{"namespace", "pod_name"}
@@ -133,6 +136,8 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.pdPrefillFailure = m.counterVec("gateway_pd_prefill_failure_total", "Terminal prefill-leg failures in PD fail-fast, by failure class and whether the decode leg had responded (stage).", "class", "stage")
 	m.pdDecodeAbort = m.counterVec("gateway_pd_decode_abort_total", "Decode aborts sent (or skipped) after a prefill failure or watchdog, by cause and result.", "prefill_failure_class", "result")
 	m.pdDecodeWatchdog = m.counterVec("gateway_pd_decode_watchdog_total", "Decode watchdog firings, by phase (first_response, stream_idle).", "phase")
+	m.pdPrefillRelease = m.counterVec("tandem_pd_prefill_release_total", "epp hand-off: requests that ended before the decode leg's first token while a prefill pod may hold their KV, by engine and what Tandem did (sent: the prefill pod acknowledged an abort; failed: the abort failed; unsupported: the engine has no call to release it).", "engine", "result")
+	m.pdStrandedKV = m.counterVec("tandem_pd_stranded_kv_seconds_total", "epp hand-off: seconds prefill pods held the KV of finished prefill legs, by pod and how the hold ended (consumed: the decode leg's first token came; released: an abort freed it; expired: TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS passed).", "namespace", "pod_name", "end")
 	m.tokenLoadActive = m.gaugeVec("pd_token_load_active_tokens", "Prefill token-load ledger: tokens charged to a prefill pod whose prefill call has not returned.", podLabels...)
 	m.tokenLoadKV = m.gaugeVec("pd_token_load_kv_tokens", "Prefill token-load ledger: tokens charged to a prefill pod whose request has not completed.", podLabels...)
 	m.tokenLoadDecode = m.gaugeVec("pd_token_load_decode_tokens", "Decode token-load ledger: prompt tokens held by a decode pod (decode policy token_load).", podLabels...)
@@ -206,7 +211,7 @@ func (m *Metrics) Defs() []Def { return append([]Def(nil), m.defs...) }
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requestModelFail, m.prefillSuccess, m.prefillFail, m.pdPrefillFailure, m.pdDecodeAbort,
-		m.pdDecodeWatchdog, m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.bucketBand, m.bucketPromptTokens,
+		m.pdDecodeWatchdog, m.pdPrefillRelease, m.pdStrandedKV, m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.bucketBand, m.bucketPromptTokens,
 		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.decisions, m.pickDuration, m.pluginDuration,
 		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.predRatio, m.predAbsError, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
 		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
@@ -454,6 +459,26 @@ func (m *Metrics) DecodeAbort(prefillFailureClass, result string) {
 	m.pdDecodeAbort.WithLabelValues(m.bound("class", prefillFailureClass), m.bound("result", result)).Inc()
 }
 
+// PrefillRelease counts a request that ended before its decode leg's first token while its
+// prefill pod may hold its KV; result is sent, failed or unsupported.
+func (m *Metrics) PrefillRelease(engine, result string) {
+	m.pdPrefillRelease.WithLabelValues(m.bound("engine", engine), m.bound("result", result)).Inc()
+}
+
+// StrandedKV adds the seconds a prefill pod held a finished prefill leg's KV, by how the hold
+// ended (consumed, released, expired). A pod no longer in the pool is not counted: its series
+// were deleted when it left, and a late hold must not bring them back.
+func (m *Metrics) StrandedKV(prefill *pool.Endpoint, end string, seconds float64) {
+	m.podsMu.Lock()
+	defer m.podsMu.Unlock()
+	if m.poolSeen {
+		if _, ok := m.pods[prefill.PodKey()]; !ok {
+			return
+		}
+	}
+	m.pdStrandedKV.WithLabelValues(prefill.Namespace, prefill.Name, m.bound("end", end)).Add(seconds)
+}
+
 // DecodeWatchdog counts a decode watchdog firing in a phase (first_response, stream_idle).
 func (m *Metrics) DecodeWatchdog(phase string) {
 	m.pdDecodeWatchdog.WithLabelValues(m.bound("phase", phase)).Inc()
@@ -551,7 +576,7 @@ func (m *Metrics) DropPod(namespace, pod string) {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.selectedPrefillPods, m.selectedDecodePods,
 		m.scrapeLast, m.scrapeErrors, m.scrapeStale, m.configErrors, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
-		m.outlierEjected, m.outlierEjections, m.outlierReturns} {
+		m.outlierEjected, m.outlierEjections, m.outlierReturns, m.pdStrandedKV} {
 		v.DeletePartialMatch(l)
 	}
 }
@@ -648,7 +673,13 @@ func (m *Metrics) PoolChanged(snap *pool.Snapshot) {
 
 	m.podsMu.Lock()
 	prev := m.pods
-	m.pods = pods
+	m.pods, m.poolSeen = pods, true
+	for key, nn := range prev {
+		if _, ok := pods[key]; !ok {
+			// Under the lock: StrandedKV, which checks the pool under it, cannot recreate them.
+			m.pdStrandedKV.DeletePartialMatch(prometheus.Labels{"namespace": nn[0], "pod_name": nn[1]})
+		}
+	}
 	m.podsMu.Unlock()
 	for key, nn := range prev {
 		if _, ok := pods[key]; !ok {

@@ -51,6 +51,8 @@ func exercise(m *Metrics) {
 	m.PrefillFailure("timeout", "before_response")
 	m.DecodeAbort("timeout", "ok")
 	m.DecodeWatchdog("first_response")
+	m.PrefillRelease("sglang", "sent")
+	m.StrandedKV(p, "consumed", 0.5)
 	m.SelectedPair(p, d)
 	m.SetTokenLoad("ns", "p-0", 3600, 3600)
 	m.SetDecodeTokens("ns", "d-0", 100)
@@ -252,13 +254,19 @@ func TestPodLeaves(t *testing.T) {
 		m.ScrapeDone(e, time.Millisecond, metrics.ErrClassConnect)
 		m.EndpointSample(e, &metrics.Sample{Running: 1, HasRunning: true})
 		m.ConfigError(e, "annotation", nil)
+		m.StrandedKV(e, "released", 1)
 	}
-	if n := seriesWith(t, reg, "", "pod_name", "p-0"); n < 6 {
-		t.Fatalf("p-0 has %d series before leaving, want at least 6", n)
+	if n := seriesWith(t, reg, "", "pod_name", "p-0"); n < 7 {
+		t.Fatalf("p-0 has %d series before leaving, want at least 7", n)
 	}
 	m.PoolChanged(mustSnapshot(p1, d0))
 	if n := seriesWith(t, reg, "", "pod_name", "p-0"); n != 0 {
 		t.Errorf("p-0 left the pool but %d of its series remain", n)
+	}
+	// A hold of p-0 that ends after it left (a late expiry timer) does not bring a series back.
+	m.StrandedKV(p0, "expired", 480)
+	if n := seriesWith(t, reg, "tandem_pd_stranded_kv_seconds_total", "pod_name", "p-0"); n != 0 {
+		t.Errorf("a hold ending after p-0 left recreated %d stranded-KV series", n)
 	}
 	if n := seriesWith(t, reg, "", "pod_name", "p-1"); n < 6 {
 		t.Errorf("p-1 stayed but has %d series, want at least 6", n)
