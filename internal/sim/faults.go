@@ -22,6 +22,11 @@ type Faults struct {
 	HangAfterTokens int `json:"hang_after_tokens"`
 	// SlowStart delays everything (before the response headers) by this many seconds.
 	SlowStart float64 `json:"slow_start_seconds"`
+	// RecomputeKV breaks a decode pod's KV connector, silently: a decode leg never pulls the
+	// prompt's KV from its prefill pod (which keeps it until it expires) but prefills the
+	// prompt itself, taking a local prefill's time, and still answers 200; its usage reports
+	// only what its own prefix cache held as cached tokens. Other legs are unaffected.
+	RecomputeKV bool `json:"recompute_kv"`
 }
 
 func (f Faults) validate() error {
@@ -83,6 +88,7 @@ func (s *Server) faultsFor(h http.Header) (Faults, *httpError) {
 			if g.SlowStart > 0 {
 				f.SlowStart = g.SlowStart
 			}
+			f.RecomputeKV = f.RecomputeKV || g.RecomputeKV
 		}
 	}
 	return f, nil
@@ -92,6 +98,8 @@ func parseFault(item string, g *Faults) error {
 	switch {
 	case item == "hang":
 		g.HangBeforeFirstToken = true
+	case item == "recompute":
+		g.RecomputeKV = true
 	case strings.HasPrefix(item, "hang-after-"):
 		n, err := strconv.Atoi(strings.TrimPrefix(item, "hang-after-"))
 		if err != nil || n < 1 {
@@ -107,7 +115,7 @@ func parseFault(item string, g *Faults) error {
 	default:
 		code, err := strconv.Atoi(item)
 		if err != nil || code < 400 || code > 599 {
-			return fmt.Errorf("%q: want a status 400–599, hang, hang-after-N or slow-DURATION, optionally prefixed by prefill-, decode- or standard-", item)
+			return fmt.Errorf("%q: want a status 400–599, hang, hang-after-N, slow-DURATION or recompute, optionally prefixed by prefill-, decode- or standard-", item)
 		}
 		g.ErrorRate, g.ErrorStatus = 1, code
 	}

@@ -58,6 +58,10 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 		writeError(w, badRequest("max_tokens", "prompt (%d tokens) plus output (%d tokens) exceed pod %s's KV capacity of %d tokens", len(q.ids), out, s.cfg.Name, s.p.KVTokens))
 		return
 	}
+	if lg.kind == legDecode && f.RecomputeKV {
+		// A broken KV connector: the transferred KV is never read; the prompt is computed here.
+		lg = &leg{kind: legPlain}
+	}
 	arrived := time.Now()
 	if lg.beforeAdmit != nil {
 		s.eng.addQueue(1, 0)
@@ -112,6 +116,11 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 				return
 			}
 			a.queue, a.transfer = time.Since(arrived).Seconds()/s.scale-secs, secs
+			if s.cfg.Engine == EngineVLLM {
+				// vLLM counts the tokens its KV connector loaded among the prompt's cached
+				// tokens (usage.prompt_tokens_details.cached_tokens), as it does prefix-cache hits.
+				a.cached = tokens
+			}
 			s.eng.remember(hashes)
 			h.ready()
 		case EvScheduled:

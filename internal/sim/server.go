@@ -37,7 +37,8 @@ const (
 const (
 	// HeaderFault injects faults into one request: a comma list of [prefill-|decode-|standard-]action,
 	// action = a status code (e.g. 500), "hang" (before the first token), "hang-after-N" (tokens),
-	// or "slow-DURATION" (before the response headers, e.g. slow-200ms). A role prefix limits the
+	// "slow-DURATION" (before the response headers, e.g. slow-200ms), or "recompute" (a decode
+	// leg ignores the transferred KV and prefills the prompt itself). A role prefix limits the
 	// item to pods of that role, so one client header can fail only the prefill leg.
 	HeaderFault = "X-Sim-Fault"
 	// HeaderPrefiller is the llm-d routing sidecar's prefill target header.
@@ -426,7 +427,7 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		writeError(w, badRequest("", "faults: %v (fields: error_rate, error_status, hang_before_first_token, hang_after_tokens, slow_start_seconds)", err))
+		writeError(w, badRequest("", "faults: %v (fields: error_rate, error_status, hang_before_first_token, hang_after_tokens, slow_start_seconds, recompute_kv)", err))
 		return
 	}
 	if err := s.SetFaults(f); err != nil {
