@@ -289,8 +289,13 @@ func (a *answer) add(i int) {
 }
 
 func (a *answer) usage() map[string]any {
-	return map[string]any{"prompt_tokens": len(a.q.ids), "completion_tokens": a.tokens, "total_tokens": len(a.q.ids) + a.tokens,
-		"prompt_tokens_details": map[string]any{"cached_tokens": a.cached}}
+	u := map[string]any{"prompt_tokens": len(a.q.ids), "completion_tokens": a.tokens, "total_tokens": len(a.q.ids) + a.tokens}
+	// vLLM (with --enable-prompt-tokens-details) leaves prompt_tokens_details out when no
+	// prompt token was cached.
+	if a.cached > 0 || a.s.cfg.Engine != EngineVLLM {
+		u["prompt_tokens_details"] = map[string]any{"cached_tokens": a.cached}
+	}
+	return u
 }
 
 // finish ends the answer: the usage chunk and [DONE], or the JSON object with x added.
