@@ -61,6 +61,10 @@ type PD struct {
 	// the decode pod declares a routing sidecar, else epp).
 	Handoff string // TANDEM_PD_HANDOFF, "auto"
 
+	// TransferHeader adds x-tandem-pd-transfer (the proof of the request's KV transfer) to PD
+	// responses whose proof is known before their headers go out.
+	TransferHeader bool // TANDEM_PD_TRANSFER_HEADER, false
+
 	// SLOTTFT and SLOTPOT are the latency objectives of requests that do not send their own
 	// (x-slo-ttft-ms, x-slo-tpot-ms), read by the predictive policies; 0 = none.
 	SLOTTFT time.Duration // TANDEM_SLO_TTFT_MS, 0

@@ -367,6 +367,9 @@ var Vars = []Var{
 	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffAuto, HandoffSidecar, HandoffEPP}, false, Exact,
 		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy), `epp` (Tandem runs the prefill leg itself, so plain engine pods disaggregate), or `auto`: per request, `sidecar` when the decode pod declares a routing sidecar (it carries llm-d's `llm-d.ai/role` label, as llm-d's decode pods with the routing sidecar do), else `epp`. The prefill target also travels as `envoy.lb` metadata in every mode.",
 		func(g *Gateway) *string { return &g.PD.Handoff }),
+	boolVar("TANDEM_PD_TRANSFER_HEADER", "pdTransferHeader",
+		"Adds `x-tandem-pd-transfer: verified|recomputed|unknown`, the proof that the decode pod used the KV its prefill leg transferred (`docs/proof.md`), to PD responses whose proof is known before their headers go out: in the `epp` hand-off, answers that arrive whole in their first body chunk (non-streamed ones, usually). Streamed answers carry their evidence after the headers: it is counted (`tandem_pd_transfer_total`) but not in the header.",
+		func(g *Gateway) *bool { return &g.PD.TransferHeader }),
 }
 
 // VarByName finds a setting by its environment variable name.
