@@ -31,8 +31,8 @@ import (
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
-	"github.com/tandem-epp/tandem/internal/proof"
 	"github.com/tandem-epp/tandem/internal/pool/file"
+	"github.com/tandem-epp/tandem/internal/proof"
 	"github.com/tandem-epp/tandem/internal/serving"
 	"github.com/tandem-epp/tandem/internal/version"
 )

@@ -16,8 +16,8 @@ import (
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
-	"github.com/tandem-epp/tandem/internal/proof"
 	"github.com/tandem-epp/tandem/internal/prefix"
+	"github.com/tandem-epp/tandem/internal/proof"
 )
 
 // PickerOptions say how to assemble the picker.
