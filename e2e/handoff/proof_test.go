@@ -1,0 +1,129 @@
+package handoffe2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tandem-epp/tandem/internal/demo"
+	"github.com/tandem-epp/tandem/internal/sim"
+	"github.com/tandem-epp/tandem/internal/wire"
+)
+
+// proofStack is one vLLM prefill pod and two decode pods of one roleset behind Tandem (epp
+// hand-off) and the gateway.
+type proofStack struct {
+	*stack
+	decodes [2]*sim.Server
+}
+
+func newProofStack(t *testing.T, env map[string]string) *proofStack {
+	t.Helper()
+	ps := &proofStack{stack: &stack{t: t, prefill: startPod(t, sim.EngineVLLM, sim.RolePrefill, false)}}
+	eps := []demo.FileEndpoint{entry("prefill-0", ps.prefill, sim.EngineVLLM, "prefill", nil, nil)}
+	for i := range ps.decodes {
+		ps.decodes[i] = startPod(t, sim.EngineVLLM, sim.RoleDecode, false)
+		eps = append(eps, entry(fmt.Sprintf("decode-%d", i), ps.decodes[i], sim.EngineVLLM, "decode", nil, nil))
+	}
+	path := writePool(t, eps...)
+	ps.app = startTandem(t, []string{"--endpoints-file=" + path}, env)
+	ps.url = startGateway(t, ps.app.ExtProcAddr())
+	ps.decode = ps.decodes[0]
+	t.Cleanup(ps.checkReleased)
+	return ps
+}
+
+// ask sends request i (a prompt of its own, so no decode pod holds it in its prefix cache),
+// streamed with the final usage chunk or whole, and returns the reply.
+func (ps *proofStack) ask(ctx context.Context, i int, stream bool, header map[string]string) reply {
+	ps.t.Helper()
+	body := map[string]any{"model": modelName, "max_tokens": 3,
+		"messages": []any{map[string]any{"role": "user", "content": fmt.Sprintf("request %d: %s", i, strings.Repeat("tell me about the sea ", 15))}}}
+	if stream {
+		body["stream"], body["stream_options"] = true, map[string]any{"include_usage": true}
+	}
+	b, _ := json.Marshal(body)
+	r := ps.post(ctx, "/v1/chat/completions", b, header)
+	if r.status != http.StatusOK || r.readErr != nil {
+		ps.t.Fatalf("request %d (stream %v): %d %v %s", i, stream, r.status, r.readErr, r.body)
+	}
+	return r
+}
+
+func (ps *proofStack) transfers(result, decode string) float64 {
+	return ps.counter("tandem_pd_transfer_total", map[string]string{"result": result, "prefill_pod": "default/prefill-0", "decode_pod": "default/" + decode})
+}
+
+// TestRecomputeDetected: a decode pod whose KV connector is broken recomputes every prompt and
+// still answers 200. The proof catches it within its first 3 PD requests, counts it, and (the
+// lenient policy) the pod receives no PD work for at least 5 s after; every request succeeds,
+// and while the pool was healthy nothing counted as recomputed.
+func TestRecomputeDetected(t *testing.T) {
+	ps := newProofStack(t, eppEnv(map[string]string{"TANDEM_PD_TRANSFER_HEADER": "true"}))
+	ctx, cancel := context.WithTimeout(context.Background(), 4*waitLimit)
+	defer cancel()
+	bad, good := ps.decodes[0], ps.decodes[1]
+
+	// A healthy pool: every transfer verified, none recomputed, on both decode pods.
+	i := 0
+	for ; i < 40 && (len(inferences(bad)) < 2 || len(inferences(good)) < 2); i++ {
+		r := ps.ask(ctx, i, i%2 == 0, nil)
+		if i%2 == 1 && r.header.Get(wire.HeaderPDTransfer) != "verified" { // whole answers: known before the headers
+			t.Fatalf("healthy request %d: %s %q, want verified", i, wire.HeaderPDTransfer, r.header.Get(wire.HeaderPDTransfer))
+		}
+	}
+	if len(inferences(bad)) < 2 || len(inferences(good)) < 2 {
+		t.Fatalf("the picker never spread requests over both decode pods (%d, %d)", len(inferences(bad)), len(inferences(good)))
+	}
+	healthy := i
+	if n := ps.transfers("recomputed", "decode-0") + ps.transfers("recomputed", "decode-1"); n != 0 {
+		t.Fatalf("a healthy pool counted %v recomputed transfers", n)
+	}
+	if n := ps.transfers("verified", "decode-0") + ps.transfers("verified", "decode-1"); n != float64(healthy) {
+		t.Fatalf("a healthy pool verified %v of %d transfers", n, healthy)
+	}
+
+	// decode-0's KV connector breaks.
+	if err := bad.SetFaults(sim.Faults{RecomputeKV: true}); err != nil {
+		t.Fatal(err)
+	}
+	before := len(inferences(bad))
+	var detected time.Time
+	for ; i < healthy+60 && detected.IsZero(); i++ {
+		ps.ask(ctx, i, i%2 == 0, nil)
+		if ps.transfers("recomputed", "decode-0") >= 2 {
+			detected = time.Now()
+		}
+	}
+	got := len(inferences(bad)) - before
+	if detected.IsZero() {
+		t.Fatalf("never detected: decode-0 got %d PD requests after its connector broke, %v counted recomputed", got, ps.transfers("recomputed", "decode-0"))
+	}
+	if got > 3 {
+		t.Fatalf("detected only after decode-0's %d-th PD request since its connector broke, want within 3", got)
+	}
+	t.Logf("detected after %d PD requests on the recomputing pod (%d requests in all)", got, i-healthy)
+
+	// Held out: for 5 s every request goes to the other pair; all succeed and verify.
+	held := len(inferences(bad))
+	verified := ps.transfers("verified", "decode-1")
+	n := 0
+	for ; time.Since(detected) < 5*time.Second; i++ {
+		ps.ask(ctx, i, i%2 == 0, nil)
+		n++
+		time.Sleep(20 * time.Millisecond)
+	}
+	if extra := len(inferences(bad)) - held; extra != 0 {
+		t.Fatalf("decode-0 received %d PD requests within 5 s after detection", extra)
+	}
+	if v := ps.transfers("verified", "decode-1") - verified; v != float64(n) {
+		t.Fatalf("decode-1 verified %v of the %d requests sent after detection", v, n)
+	}
+	if ps.transfers("recomputed", "decode-1") != 0 {
+		t.Fatal("the healthy decode pod counted a recomputed transfer")
+	}
+}
