@@ -18,15 +18,16 @@ import (
 // hand-off) and the gateway.
 type proofStack struct {
 	*stack
-	decodes [2]*sim.Server
+	decodes   [2]*sim.Server
+	maxTokens int // of each request; 3 when 0
 }
 
-func newProofStack(t *testing.T, env map[string]string) *proofStack {
+func newProofStack(t *testing.T, env map[string]string, decodeScale float64) *proofStack {
 	t.Helper()
-	ps := &proofStack{stack: &stack{t: t, prefill: startPod(t, sim.EngineVLLM, sim.RolePrefill, false)}}
+	ps := &proofStack{stack: &stack{t: t, prefill: startNamedPod(t, "prefill-0", sim.RolePrefill, simTimeScale)}}
 	eps := []demo.FileEndpoint{entry("prefill-0", ps.prefill, sim.EngineVLLM, "prefill", nil, nil)}
 	for i := range ps.decodes {
-		ps.decodes[i] = startPod(t, sim.EngineVLLM, sim.RoleDecode, false)
+		ps.decodes[i] = startNamedPod(t, fmt.Sprintf("decode-%d", i), sim.RoleDecode, decodeScale)
 		eps = append(eps, entry(fmt.Sprintf("decode-%d", i), ps.decodes[i], sim.EngineVLLM, "decode", nil, nil))
 	}
 	path := writePool(t, eps...)
@@ -37,21 +38,39 @@ func newProofStack(t *testing.T, env map[string]string) *proofStack {
 	return ps
 }
 
+// startNamedPod starts a vLLM pod whose answers name it (X-Sim-Pod), its model time run at scale.
+func startNamedPod(t *testing.T, name, role string, scale float64) *sim.Server {
+	t.Helper()
+	p := sim.DefaultParams()
+	p.KVHold = 10 / scale // 10 s of wall time
+	return sim.StartForTest(t, sim.PodConfig{Name: name, Engine: sim.EngineVLLM, Role: role, Model: modelName, Params: p, TimeScale: scale})
+}
+
 // ask sends request i (a prompt of its own, so no decode pod holds it in its prefix cache),
 // streamed with the final usage chunk or whole, and returns the reply.
 func (ps *proofStack) ask(ctx context.Context, i int, stream bool, header map[string]string) reply {
 	ps.t.Helper()
-	body := map[string]any{"model": modelName, "max_tokens": 3,
+	r := ps.try(ctx, i, stream, header)
+	if r.status != http.StatusOK || r.readErr != nil {
+		ps.t.Fatalf("request %d (stream %v): %d %v %s", i, stream, r.status, r.readErr, r.body)
+	}
+	return r
+}
+
+// try sends request i and returns whatever came back.
+func (ps *proofStack) try(ctx context.Context, i int, stream bool, header map[string]string) reply {
+	ps.t.Helper()
+	n := ps.maxTokens
+	if n == 0 {
+		n = 3
+	}
+	body := map[string]any{"model": modelName, "max_tokens": n,
 		"messages": []any{map[string]any{"role": "user", "content": fmt.Sprintf("request %d: %s", i, strings.Repeat("tell me about the sea ", 15))}}}
 	if stream {
 		body["stream"], body["stream_options"] = true, map[string]any{"include_usage": true}
 	}
 	b, _ := json.Marshal(body)
-	r := ps.post(ctx, "/v1/chat/completions", b, header)
-	if r.status != http.StatusOK || r.readErr != nil {
-		ps.t.Fatalf("request %d (stream %v): %d %v %s", i, stream, r.status, r.readErr, r.body)
-	}
-	return r
+	return ps.post(ctx, "/v1/chat/completions", b, header)
 }
 
 func (ps *proofStack) transfers(result, decode string) float64 {
@@ -63,7 +82,7 @@ func (ps *proofStack) transfers(result, decode string) float64 {
 // lenient policy) the pod receives no PD work for at least 5 s after; every request succeeds,
 // and while the pool was healthy nothing counted as recomputed.
 func TestRecomputeDetected(t *testing.T) {
-	ps := newProofStack(t, eppEnv(map[string]string{"TANDEM_PD_TRANSFER_HEADER": "true"}))
+	ps := newProofStack(t, eppEnv(map[string]string{"TANDEM_PD_TRANSFER_HEADER": "true"}), simTimeScale)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitLimit)
 	defer cancel()
 	bad, good := ps.decodes[0], ps.decodes[1]
@@ -125,5 +144,73 @@ func TestRecomputeDetected(t *testing.T) {
 	}
 	if ps.transfers("recomputed", "decode-1") != 0 {
 		t.Fatal("the healthy decode pod counted a recomputed transfer")
+	}
+}
+
+// TestStrictModeNeverServesRecomputed: under the strict policy a request whose decode pod
+// recomputed the prompt never completes as a success. Found before the response headers (a
+// whole answer, held until its body arrives) it is a 502 with x-error-pd-decode; found after
+// them (a stream whose usage comes after its first tokens) the stream is cut before its end.
+// Requests the healthy pair serves succeed.
+func TestStrictModeNeverServesRecomputed(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		stream bool
+		// decode pods' time scale and output length: a stream's tokens must come in chunks of
+		// their own, so that its headers go out before its usage.
+		scale     float64
+		maxTokens int
+	}{
+		{"whole", false, simTimeScale, 3},
+		{"stream", true, 0.05, 30},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ps := newProofStack(t, eppEnv(map[string]string{"TANDEM_PD_TRANSFER_PROOF": "strict"}), c.scale)
+			ps.maxTokens = c.maxTokens
+			ctx, cancel := context.WithTimeout(context.Background(), 4*waitLimit)
+			defer cancel()
+			if err := ps.decodes[0].SetFaults(sim.Faults{RecomputeKV: true}); err != nil {
+				t.Fatal(err)
+			}
+			var refused, cut, ok int
+			for i := 0; i < 20; i++ {
+				r := ps.try(ctx, i, c.stream, nil)
+				complete := r.status == http.StatusOK && r.readErr == nil
+				if complete && c.stream {
+					complete = strings.Contains(string(r.body), "data: [DONE]")
+				}
+				switch {
+				case complete:
+					if pod := r.header.Get("X-Sim-Pod"); pod != "decode-1" {
+						t.Fatalf("request %d completed as a success from %q: strict mode served an unverified transfer", i, pod)
+					}
+					ok++
+				case r.status == http.StatusBadGateway:
+					if r.header.Get("x-error-pd-decode") != "true" || !strings.Contains(string(r.body), "transfer proof strict") {
+						t.Fatalf("request %d: 502 without x-error-pd-decode or the reason: %v %s", i, r.header, r.body)
+					}
+					refused++
+				case c.stream && r.status == http.StatusOK:
+					cut++ // cut short: no [DONE]
+				default:
+					t.Fatalf("request %d: unexpected %d %v %s", i, r.status, r.readErr, r.body)
+				}
+			}
+			failed := refused + cut
+			if ok == 0 || failed == 0 {
+				t.Fatalf("ok %d, refused %d, cut %d: the test never reached both decode pods", ok, refused, cut)
+			}
+			if c.stream && cut == 0 {
+				t.Fatalf("no stream was cut (%d refused before their headers): the after-headers path went untested", refused)
+			}
+			counted := ps.transfers("recomputed", "decode-0") + ps.transfers("unknown", "decode-0")
+			if counted != float64(failed) {
+				t.Fatalf("%v unverified transfers counted on decode-0, %d requests failed", counted, failed)
+			}
+			if ps.transfers("recomputed", "decode-1")+ps.transfers("unknown", "decode-1") != 0 {
+				t.Fatal("the healthy decode pod counted an unverified transfer")
+			}
+			t.Logf("%d served by the healthy pair, %d refused with a 502, %d streams cut", ok, refused, cut)
+		})
 	}
 }

@@ -39,6 +39,15 @@ const (
 	HandoffEPP     = "epp"
 )
 
+// Transfer-proof policies (TANDEM_PD_TRANSFER_PROOF, routingConfig.transferProof):
+// TransferProofLenient, the default, serves every answer and holds out decode pods whose
+// transfers keep recomputing; TransferProofStrict also fails each request whose transfer is
+// not verified.
+const (
+	TransferProofLenient = "lenient"
+	TransferProofStrict  = "strict"
+)
+
 // The headers Tandem reads or writes are named once in package wire; the reference below
 // documents them.
 const (

@@ -370,6 +370,9 @@ var Vars = []Var{
 	boolVar("TANDEM_PD_TRANSFER_HEADER", "pdTransferHeader",
 		"Adds `x-tandem-pd-transfer: verified|recomputed|unknown`, the proof that the decode pod used the KV its prefill leg transferred (`docs/proof.md`), to PD responses whose proof is known before their headers go out: in the `epp` hand-off, answers that arrive whole in their first body chunk (non-streamed ones, usually). Streamed answers carry their evidence after the headers: it is counted (`tandem_pd_transfer_total`) but not in the header.",
 		func(g *Gateway) *bool { return &g.PD.TransferHeader }),
+	enumVar("TANDEM_PD_TRANSFER_PROOF", "pdTransferProof", []string{TransferProofLenient, TransferProofStrict}, false, Exact,
+		"What a PD request whose KV transfer is not verified (`docs/proof.md`) costs it. `lenient`: it is served and counted (`tandem_pd_transfer_total`), and a decode pod whose transfers keep recomputing (2 of its last 3) receives no work while the pool can do without it, until a trial request after a back-off (30 s, doubling to 5 min) verifies again. `strict`: the same, and a recomputed or unverifiable transfer fails the request: before the response headers with a 502 and `x-error-pd-decode`, after them (a stream) by cutting the stream before its end. Profiles override it with `routingConfig.transferProof`.",
+		func(g *Gateway) *string { return &g.PD.TransferProof }),
 }
 
 // VarByName finds a setting by its environment variable name.

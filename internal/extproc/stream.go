@@ -116,7 +116,8 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) (stop bool, err error
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return false, st.onResponseHeaders(msg, m.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return false, st.onResponseBody(m.ResponseBody)
+		err := st.onResponseBody(m.ResponseBody)
+		return st.rejected, err // rejected: the strict transfer proof answered with an error
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		st.judgeTransfer()
 		if err := st.flushHeld(); err != nil {
@@ -562,6 +563,9 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 	eos := b.GetEndOfStream()
 	st.transferChunk(b.GetBody())
+	if stop, err := st.strictTransfer(eos); stop {
+		return err
+	}
 	if eos {
 		if res, ok := st.judgeTransfer(); ok && st.srv.opts.TransferHeader && st.ho.held != nil {
 			st.transferHeader(st.ho.held, res)

@@ -2,9 +2,14 @@ package extproc
 
 import (
 	"encoding/json"
+	"net/http"
 	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/latency"
@@ -39,6 +44,10 @@ func LatencyPrefill(m *latency.Models) LocalPrefill {
 	}
 }
 
+// ReasonTransferUnverified is the apierror reason of a request the strict transfer-proof
+// policy failed (gateway_request_model_fail_total's status label).
+const ReasonTransferUnverified = "pd_transfer_unverified"
+
 // transfer is a stream's proof state.
 type transfer struct {
 	on         bool // a PD route whose decode answer is judged
@@ -50,6 +59,7 @@ type transfer struct {
 	status     int
 	judged     bool
 	result     proof.Result
+	strict     bool // TANDEM_PD_TRANSFER_PROOF / routingConfig.transferProof is strict
 }
 
 // startTransfer begins following a PD decision's decode answer.
@@ -59,6 +69,41 @@ func (st *stream) startTransfer(mode string) {
 		st.xfer.sync = true
 	}
 	st.xfer.decodeSent = time.Now()
+	st.xfer.strict = st.xfer.on && st.decision.PD.TransferProof == config.TransferProofStrict
+}
+
+// strictTransfer runs the strict policy on a response body chunk before it is forwarded: once
+// the evidence is complete (the body's end, or an event stream's usage or final event), a
+// transfer that is not verified fails the request. Before the response headers went out the
+// client gets a 502 with x-error-pd-decode; after them the stream is cut before its end, so the
+// client never sees a complete answer. stop: the chunk must not be forwarded (err ends the
+// stream, or the error answer went out).
+func (st *stream) strictTransfer(eos bool) (stop bool, err error) {
+	x := &st.xfer
+	if !x.strict || x.judged || !(eos || x.scan.Done()) {
+		return false, nil
+	}
+	res, ok := st.judgeTransfer()
+	if !ok || res == proof.Verified {
+		return false, nil
+	}
+	decode := st.decision.Destination[0]
+	if e := st.servedEndpoint(); e != nil {
+		decode = e
+	}
+	e := &apierror.Error{Status: http.StatusBadGateway, Type: "server_error", Header: apierror.HeaderPDDecode,
+		Reason: ReasonTransferUnverified, Class: string(res),
+		Message: "the decode pod " + decode.PodKey() + " answered, but its use of the KV transferred from prefill pod " +
+			st.decision.Prefill[0].PodKey() + " is " + string(res) + " (transfer proof strict: see docs/proof.md); the answer was withheld"}
+	st.log.Info("strict transfer proof failed the request", "result", res, "decode", decode.Key(), "headersSent", st.respSent || st.ho.sent)
+	if st.ho.held != nil {
+		st.ho.held = nil // the decode pod's headers never go out: the client gets the error instead
+		_, err := st.failRouted(e)
+		return true, err
+	}
+	st.ho.stop()
+	st.finish(e)
+	return true, status.Error(codes.Aborted, e.Message)
 }
 
 // transferChunk feeds a response body chunk to the proof.
@@ -89,10 +134,10 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 		decode = e
 	}
 	gate := st.srv.opts.Transfer
-	ev := proof.Evidence{ReportsDetails: gate.ReportsDetails(decode.Key())}
+	ev := proof.Evidence{Engine: decode.Engine, ReportsDetails: gate.ReportsDetails(decode.Key(), decode.Model)}
 	ev.Usage, ev.HasUsage = x.scan.Usage()
 	if ev.HasUsage && ev.Usage.Details {
-		gate.SawDetails(decode.Key())
+		gate.SawDetails(decode.Key(), decode.Model)
 	}
 	if x.sync && !x.firstByte.IsZero() {
 		ev.DecodeFirstByte = x.firstByte.Sub(x.decodeSent)

@@ -48,7 +48,7 @@ type Gate struct {
 	mu   sync.Mutex
 	pods map[string]*podState // by endpoint key
 	held atomic.Pointer[map[string]time.Time]
-	// details: endpoint keys whose answers carried a cached-token count.
+	// details: endpoint keys (and "model\x00"+model) whose answers carried a cached-token count.
 	details sync.Map
 }
 
@@ -92,19 +92,28 @@ func (g *Gate) Held(key string) bool {
 	return ok && g.o.Now().Before(until)
 }
 
-// ReportsDetails reports whether the endpoint's answers have carried a cached-token count.
-func (g *Gate) ReportsDetails(key string) bool {
+// ReportsDetails reports whether the endpoint's answers, or those of another pod serving the
+// same model, have carried a cached-token count: pods of one model are taken to share their
+// engine flags (vLLM's --enable-prompt-tokens-details), so a pod broken from its start, which
+// never reports a count, is still judged.
+func (g *Gate) ReportsDetails(key, model string) bool {
 	if g == nil {
 		return false
 	}
 	_, ok := g.details.Load(key)
+	if !ok && model != "" {
+		_, ok = g.details.Load("model\x00" + model)
+	}
 	return ok
 }
 
 // SawDetails records that the endpoint's answer carried a cached-token count.
-func (g *Gate) SawDetails(key string) {
+func (g *Gate) SawDetails(key, model string) {
 	if g != nil {
 		g.details.Store(key, struct{}{})
+		if model != "" {
+			g.details.Store("model\x00"+model, struct{}{})
+		}
 	}
 }
 

@@ -7,10 +7,11 @@
 // The evidence, per engine (docs/proof.md has the details): vLLM reports the prompt tokens its
 // KV connector loaded among usage.prompt_tokens_details.cached_tokens, with
 // --enable-prompt-tokens-details, in the JSON answer or, streamed, in the final usage chunk
-// (stream_options.include_usage), and leaves the object out when nothing was cached; SGLang
-// reports cached tokens in meta_info (native API) and, with --enable-cache-report, in the
-// OpenAI usage; TensorRT-LLM's OpenAI server reports no cached-token count, so only timing
-// applies. A Scanner reads the answer as it passes; Judge decides.
+// (stream_options.include_usage), and leaves the object out when nothing was cached; SGLang's
+// decode pods cannot compute a PD request's prompt themselves (a failed transfer aborts the
+// request), so a decode answer is its own proof, while its cached_tokens are the prefill pod's
+// prefix-cache hits; for TensorRT-LLM only timing applies. A Scanner reads the answer as it
+// passes; Judge decides.
 package proof
 
 import (
@@ -38,7 +39,16 @@ const (
 const (
 	BasisUsage  = "usage"
 	BasisTiming = "timing"
-	BasisNone   = "none"
+	// BasisProtocol: the engine's decode pods cannot answer a PD request without its KV
+	// (SGLang: a decode leg whose transfer failed is aborted, never computed locally).
+	BasisProtocol = "protocol"
+	BasisNone     = "none"
+)
+
+// Engines as the model.aibrix.ai/engine label spells them (pool.Engine*).
+const (
+	engineVLLM   = "vllm"
+	engineSGLang = "sglang"
 )
 
 // Thresholds of Judge.
@@ -65,12 +75,17 @@ type Usage struct {
 
 // Evidence is what is known of one PD request's decode leg.
 type Evidence struct {
+	// Engine of the decode pod: vLLM's usage counts the transferred KV as cached tokens;
+	// SGLang's counts the prefill pod's prefix-cache hits instead (it proves nothing of the
+	// transfer, but its decode pods cannot recompute); TensorRT-LLM's reports none. "" is
+	// taken as vLLM.
+	Engine string
 	// Usage, when HasUsage: the decode answer carried a usage object.
 	Usage    Usage
 	HasUsage bool
-	// ReportsDetails: the decode pod is known to report cached tokens (it did on an earlier
-	// answer), so a usage without them means none were cached (vLLM leaves the object out
-	// when the count is 0).
+	// ReportsDetails: the decode pod is known to report cached tokens (it, or a pod of its
+	// model, did on an earlier answer), so a usage without them means none were cached (vLLM
+	// leaves the object out when the count is 0).
 	ReportsDetails bool
 	// PrefillTokens are the prompt tokens the prefill leg computed (0: unknown; the decode
 	// answer's prompt tokens stand in).
@@ -82,9 +97,12 @@ type Evidence struct {
 	DecodeFirstByte, LocalPrefill time.Duration
 }
 
-// Judge returns the verdict and what it rests on (BasisUsage, BasisTiming or BasisNone).
+// Judge returns the verdict on a decode answer that succeeded, and what it rests on.
 func Judge(e Evidence) (Result, string) {
-	if e.HasUsage {
+	if e.Engine == engineSGLang {
+		return Verified, BasisProtocol
+	}
+	if e.HasUsage && (e.Engine == "" || e.Engine == engineVLLM) {
 		prompt := e.PrefillTokens
 		if prompt <= 0 {
 			prompt = e.Usage.Prompt
@@ -118,6 +136,7 @@ func Judge(e Evidence) (Result, string) {
 type Scanner struct {
 	started, sse, over bool
 	skip               bool // the current event is over maxLine: dropped
+	done               bool // the stream's "data: [DONE]" was seen
 	buf                []byte
 	usage              Usage
 	found              bool
@@ -171,6 +190,10 @@ func (s *Scanner) Write(p []byte) {
 
 func (s *Scanner) line(l []byte) {
 	data, ok := bytes.CutPrefix(bytes.TrimRight(l, "\r"), []byte("data:"))
+	if ok && string(bytes.TrimSpace(data)) == "[DONE]" {
+		s.done = true
+		return
+	}
 	if !ok || !bytes.Contains(data, []byte(`"usage"`)) && !bytes.Contains(data, []byte(`"meta_info"`)) {
 		return
 	}
@@ -178,6 +201,10 @@ func (s *Scanner) line(l []byte) {
 		s.usage, s.found = u, true
 	}
 }
+
+// Done reports that an event stream's usage or its final "data: [DONE]" was seen: the
+// evidence is complete before the stream ends.
+func (s *Scanner) Done() bool { return s.sse && (s.done || s.found) }
 
 // Usage returns the last usage seen (at the end of the body: the answer's).
 func (s *Scanner) Usage() (Usage, bool) {

@@ -23,6 +23,8 @@ func TestJudge(t *testing.T) {
 		{"prompt too short", Evidence{HasUsage: true, Usage: Usage{Prompt: 8, Cached: 0, Details: true}}, Unknown, BasisNone},
 		{"late first byte", Evidence{DecodeFirstByte: 950 * time.Millisecond, LocalPrefill: time.Second}, Recomputed, BasisTiming},
 		{"early first byte", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: time.Second}, Unknown, BasisNone},
+		{"SGLang decode pods cannot recompute", Evidence{Engine: "sglang", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Verified, BasisProtocol},
+		{"TensorRT-LLM usage proves nothing", Evidence{Engine: "trtllm", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Unknown, BasisNone},
 		{"prefill too short to tell", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: 100 * time.Millisecond}, Unknown, BasisNone},
 	} {
 		if got, basis := Judge(c.e); got != c.want || basis != c.basis {
