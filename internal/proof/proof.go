@@ -77,8 +77,8 @@ type Usage struct {
 type Evidence struct {
 	// Engine of the decode pod: vLLM's usage counts the transferred KV as cached tokens;
 	// SGLang's counts the prefill pod's prefix-cache hits instead (it proves nothing of the
-	// transfer, but its decode pods cannot recompute); TensorRT-LLM's reports none. "" is
-	// taken as vLLM.
+	// transfer, but its decode pods cannot recompute); TensorRT-LLM's is not read. "" is taken
+	// as vLLM.
 	Engine string
 	// Usage, when HasUsage: the decode answer carried a usage object.
 	Usage    Usage
