@@ -22,16 +22,23 @@ type proofStack struct {
 	maxTokens int // of each request; 3 when 0
 }
 
-func newProofStack(t *testing.T, env map[string]string, decodeScale float64) *proofStack {
+// proofOptions shape a proofStack.
+type proofOptions struct {
+	env         map[string]string
+	decodeScale float64 // the decode pods' time scale
+	sidecar     bool    // the decode pods run llm-d's routing sidecar (they run the prefill leg)
+}
+
+func newProofStack(t *testing.T, o proofOptions) *proofStack {
 	t.Helper()
-	ps := &proofStack{stack: &stack{t: t, prefill: startNamedPod(t, "prefill-0", sim.RolePrefill, simTimeScale)}}
+	ps := &proofStack{stack: &stack{t: t, prefill: startNamedPod(t, "prefill-0", sim.RolePrefill, simTimeScale, false)}}
 	eps := []demo.FileEndpoint{entry("prefill-0", ps.prefill, sim.EngineVLLM, "prefill", nil, nil)}
 	for i := range ps.decodes {
-		ps.decodes[i] = startNamedPod(t, fmt.Sprintf("decode-%d", i), sim.RoleDecode, decodeScale)
+		ps.decodes[i] = startNamedPod(t, fmt.Sprintf("decode-%d", i), sim.RoleDecode, o.decodeScale, o.sidecar)
 		eps = append(eps, entry(fmt.Sprintf("decode-%d", i), ps.decodes[i], sim.EngineVLLM, "decode", nil, nil))
 	}
 	path := writePool(t, eps...)
-	ps.app = startTandem(t, []string{"--endpoints-file=" + path}, env)
+	ps.app = startTandem(t, []string{"--endpoints-file=" + path}, o.env)
 	ps.url = startGateway(t, ps.app.ExtProcAddr())
 	ps.decode = ps.decodes[0]
 	t.Cleanup(ps.checkReleased)
@@ -39,11 +46,23 @@ func newProofStack(t *testing.T, env map[string]string, decodeScale float64) *pr
 }
 
 // startNamedPod starts a vLLM pod whose answers name it (X-Sim-Pod), its model time run at scale.
-func startNamedPod(t *testing.T, name, role string, scale float64) *sim.Server {
+func startNamedPod(t *testing.T, name, role string, scale float64, sidecar bool) *sim.Server {
 	t.Helper()
 	p := sim.DefaultParams()
 	p.KVHold = 10 / scale // 10 s of wall time
-	return sim.StartForTest(t, sim.PodConfig{Name: name, Engine: sim.EngineVLLM, Role: role, Model: modelName, Params: p, TimeScale: scale})
+	return sim.StartForTest(t, sim.PodConfig{Name: name, Engine: sim.EngineVLLM, Role: role, Model: modelName, Params: p,
+		TimeScale: scale, RoutingSidecar: sidecar})
+}
+
+// pdRequests counts the PD requests a decode pod received (not the legs its sidecar built).
+func pdRequests(s *sim.Server) int {
+	n := 0
+	for _, r := range inferences(s) {
+		if r.Header.Get(sim.HeaderSidecarLeg) == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // ask sends request i (a prompt of its own, so no decode pod holds it in its prefix cache),
@@ -82,21 +101,32 @@ func (ps *proofStack) transfers(result, decode string) float64 {
 // lenient policy) the pod receives no PD work for at least 5 s after; every request succeeds,
 // and while the pool was healthy nothing counted as recomputed.
 func TestRecomputeDetected(t *testing.T) {
-	ps := newProofStack(t, eppEnv(map[string]string{"TANDEM_PD_TRANSFER_HEADER": "true"}), simTimeScale)
+	t.Run("epp", func(t *testing.T) {
+		recomputeDetected(t, newProofStack(t, proofOptions{env: eppEnv(map[string]string{"TANDEM_PD_TRANSFER_HEADER": "true"}),
+			decodeScale: simTimeScale}), true)
+	})
+	// llm-d's routing sidecar runs the prefill leg: only the decode answer's usage is evidence.
+	t.Run("sidecar", func(t *testing.T) {
+		recomputeDetected(t, newProofStack(t, proofOptions{env: map[string]string{"TANDEM_PD_HANDOFF": "sidecar"},
+			decodeScale: simTimeScale, sidecar: true}), false)
+	})
+}
+
+func recomputeDetected(t *testing.T, ps *proofStack, header bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitLimit)
 	defer cancel()
 	bad, good := ps.decodes[0], ps.decodes[1]
 
 	// A healthy pool: every transfer verified, none recomputed, on both decode pods.
 	i := 0
-	for ; i < 40 && (len(inferences(bad)) < 2 || len(inferences(good)) < 2); i++ {
+	for ; i < 40 && (pdRequests(bad) < 2 || pdRequests(good) < 2); i++ {
 		r := ps.ask(ctx, i, i%2 == 0, nil)
-		if i%2 == 1 && r.header.Get(wire.HeaderPDTransfer) != "verified" { // whole answers: known before the headers
+		if header && i%2 == 1 && r.header.Get(wire.HeaderPDTransfer) != "verified" { // whole answers: known before the headers
 			t.Fatalf("healthy request %d: %s %q, want verified", i, wire.HeaderPDTransfer, r.header.Get(wire.HeaderPDTransfer))
 		}
 	}
-	if len(inferences(bad)) < 2 || len(inferences(good)) < 2 {
-		t.Fatalf("the picker never spread requests over both decode pods (%d, %d)", len(inferences(bad)), len(inferences(good)))
+	if pdRequests(bad) < 2 || pdRequests(good) < 2 {
+		t.Fatalf("the picker never spread requests over both decode pods (%d, %d)", pdRequests(bad), pdRequests(good))
 	}
 	healthy := i
 	if n := ps.transfers("recomputed", "decode-0") + ps.transfers("recomputed", "decode-1"); n != 0 {
@@ -110,7 +140,7 @@ func TestRecomputeDetected(t *testing.T) {
 	if err := bad.SetFaults(sim.Faults{RecomputeKV: true}); err != nil {
 		t.Fatal(err)
 	}
-	before := len(inferences(bad))
+	before := pdRequests(bad)
 	var detected time.Time
 	for ; i < healthy+60 && detected.IsZero(); i++ {
 		ps.ask(ctx, i, i%2 == 0, nil)
@@ -118,7 +148,7 @@ func TestRecomputeDetected(t *testing.T) {
 			detected = time.Now()
 		}
 	}
-	got := len(inferences(bad)) - before
+	got := pdRequests(bad) - before
 	if detected.IsZero() {
 		t.Fatalf("never detected: decode-0 got %d PD requests after its connector broke, %v counted recomputed", got, ps.transfers("recomputed", "decode-0"))
 	}
@@ -128,7 +158,7 @@ func TestRecomputeDetected(t *testing.T) {
 	t.Logf("detected after %d PD requests on the recomputing pod (%d requests in all)", got, i-healthy)
 
 	// Held out: for 5 s every request goes to the other pair; all succeed and verify.
-	held := len(inferences(bad))
+	held := pdRequests(bad)
 	verified := ps.transfers("verified", "decode-1")
 	n := 0
 	for ; time.Since(detected) < 5*time.Second; i++ {
@@ -136,7 +166,7 @@ func TestRecomputeDetected(t *testing.T) {
 		n++
 		time.Sleep(20 * time.Millisecond)
 	}
-	if extra := len(inferences(bad)) - held; extra != 0 {
+	if extra := pdRequests(bad) - held; extra != 0 {
 		t.Fatalf("decode-0 received %d PD requests within 5 s after detection", extra)
 	}
 	if v := ps.transfers("verified", "decode-1") - verified; v != float64(n) {
@@ -165,7 +195,7 @@ func TestStrictModeNeverServesRecomputed(t *testing.T) {
 		{"stream", true, 0.05, 30},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ps := newProofStack(t, eppEnv(map[string]string{"TANDEM_PD_TRANSFER_PROOF": "strict"}), c.scale)
+			ps := newProofStack(t, proofOptions{env: eppEnv(map[string]string{"TANDEM_PD_TRANSFER_PROOF": "strict"}), decodeScale: c.scale})
 			ps.maxTokens = c.maxTokens
 			ctx, cancel := context.WithTimeout(context.Background(), 4*waitLimit)
 			defer cancel()

@@ -19,22 +19,23 @@ const (
 // requests go to other pairs or the standard path; only when the pick fails without them (503)
 // are they readmitted, so the policy never empties a pool.
 func (r *Router) pickProven(cands []*pool.Endpoint, pick func([]*pool.Endpoint) (*Decision, error)) (*Decision, error) {
-	var held []*pool.Endpoint
+	var held, kept []*pool.Endpoint
 	if r.transfer != nil {
-		for _, e := range cands {
-			if e.Role == pool.RoleDecode && r.transfer.Held(e.Key()) {
-				held = append(held, e)
+		for i, e := range cands {
+			if e.Role != pool.RoleDecode || !r.transfer.Held(e.Key()) {
+				if held != nil {
+					kept = append(kept, e)
+				}
+				continue
 			}
+			if held == nil {
+				kept = append(make([]*pool.Endpoint, 0, len(cands)-1), cands[:i]...)
+			}
+			held = append(held, e)
 		}
 	}
 	if len(held) == 0 {
 		return r.pickHealthy(cands, pick)
-	}
-	kept := make([]*pool.Endpoint, 0, len(cands)-len(held))
-	for _, e := range cands {
-		if !(e.Role == pool.RoleDecode && r.transfer.Held(e.Key())) {
-			kept = append(kept, e)
-		}
 	}
 	var d *Decision
 	var err error
