@@ -27,6 +27,11 @@ type Faults struct {
 	// prompt itself, taking a local prefill's time, and still answers 200; its usage reports
 	// only what its own prefix cache held as cached tokens. Other legs are unaffected.
 	RecomputeKV bool `json:"recompute_kv"`
+	// WrongKVPort misconfigures a prefill pod's KV channel: a vLLM prefill leg answers with a
+	// kv_transfer_params.remote_port nothing listens on, so its decode leg cannot pull the KV
+	// (which stays held here until it expires). A decode pod with kv_load_failure_policy
+	// "recompute" then computes the prompt itself; with "fail" it answers an error.
+	WrongKVPort bool `json:"wrong_kv_port"`
 }
 
 func (f Faults) validate() error {
@@ -89,6 +94,7 @@ func (s *Server) faultsFor(h http.Header) (Faults, *httpError) {
 				f.SlowStart = g.SlowStart
 			}
 			f.RecomputeKV = f.RecomputeKV || g.RecomputeKV
+			f.WrongKVPort = f.WrongKVPort || g.WrongKVPort
 		}
 	}
 	return f, nil
@@ -100,6 +106,8 @@ func parseFault(item string, g *Faults) error {
 		g.HangBeforeFirstToken = true
 	case item == "recompute":
 		g.RecomputeKV = true
+	case item == "wrong-kv-port":
+		g.WrongKVPort = true
 	case strings.HasPrefix(item, "hang-after-"):
 		n, err := strconv.Atoi(strings.TrimPrefix(item, "hang-after-"))
 		if err != nil || n < 1 {
@@ -115,7 +123,7 @@ func parseFault(item string, g *Faults) error {
 	default:
 		code, err := strconv.Atoi(item)
 		if err != nil || code < 400 || code > 599 {
-			return fmt.Errorf("%q: want a status 400–599, hang, hang-after-N, slow-DURATION or recompute, optionally prefixed by prefill-, decode- or standard-", item)
+			return fmt.Errorf("%q: want a status 400–599, hang, hang-after-N, slow-DURATION, recompute or wrong-kv-port, optionally prefixed by prefill-, decode- or standard-", item)
 		}
 		g.ErrorRate, g.ErrorStatus = 1, code
 	}

@@ -248,3 +248,40 @@ func TestVLLMDecodeRecomputes(t *testing.T) {
 		t.Fatalf("X-Sim-Fault decode-recompute: cached %d, want 0", cached)
 	}
 }
+
+// A prefill pod whose KV channel points at the wrong port: its decode leg cannot pull. With
+// kv_load_failure_policy "recompute" (vLLM's) the decode pod computes the prompt itself and
+// answers 200 with nothing cached; with the default it answers the error.
+func TestVLLMWrongKVPort(t *testing.T) {
+	p := startPod(t, PodConfig{Engine: EngineVLLM, Role: RolePrefill, Faults: Faults{WrongKVPort: true}})
+	recompute := startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode, KVLoadFailurePolicy: KVLoadRecompute})
+	fail := startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode})
+	client := map[string]any{"model": testModel, "prompt": strings.Repeat("wrong port prompt ", 30),
+		"max_tokens": 4, "stream": true, "stream_options": map[string]any{"include_usage": true}}
+	decodeLeg := func(d *Server) reply {
+		pr := post(t, p.URL(), "/v1/completions", mustJSON(t, aibrixVLLMPrefill(client)))
+		mustStatus(t, pr, 200)
+		kv := pr.json(t)["kv_transfer_params"].(map[string]any)
+		if port, _ := kv["remote_port"].(json.Number).Int64(); int(port) == p.BootstrapPort() {
+			t.Fatalf("remote_port %v is the pod's real KV port", port)
+		}
+		dec := maps.Clone(client)
+		dec["kv_transfer_params"] = kv
+		return post(t, d.URL(), "/v1/completions", mustJSON(t, dec))
+	}
+	r := decodeLeg(recompute)
+	mustStatus(t, r, 200)
+	if prompt, cached := usageCached(t, r.body); prompt == 0 || cached != 0 {
+		t.Fatalf("recompute policy: usage prompt %d cached %d, want cached 0", prompt, cached)
+	}
+	if header(t, r, "X-Sim-Prefill-Seconds") <= 0 {
+		t.Fatalf("recompute policy: no local prefill: %v", r.header)
+	}
+	client["prompt"] = strings.Repeat("another wrong port prompt ", 30)
+	if r := decodeLeg(fail); r.status != 400 || !strings.Contains(string(r.body), "cannot reach the KV peer") {
+		t.Fatalf("fail policy: %d %s", r.status, r.body)
+	}
+	if _, err := Start(testCtx(t), PodConfig{Engine: EngineVLLM, Model: testModel, KVLoadFailurePolicy: "retry"}); err == nil {
+		t.Fatal("kv_load_failure_policy retry accepted")
+	}
+}

@@ -62,6 +62,22 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 		// A broken KV connector: the transferred KV is never read; the prompt is computed here.
 		lg = &leg{kind: legPlain}
 	}
+	if lg.kind == legDecode && s.cfg.Engine == EngineVLLM && s.cfg.KVLoadFailurePolicy == KVLoadRecompute {
+		// vLLM's kv_load_failure_policy "recompute": a KV load that fails makes the decode pod
+		// compute the prompt itself. The pull is made up front so its failure can turn the
+		// leg into a local one.
+		tokens, herr := lg.pull(ctx)
+		switch {
+		case ctx.Err() != nil:
+			s.fail(ctx, w, nil)
+			return
+		case herr != nil:
+			s.log.Info("KV load failed; recomputing the prompt (kv_load_failure_policy recompute)", "pod", s.cfg.Name, "error", herr.msg)
+			lg = &leg{kind: legPlain}
+		default:
+			lg = &leg{kind: legDecode, pull: func(context.Context) (int, *httpError) { return tokens, nil }}
+		}
+	}
 	arrived := time.Now()
 	if lg.beforeAdmit != nil {
 		s.eng.addQueue(1, 0)
