@@ -172,8 +172,8 @@ func Start(ctx context.Context, cfg PodConfig) (*Server, error) {
 		ln:       ln,
 		kvLn:     kvLn,
 		engineID: cfg.Name + "-" + hex.EncodeToString(id[:]), deadKVPort: dead,
-		done:     make(chan struct{}),
-		crashed:  make(chan struct{}),
+		done:    make(chan struct{}),
+		crashed: make(chan struct{}),
 	}
 	s.eng = newEngine(cfg.Params, cfg.TimeScale, s.done)
 	if s.log == nil {
