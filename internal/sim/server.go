@@ -164,16 +164,17 @@ func Start(ctx context.Context, cfg PodConfig) (*Server, error) {
 	_, _ = rand.Read(id[:])
 	s := &Server{
 		cfg: cfg, p: cfg.Params, scale: cfg.TimeScale,
-		rec:      newRecorder(cfg.RecordLimit),
-		table:    newKVTable(),
-		aborts:   newAbortSet(),
-		client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
-		log:      cfg.Logger,
-		ln:       ln,
-		kvLn:     kvLn,
-		engineID: cfg.Name + "-" + hex.EncodeToString(id[:]), deadKVPort: dead,
-		done:    make(chan struct{}),
-		crashed: make(chan struct{}),
+		rec:        newRecorder(cfg.RecordLimit),
+		table:      newKVTable(),
+		aborts:     newAbortSet(),
+		client:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
+		log:        cfg.Logger,
+		ln:         ln,
+		kvLn:       kvLn,
+		engineID:   cfg.Name + "-" + hex.EncodeToString(id[:]),
+		deadKVPort: dead,
+		done:       make(chan struct{}),
+		crashed:    make(chan struct{}),
 	}
 	s.eng = newEngine(cfg.Params, cfg.TimeScale, s.done)
 	if s.log == nil {
