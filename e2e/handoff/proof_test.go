@@ -244,3 +244,21 @@ func TestStrictModeNeverServesRecomputed(t *testing.T) {
 		})
 	}
 }
+
+// SGLang decode pods cannot compute a PD request's prompt themselves: each answered PD request
+// counts as verified, by protocol, whatever its cached_tokens say.
+func TestSGLangTransfersVerifiedByProtocol(t *testing.T) {
+	st := newStack(t, stackOptions{engine: sim.EngineSGLang, env: eppEnv(nil)})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	for _, c := range []clientCase{{chat: true, stream: true}, {chat: false, stream: false}} {
+		if r := st.post(ctx, c.path(), c.body(), nil); r.status != http.StatusOK || r.readErr != nil {
+			t.Fatalf("%s: %d %v %s", c, r.status, r.readErr, r.body)
+		}
+	}
+	if n := st.counter("tandem_pd_transfer_total", map[string]string{"result": "verified"}); n != 2 {
+		t.Fatalf("%v SGLang transfers verified, want 2 (recomputed %v, unknown %v)", n,
+			st.counter("tandem_pd_transfer_total", map[string]string{"result": "recomputed"}),
+			st.counter("tandem_pd_transfer_total", map[string]string{"result": "unknown"}))
+	}
+}

@@ -60,6 +60,7 @@ type transfer struct {
 	judged     bool
 	result     proof.Result
 	strict     bool // TANDEM_PD_TRANSFER_PROOF / routingConfig.transferProof is strict
+	noScan     bool // the decode engine's body carries no evidence
 }
 
 // startTransfer begins following a PD decision's decode answer.
@@ -70,6 +71,8 @@ func (st *stream) startTransfer(mode string) {
 	}
 	st.xfer.decodeSent = time.Now()
 	st.xfer.strict = st.xfer.on && st.decision.PD.TransferProof == config.TransferProofStrict
+	// An SGLang decode answer is its own proof: nothing in its body is read.
+	st.xfer.noScan = st.xfer.on && st.decision.Destination[0].Engine == pool.EngineSGLang
 }
 
 // strictTransfer runs the strict policy on a response body chunk before it is forwarded: once
@@ -114,7 +117,9 @@ func (st *stream) transferChunk(b []byte) {
 	if st.xfer.firstByte.IsZero() && len(b) > 0 {
 		st.xfer.firstByte = time.Now()
 	}
-	st.xfer.scan.Write(b)
+	if !st.xfer.noScan {
+		st.xfer.scan.Write(b)
+	}
 }
 
 // judgeTransfer judges a complete decode answer, once: a 2xx answer only (a failed one is
