@@ -32,6 +32,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 	"github.com/tandem-epp/tandem/internal/pool/file"
+	"github.com/tandem-epp/tandem/internal/proof"
 	"github.com/tandem-epp/tandem/internal/serving"
 	"github.com/tandem-epp/tandem/internal/version"
 )
@@ -79,6 +80,7 @@ type App struct {
 	scraper  *metrics.Scraper
 	outcomes *outcome.Recorder
 	health   *health.Detector
+	transfer *proof.Gate
 	advice   *advisor.Published
 	serving  *serving.Server
 	metricsL net.Listener
@@ -133,11 +135,16 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	a.health = health.New(health.Options{Config: gw.Outlier, Store: a.store, Observer: healthObserver{tel.m},
 		Logger: log.WithName("outlier-detection"), Recorder: a.outcomes})
 	a.outcomes.Subscribe(a.health)
+	// The proof of each PD request's KV transfer, judged by the ext_proc server onto the route,
+	// counted, and (lenient policy) holding out decode pods that keep recomputing.
+	a.transfer = proof.NewGate(proof.GateOptions{Observer: tel.m, Logger: log.WithName("pd-transfer")})
+	a.outcomes.Subscribe(a.transfer)
 	// InferenceObjectives (x-gateway-inference-objective), from the cluster or the endpoints file.
 	objectives := &objective.Set{}
 	a.objectives = objectives
 	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile, Objectives: objectives,
-		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m, Predictions: tel.m, Health: a.health})
+		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m, Predictions: tel.m, Health: a.health,
+		Transfer: a.transfer})
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +237,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		Handoff: a.handoff, TrustClientPDFields: opts.TrustClientPDFields,
 		Client: opts.GatewayClient, Fallbacks: opts.DestinationFallbacks, DestinationOnlyHold: opts.DestinationOnlyHold,
 		Outcomes: a.outcomes, Health: a.health, Retry: gw.Retry,
+		Transfer: a.transfer, LocalPrefill: extproc.LatencyPrefill(pk.Models), TransferHeader: gw.PD.TransferHeader,
 		Limits: extproc.Limits{MaxStreams: opts.MaxStreams, MaxBufferedBodyBytes: opts.MaxBufferedBodyBytes,
 			RequestBodyTimeout: bodyTimeout, RequestHeadersTimeout: headersTimeout},
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/prefix"
+	"github.com/tandem-epp/tandem/internal/proof"
 )
 
 // PickerOptions say how to assemble the picker.
@@ -37,6 +38,9 @@ type PickerOptions struct {
 	// Health is passive health: every strategy picks among the candidates it admits. Nil
 	// admits every candidate.
 	Health *health.Detector
+	// Transfer is the transfer proof's lenient policy: decode pods it holds are left out of
+	// picks while the pool can do without them. Nil holds none.
+	Transfer *proof.Gate
 }
 
 // Picker is the assembled picker: the router the ext_proc server calls, its dependencies and
@@ -95,7 +99,7 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 		return nil, err
 	}
 	p.Warnings = warnings
-	table.Logger, table.Health = o.Logger.WithName("picker"), o.Health
+	table.Logger, table.Health, table.Transfer = o.Logger.WithName("picker"), o.Health, o.Transfer
 	if p.Router, err = picker.NewRouter(table); err != nil {
 		return nil, err
 	}

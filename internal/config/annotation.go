@@ -108,6 +108,11 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			return setName(&rc.Handoff, raw, []string{HandoffAuto, HandoffSidecar, HandoffEPP})
 		}},
+	{"transferProof", "one of lenient, strict", "TANDEM_PD_TRANSFER_PROOF", "must be one of lenient, strict",
+		"What an unverified KV transfer costs this profile's PD requests (`docs/proof.md`): `lenient` serves them, `strict` fails them.",
+		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
+			return setName(&rc.TransferProof, raw, []string{TransferProofLenient, TransferProofStrict})
+		}},
 }
 
 // Fields of the AIBrix annotation that Tandem does not use; they are accepted silently so AIBrix

@@ -73,10 +73,10 @@ func TestSeedAnnotationExamples(t *testing.T) {
       }`, ModelConfig{Profiles: map[string]Profile{"default": {RoutingStrategy: "pd", RoutingConfig: &RoutingConfig{Combined: true, PromptLenBucketMinLength: 2048}}}}},
 		{"pd overrides and AIBrix-only fields", `{"profiles":{"fast":{"requestsPerSecond":5,"routingConfig":{
 			"promptTokensGte": 100, "prefixCache": {"standardDeviationFactor": 2},
-			"promptLengthBucketing": true, "bucketServe": true, "bucketServeMode": "rps", "handoff": "epp",
+			"promptLengthBucketing": true, "bucketServe": true, "bucketServeMode": "rps", "handoff": "epp", "transferProof": "strict",
 			"pd":{"prefillRequestTimeout":10,"decodeStreamIdleTimeout":0,"tokenLoadKVWeight":0.25,"minMatchPct":40}}}}}`,
 			ModelConfig{Profiles: map[string]Profile{"fast": {RoutingConfig: &RoutingConfig{
-				PromptLengthBucketing: ptr(true), BucketServe: ptr(true), BucketServeMode: "rps", Handoff: "epp",
+				PromptLengthBucketing: ptr(true), BucketServe: ptr(true), BucketServeMode: "rps", Handoff: "epp", TransferProof: "strict",
 				PromptTokensGte: ptr(int64(100)),
 				PD:              &PDOverrides{PrefillRequestTimeout: ptr(10.0), DecodeStreamIdleTimeout: ptr(0.0), TokenLoadKVWeight: ptr(0.25), MinMatchPct: ptr(40.0)}}}}}},
 	}

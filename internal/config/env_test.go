@@ -77,6 +77,8 @@ var seedDefaults = map[string]string{
 	"TANDEM_PD_PREFILL_RETRY":                    "true",
 	"TANDEM_PD_RETRY_BUDGET_PERCENT":             "20",
 	"TANDEM_PD_RETRY_MIN_CONCURRENCY":            "3",
+	"TANDEM_PD_TRANSFER_HEADER":                  "false",
+	"TANDEM_PD_TRANSFER_PROOF":                   "lenient",
 }
 
 func TestDefaultsMatchTheSeed(t *testing.T) {
@@ -163,6 +165,8 @@ func TestEnvValidValues(t *testing.T) {
 		{"TANDEM_OUTLIER_MAX_EJECTION_PERCENT", "100", func(g Gateway) any { return g.Outlier.MaxEjectionPercent }, 100.0},
 		{"TANDEM_OUTLIER_RECENT_FAILURE_MS", "0", func(g Gateway) any { return g.Outlier.RecentFailure }, time.Duration(0)},
 		{"TANDEM_PD_PREFILL_RETRY", "false", func(g Gateway) any { return g.Retry.PrefillRetry }, false},
+		{"TANDEM_PD_TRANSFER_HEADER", "true", func(g Gateway) any { return g.PD.TransferHeader }, true},
+		{"TANDEM_PD_TRANSFER_PROOF", "strict", func(g Gateway) any { return g.PD.TransferProof }, "strict"},
 		{"TANDEM_PD_RETRY_BUDGET_PERCENT", "0", func(g Gateway) any { return g.Retry.BudgetPercent }, 0.0},
 		{"TANDEM_PD_RETRY_MIN_CONCURRENCY", "10", func(g Gateway) any { return g.Retry.MinRetryConcurrency }, 10},
 	}
@@ -256,6 +260,8 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"TANDEM_OUTLIER_MAX_EJECTION_PERCENT", "101", "TANDEM_OUTLIER_MAX_EJECTION_PERCENT=101: must be 0 to 100"},
 		{"TANDEM_OUTLIER_RECENT_FAILURE_MS", "-1", "TANDEM_OUTLIER_RECENT_FAILURE_MS=-1: must be 0 or more"},
 		{"TANDEM_PD_PREFILL_RETRY", "yes", "TANDEM_PD_PREFILL_RETRY=yes: must be true or false"},
+		{"TANDEM_PD_TRANSFER_HEADER", "on", "TANDEM_PD_TRANSFER_HEADER=on: must be true or false"},
+		{"TANDEM_PD_TRANSFER_PROOF", "hard", "TANDEM_PD_TRANSFER_PROOF=hard: must be one of lenient, strict"},
 		{"TANDEM_PD_RETRY_BUDGET_PERCENT", "-5", "TANDEM_PD_RETRY_BUDGET_PERCENT=-5: must be 0 to 100"},
 		{"TANDEM_PD_RETRY_MIN_CONCURRENCY", "-1", "TANDEM_PD_RETRY_MIN_CONCURRENCY=-1: must be 0 or more"},
 	}

@@ -39,6 +39,15 @@ const (
 	HandoffEPP     = "epp"
 )
 
+// Transfer-proof policies (TANDEM_PD_TRANSFER_PROOF, routingConfig.transferProof):
+// TransferProofLenient, the default, serves every answer and holds out decode pods whose
+// transfers keep recomputing; TransferProofStrict also fails each request whose transfer is
+// not verified.
+const (
+	TransferProofLenient = "lenient"
+	TransferProofStrict  = "strict"
+)
+
 // The headers Tandem reads or writes are named once in package wire; the reference below
 // documents them.
 const (
@@ -154,7 +163,9 @@ var headerDocs = []headerDoc{
 		"The endpoint that served the request, as the conformance suite expects."},
 	{apierror.HeaderRouting, "response (written)", "`true` on a gateway-generated routing error (bad strategy, no endpoint, a refusal over a limit, an internal error)."},
 	{apierror.HeaderPDPrefill, "response (written)", "`true` when the prefill leg of a PD request failed."},
-	{apierror.HeaderPDDecode, "response (written)", "`true` when the decode watchdog failed the request (504)."},
+	{apierror.HeaderPDDecode, "response (written)", "`true` when the decode watchdog failed the request (504), or the strict transfer proof did (502: the decode pod's use of the transferred KV was not verified)."},
+	{wire.HeaderPDTransfer, "response (written); opt-in",
+		"With `TANDEM_PD_TRANSFER_HEADER=true`, the proof of a PD request's KV transfer (`verified`, `recomputed`, `unknown`; `docs/proof.md`), when it is known before the response headers go out."},
 	{wire.HeaderSLOTTFT, "request (read)",
 		"`pd-predictive`, `predicted_ttft`, `predicted_tpot`: the request's TTFT objective in milliseconds (a positive number up to 1e9, fractions allowed; otherwise a 400 naming the header). Overrides `TANDEM_SLO_TTFT_MS` and the profile's `sloTTFTMs`."},
 	{wire.HeaderSLOTPOT, "request (read)",

@@ -198,6 +198,9 @@ func (p *Profiles) build(cfg ModelConfig, problems *[]*Problem) *modelView {
 			if rc.Handoff != "" {
 				d.Handoff = rc.Handoff
 			}
+			if rc.TransferProof != "" {
+				d.TransferProof = rc.TransferProof
+			}
 			pv.pd = rc.PD.apply(Gateway{PD: *d})
 			if pv.pd.BucketServe && !pv.pd.PromptLengthBucketing {
 				// Bucket serving plans over the buckets: without bucketing it cannot run.

@@ -135,7 +135,7 @@ const profilesAnn = `{
   "profiles": {
     "chat": {"routingStrategy": "pd", "routingConfig": {"promptLenBucketMaxLength": 2048, "prefillScorePolicy": "least_request"}},
     "long": {"routingStrategy": "pd", "routingConfig": {"promptLenBucketMinLength": 2048, "decodeScorePolicy": "conductor",
-             "handoff": "epp", "pd": {"prefillRequestTimeout": 120, "decodeStreamIdleTimeout": 0, "tokenLoadKVWeight": 0.5,
+             "handoff": "epp", "transferProof": "strict", "pd": {"prefillRequestTimeout": 120, "decodeStreamIdleTimeout": 0, "tokenLoadKVWeight": 0.5,
              "decodeWatchdogEngines": ["vllm", "sglang"]}}},
     "batch": {"routingStrategy": "random"}
   }
@@ -179,13 +179,15 @@ func TestProfilePDOverrides(t *testing.T) {
 
 	chat, _ := r.ResolveEndpoints(nil, eps)
 	if chat.PrefillScorePolicy != "least_request" || chat.DecodeScorePolicy != "load_balancing" ||
-		chat.PD.PrefillRequestTimeout != 20*time.Second || chat.Handoff != HandoffAuto || chat.Routing.PromptLenBucketMaxLength != 2048 {
+		chat.PD.PrefillRequestTimeout != 20*time.Second || chat.Handoff != HandoffAuto || chat.Routing.PromptLenBucketMaxLength != 2048 ||
+		chat.PD.TransferProof != TransferProofLenient {
 		t.Errorf("chat: %+v", chat)
 	}
 	long, _ := r.ResolveEndpoints(map[string]string{wire.HeaderConfigProfile: "long"}, eps)
 	want := gw.PD
 	want.DecodeScorePolicy = "conductor"
 	want.Handoff = "epp"
+	want.TransferProof = TransferProofStrict
 	want.PrefillRequestTimeout = 120 * time.Second
 	want.DecodeStreamIdleTimeout = 0
 	want.TokenLoadKVWeight = 0.5

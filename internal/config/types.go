@@ -61,6 +61,13 @@ type PD struct {
 	// the decode pod declares a routing sidecar, else epp).
 	Handoff string // TANDEM_PD_HANDOFF, "auto"
 
+	// TransferHeader adds x-tandem-pd-transfer (the proof of the request's KV transfer) to PD
+	// responses whose proof is known before their headers go out.
+	TransferHeader bool // TANDEM_PD_TRANSFER_HEADER, false
+	// TransferProof is what an unverified transfer costs the request: "lenient" (served,
+	// counted; a decode pod that keeps recomputing is held out) or "strict" (it fails).
+	TransferProof string // TANDEM_PD_TRANSFER_PROOF, "lenient"
+
 	// SLOTTFT and SLOTPOT are the latency objectives of requests that do not send their own
 	// (x-slo-ttft-ms, x-slo-tpot-ms), read by the predictive policies; 0 = none.
 	SLOTTFT time.Duration // TANDEM_SLO_TTFT_MS, 0
@@ -117,7 +124,8 @@ func DefaultPD() PD {
 			MaxBlocks:               200000,
 			StandardDeviationFactor: 1,
 		},
-		Handoff: HandoffAuto,
+		Handoff:       HandoffAuto,
+		TransferProof: TransferProofLenient,
 	}
 }
 
@@ -133,6 +141,7 @@ type RoutingConfig struct {
 	BucketServe              *bool        `json:"bucketServe,omitempty"`
 	BucketServeMode          string       `json:"bucketServeMode,omitempty"`
 	Handoff                  string       `json:"handoff,omitempty"`
+	TransferProof            string       `json:"transferProof,omitempty"`
 	PD                       *PDOverrides `json:"pd,omitempty"`
 	// Sheddable marks the profile's requests as sheddable: a predictive strategy answers
 	// 429 when no pod is predicted to meet their TTFT objective.

@@ -411,6 +411,12 @@ var Vars = []Var{
 	labelListVar("TANDEM_PAIR_MATCH_LABELS", "pairMatchLabels",
 		"Pod label keys, comma-separated, whose values must be equal on a prefill and a decode pod for Tandem to pair them, so that a rolling update never pairs two revisions: a roleset becomes one roleset per revision, and a pod whose revision has no pod of the other role is left unpaired (warned at start-up and named in the decision trace). A label absent on both pods matches; present on one side only, it does not. The default is the revision label the DisaggregatedSet controller sets on both roles' pods; Deployments, StatefulSets and LeaderWorkerSets need a label of your own with one value in both roles' templates (docs/rollouts.md). `none` matches no label.",
 		func(g *Gateway) *string { return &g.PairMatchLabels }),
+	boolVar("TANDEM_PD_TRANSFER_HEADER", "pdTransferHeader",
+		"Adds `x-tandem-pd-transfer: verified|recomputed|unknown`, the proof that the decode pod used the KV its prefill leg transferred (`docs/proof.md`), to PD responses whose proof is known before their headers go out: in the `epp` hand-off, answers that arrive whole in their first body chunk (non-streamed ones, usually). Streamed answers carry their evidence after the headers: it is counted (`tandem_pd_transfer_total`) but not in the header.",
+		func(g *Gateway) *bool { return &g.PD.TransferHeader }),
+	enumVar("TANDEM_PD_TRANSFER_PROOF", "pdTransferProof", []string{TransferProofLenient, TransferProofStrict}, false, Exact,
+		"What a PD request whose KV transfer is not verified (`docs/proof.md`) costs it. `lenient`: it is served and counted (`tandem_pd_transfer_total`), and a decode pod whose transfers keep recomputing (2 of its last 3) receives no work while the pool can do without it, until a trial request after a back-off (30 s, doubling to 5 min) verifies again. `strict`: the same, and a recomputed or unverifiable transfer fails the request: before the response headers with a 502 and `x-error-pd-decode`, after them (a stream) by cutting the stream before its end. Profiles override it with `routingConfig.transferProof`.",
+		func(g *Gateway) *string { return &g.PD.TransferProof }),
 }
 
 // VarByName finds a setting by its environment variable name.

@@ -164,7 +164,9 @@ func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands [
 	st.ho = eppHandoff{h: h, model: req.Model, wd: handoff.NewWatchdog(d.PD, decode.PodKey(), decode.Engine, req.Stream)}
 	d.Trace.Add("handoff_epp:" + h.Engine())
 	ctx, ejected, stop := st.watchEjection(h, prefill)
+	began := time.Now()
 	body, aerr := h.Start(ctx)
+	st.prefillLeg = time.Since(began) // a sync leg's whole duration (an async one returns at once)
 	stop()
 	if aerr != nil {
 		if ejected() {

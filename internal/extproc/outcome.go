@@ -35,6 +35,7 @@ func (st *stream) startRoute(req *request.Request, d *picker.Decision, mode stri
 		kind, prefill = outcome.KindPD, d.Prefill[0].Key()
 	}
 	d.Route = st.srv.opts.Outcomes.Start(kind, prefill, d.Destination[0].Key(), req.PromptTokens)
+	st.promptTokens = req.PromptTokens
 	if st.fallbacks && len(d.Destination) > 1 {
 		keys := make([]string, len(d.Destination)-1)
 		for i, e := range d.Destination[1:] {

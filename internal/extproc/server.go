@@ -22,6 +22,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/proof"
 )
 
 // DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes is zero (lwepp's).
@@ -85,6 +86,14 @@ type Options struct {
 	Health *health.Detector
 	// Retry is the epp hand-off's pair-level retry and its budget; the zero value retries nothing.
 	Retry config.Retry
+	// Transfer, when set, judges every PD request's KV transfer from its decode answer
+	// (transfer.go) and holds the per decode pod state of the proof; nil judges nothing.
+	// LocalPrefill, when set, predicts a local prefill's time for the timing evidence.
+	Transfer     *proof.Gate
+	LocalPrefill LocalPrefill
+	// TransferHeader adds x-tandem-pd-transfer to PD responses whose verdict is known before
+	// their headers go out (TANDEM_PD_TRANSFER_HEADER).
+	TransferHeader bool
 }
 
 // DefaultResponseHeaderHold is Options.ResponseHeaderHold when zero: well under the 60s ext_proc

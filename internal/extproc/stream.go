@@ -71,6 +71,13 @@ type stream struct {
 	finished bool
 
 	ho eppHandoff // the "epp" hand-off, when the decision has one
+	// xfer follows a PD decode answer for the proof of its KV transfer (transfer.go);
+	// prefillLeg is how long a sync prefill leg took, promptTokens the request's estimate,
+	// servedHostPort the destination the gateway reported serving.
+	xfer           transfer
+	prefillLeg     time.Duration
+	promptTokens   int
+	servedHostPort string
 
 	// route records the decision's outcome (internal/outcome); nil records nothing.
 	route *outcome.Tracker
@@ -109,8 +116,10 @@ func (st *stream) handle(msg *extprocv3.ProcessingRequest) (stop bool, err error
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return false, st.onResponseHeaders(msg, m.ResponseHeaders)
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return false, st.onResponseBody(m.ResponseBody)
+		err := st.onResponseBody(m.ResponseBody)
+		return st.rejected, err // rejected: the strict transfer proof answered with an error
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		st.judgeTransfer()
 		if err := st.flushHeld(); err != nil {
 			return true, err
 		}
@@ -467,6 +476,7 @@ func (st *stream) answer(req *request.Request, d *picker.Decision, mode string, 
 	}
 	st.answered = true
 	st.body = nil
+	st.startTransfer(mode)
 	if st.ho.active() {
 		st.ho.rearm() // sync engines: the prefill leg already succeeded, the watchdog is armed
 	}
@@ -508,6 +518,7 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 		}
 		if !st.respHeaders {
 			st.routeResponse(code, served)
+			st.xfer.status, st.servedHostPort = code, served
 		}
 		st.respHeaders = true
 		set = headerOptions(set, d.ResponseHeaders)
@@ -553,12 +564,21 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 
 // onResponseBody passes each chunk through at once: a streamed token must never wait for the next.
 func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
+	eos := b.GetEndOfStream()
+	st.transferChunk(b.GetBody())
+	if stop, err := st.strictTransfer(eos); stop {
+		return err
+	}
+	if eos {
+		if res, ok := st.judgeTransfer(); ok && st.srv.opts.TransferHeader && st.ho.held != nil {
+			st.transferHeader(st.ho.held, res)
+		}
+	}
 	if st.ho.active() {
 		if err := st.flushHeld(); err != nil {
 			return err
 		}
 	}
-	eos := b.GetEndOfStream()
 	if st.ho.active() {
 		if st.ho.status >= 200 && st.ho.status < 300 && len(b.GetBody()) > 0 {
 			// The decode leg's first token: it took the prefill pod's KV (nothing to release).

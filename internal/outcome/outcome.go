@@ -98,6 +98,10 @@ type Route struct {
 	Bytes  int64
 	// Err is how the request ended: nil for a completed response.
 	Err error
+	// Transfer is the proof of a PD route's KV transfer, judged from the decode answer before
+	// End (internal/proof: "verified", "recomputed", "unknown"; "" when not judged), and
+	// TransferBasis what the verdict rests on ("usage", "timing", "none").
+	Transfer, TransferBasis string
 }
 
 // TTFT is the time from the pick to the first response byte (0 before it).
@@ -288,6 +292,19 @@ func (t *Tracker) Chunk(size int) {
 	r := t.r
 	t.mu.Unlock()
 	t.rec.publish(phase, &r)
+}
+
+// Transfer records the proof of a PD route's KV transfer (no event: readers see it with End).
+// Only the first report counts.
+func (t *Tracker) Transfer(result, basis string) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	if !t.ended && t.r.Transfer == "" && t.r.Kind == KindPD {
+		t.r.Transfer, t.r.TransferBasis = result, basis
+	}
+	t.mu.Unlock()
 }
 
 // End reports how the request ended (nil: completed). Later reports are ignored.

@@ -13,6 +13,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/health"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/proof"
 	"github.com/tandem-epp/tandem/internal/request"
 	"github.com/tandem-epp/tandem/internal/wire"
 )
@@ -22,9 +23,10 @@ import (
 // ext_proc server's observer (tandem_decisions_total), from Decision.Strategy/Outcome/Step.
 // Its routing (resolver, strategies, default) is swapped atomically by Swap.
 type Router struct {
-	routes atomic.Pointer[routes]
-	health *health.Detector
-	log    logr.Logger
+	routes   atomic.Pointer[routes]
+	health   *health.Detector
+	transfer *proof.Gate
+	log      logr.Logger
 }
 
 // routes is one consistent routing table: a request runs wholly on the one it loaded.
@@ -49,6 +51,9 @@ type RouterOptions struct {
 	// Health is passive health: every strategy picks among the candidates it admits (see
 	// Schedule). Nil admits every candidate. Swap keeps the router's.
 	Health *health.Detector
+	// Transfer is the transfer proof's lenient policy: decode pods it holds are candidates
+	// only when the pick fails without them. Nil holds none. Swap keeps the router's.
+	Transfer *proof.Gate
 }
 
 // ResponseHeaderStrategy echoes the strategy used: the one the request resolved to, unless
@@ -57,7 +62,7 @@ const ResponseHeaderStrategy = wire.HeaderRoutingStrategy
 
 // NewRouter builds a router. Strategy names must be unique.
 func NewRouter(o RouterOptions) (*Router, error) {
-	r := &Router{log: o.Logger, health: o.Health}
+	r := &Router{log: o.Logger, health: o.Health, transfer: o.Transfer}
 	if err := r.Swap(o); err != nil {
 		return nil, err
 	}
@@ -126,7 +131,7 @@ func (r *Router) Schedule(ctx context.Context, req *request.Request, snap *pool.
 			PodRouting: func(e *pool.Endpoint) config.RoutingConfig { return resolver.PodRouting(e, profile) }}
 		return s.Pick(ctx, c)
 	}
-	d, err := r.pickHealthy(cands, pick)
+	d, err := r.pickProven(cands, pick)
 	log := r.logger(ctx)
 	if err != nil {
 		ae := apierror.From(err)

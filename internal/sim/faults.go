@@ -26,6 +26,16 @@ type Faults struct {
 	// pulls the prompt's KV from the prefill pod (a slow KV link or a busy decode pod): the
 	// prefill pod holds the KV meanwhile.
 	PullDelay float64 `json:"pull_delay_seconds"`
+	// RecomputeKV breaks a decode pod's KV connector, silently: a decode leg never pulls the
+	// prompt's KV from its prefill pod (which keeps it until it expires) but prefills the
+	// prompt itself, taking a local prefill's time, and still answers 200; its usage reports
+	// only what its own prefix cache held as cached tokens. Other legs are unaffected.
+	RecomputeKV bool `json:"recompute_kv"`
+	// WrongKVPort misconfigures a prefill pod's KV channel: a vLLM prefill leg answers with a
+	// kv_transfer_params.remote_port nothing listens on, so its decode leg cannot pull the KV
+	// (which stays held here until it expires). A decode pod with kv_load_failure_policy
+	// "recompute" then computes the prompt itself; with "fail" it answers an error.
+	WrongKVPort bool `json:"wrong_kv_port"`
 }
 
 func (f Faults) validate() error {
@@ -92,6 +102,8 @@ func (s *Server) faultsFor(h http.Header) (Faults, *httpError) {
 			if g.PullDelay > 0 {
 				f.PullDelay = g.PullDelay
 			}
+			f.RecomputeKV = f.RecomputeKV || g.RecomputeKV
+			f.WrongKVPort = f.WrongKVPort || g.WrongKVPort
 		}
 	}
 	return f, nil
@@ -101,6 +113,10 @@ func parseFault(item string, g *Faults) error {
 	switch {
 	case item == "hang":
 		g.HangBeforeFirstToken = true
+	case item == "recompute":
+		g.RecomputeKV = true
+	case item == "wrong-kv-port":
+		g.WrongKVPort = true
 	case strings.HasPrefix(item, "hang-after-"):
 		n, err := strconv.Atoi(strings.TrimPrefix(item, "hang-after-"))
 		if err != nil || n < 1 {
@@ -122,7 +138,7 @@ func parseFault(item string, g *Faults) error {
 	default:
 		code, err := strconv.Atoi(item)
 		if err != nil || code < 400 || code > 599 {
-			return fmt.Errorf("%q: want a status 400–599, hang, hang-after-N, slow-DURATION or pull-delay-DURATION, optionally prefixed by prefill-, decode- or standard-", item)
+			return fmt.Errorf("%q: want a status 400–599, hang, hang-after-N, slow-DURATION, pull-delay-DURATION, recompute or wrong-kv-port, optionally prefixed by prefill-, decode- or standard-", item)
 		}
 		g.ErrorRate, g.ErrorStatus = 1, code
 	}

@@ -184,6 +184,8 @@ type inferReq struct {
 	maxTokens int  // output tokens to generate
 	maxSet    bool
 	rid       string
+	// wrongKVPort: a prefill leg announces a KV port nothing listens on (Faults.WrongKVPort).
+	wrongKVPort bool
 }
 
 func (q *inferReq) has(key string) bool { _, ok := q.raw[key]; return ok }

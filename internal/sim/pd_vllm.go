@@ -97,6 +97,9 @@ func vllmPrefillLeg(s *Server, q *inferReq) *leg {
 		}
 		host, port, _ := net.SplitHostPort(s.KVHostPort())
 		p, _ := strconv.Atoi(port)
+		if q.wrongKVPort {
+			p = s.deadKVPort
+		}
 		return extra{top: map[string]any{"kv_transfer_params": map[string]any{
 			"do_remote_prefill": true, "do_remote_decode": false,
 			"remote_engine_id": s.engineID, "remote_block_ids": blocks,

@@ -179,3 +179,109 @@ func TestAnyRole(t *testing.T) {
 	mustStatus(t, post(t, p.URL(), "/v1/completions", mustJSON(t, pre)), 200)
 	mustStatus(t, <-dc, 200)
 }
+
+// usageCached is a streamed answer's usage: prompt and cached tokens (the last usage chunk).
+func usageCached(t *testing.T, body []byte) (prompt, cached int64) {
+	t.Helper()
+	for _, e := range events(t, body) {
+		var c struct {
+			Usage *struct {
+				Prompt  int64 `json:"prompt_tokens"`
+				Details struct {
+					Cached int64 `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if e != "[DONE]" && json.Unmarshal([]byte(e), &c) == nil && c.Usage != nil {
+			prompt, cached = c.Usage.Prompt, c.Usage.Details.Cached
+		}
+	}
+	return prompt, cached
+}
+
+// A healthy decode leg reports the pulled KV as cached tokens; a decode pod whose KV connector
+// is broken (recompute_kv) never pulls, prefills the prompt itself, reports 0 cached tokens and
+// still answers 200 with the same text.
+func TestVLLMDecodeRecomputes(t *testing.T) {
+	p, d := vllmPair(t)
+	client := map[string]any{"model": testModel, "prompt": strings.Repeat("a long shared prompt ", 30),
+		"max_tokens": 4, "stream": true, "stream_options": map[string]any{"include_usage": true}}
+	decodeLeg := func(fault ...string) reply {
+		pr := post(t, p.URL(), "/v1/completions", mustJSON(t, aibrixVLLMPrefill(client)))
+		mustStatus(t, pr, 200)
+		dec := maps.Clone(client)
+		dec["kv_transfer_params"] = pr.json(t)["kv_transfer_params"]
+		return post(t, d.URL(), "/v1/completions", mustJSON(t, dec), fault...)
+	}
+	ok := decodeLeg()
+	mustStatus(t, ok, 200)
+	prompt, cached := usageCached(t, ok.body)
+	if prompt == 0 || cached != prompt {
+		t.Fatalf("healthy decode leg: usage prompt %d cached %d, want cached = prompt", prompt, cached)
+	}
+	if header(t, ok, "X-Sim-Cached-Tokens") != float64(prompt) {
+		t.Fatalf("X-Sim-Cached-Tokens %v, want %d", ok.header.Get("X-Sim-Cached-Tokens"), prompt)
+	}
+
+	mustStatus(t, post(t, d.URL(), "/sim/faults", `{"recompute_kv":true}`), 200)
+	client["prompt"] = strings.Repeat("another prompt entirely ", 30) // nothing of it in the decode pod's prefix cache
+	bad := decodeLeg()
+	mustStatus(t, bad, 200)
+	if prompt, cached := usageCached(t, bad.body); prompt == 0 || cached != 0 {
+		t.Fatalf("recomputing decode leg: usage prompt %d cached %d, want cached 0", prompt, cached)
+	}
+	if header(t, bad, "X-Sim-Prefill-Seconds") <= 0 || header(t, bad, "X-Sim-Transfer-Seconds") != 0 {
+		t.Fatalf("recomputing decode leg should pay a prefill and no transfer: %v", bad.header)
+	}
+	if st := p.Stats(); st.KVUsedTokens == 0 {
+		t.Fatalf("the prefill pod should still hold the KV nobody pulled: %+v", st)
+	}
+	if streamText(t, bad.body) == "" {
+		t.Fatal("recomputing decode leg answered no text")
+	}
+
+	// The per-request header item does the same, on decode pods only.
+	mustStatus(t, post(t, d.URL(), "/sim/faults", `{}`), 200)
+	client["prompt"] = strings.Repeat("a third prompt ", 30)
+	hdr := decodeLeg(HeaderFault, "decode-recompute")
+	if _, cached := usageCached(t, hdr.body); cached != 0 {
+		t.Fatalf("X-Sim-Fault decode-recompute: cached %d, want 0", cached)
+	}
+}
+
+// A prefill pod whose KV channel points at the wrong port: its decode leg cannot pull. With
+// kv_load_failure_policy "recompute" (vLLM's) the decode pod computes the prompt itself and
+// answers 200 with nothing cached; with the default it answers the error.
+func TestVLLMWrongKVPort(t *testing.T) {
+	p := startPod(t, PodConfig{Engine: EngineVLLM, Role: RolePrefill, Faults: Faults{WrongKVPort: true}})
+	recompute := startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode, KVLoadFailurePolicy: KVLoadRecompute})
+	fail := startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode})
+	client := map[string]any{"model": testModel, "prompt": strings.Repeat("wrong port prompt ", 30),
+		"max_tokens": 4, "stream": true, "stream_options": map[string]any{"include_usage": true}}
+	decodeLeg := func(d *Server) reply {
+		pr := post(t, p.URL(), "/v1/completions", mustJSON(t, aibrixVLLMPrefill(client)))
+		mustStatus(t, pr, 200)
+		kv := pr.json(t)["kv_transfer_params"].(map[string]any)
+		if port, _ := kv["remote_port"].(json.Number).Int64(); int(port) == p.BootstrapPort() {
+			t.Fatalf("remote_port %v is the pod's real KV port", port)
+		}
+		dec := maps.Clone(client)
+		dec["kv_transfer_params"] = kv
+		return post(t, d.URL(), "/v1/completions", mustJSON(t, dec))
+	}
+	r := decodeLeg(recompute)
+	mustStatus(t, r, 200)
+	if prompt, cached := usageCached(t, r.body); prompt == 0 || cached != 0 {
+		t.Fatalf("recompute policy: usage prompt %d cached %d, want cached 0", prompt, cached)
+	}
+	if header(t, r, "X-Sim-Prefill-Seconds") <= 0 {
+		t.Fatalf("recompute policy: no local prefill: %v", r.header)
+	}
+	client["prompt"] = strings.Repeat("another wrong port prompt ", 30)
+	if r := decodeLeg(fail); r.status != 400 || !strings.Contains(string(r.body), "cannot reach the KV peer") {
+		t.Fatalf("fail policy: %d %s", r.status, r.body)
+	}
+	if _, err := Start(testCtx(t), PodConfig{Engine: EngineVLLM, Model: testModel, KVLoadFailurePolicy: "retry"}); err == nil {
+		t.Fatal("kv_load_failure_policy retry accepted")
+	}
+}

@@ -61,6 +61,26 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 		writeError(w, badRequest("max_tokens", "prompt (%d tokens) plus output (%d tokens) exceed pod %s's KV capacity of %d tokens", len(q.ids), out, s.cfg.Name, s.p.KVTokens))
 		return
 	}
+	if lg.kind == legDecode && f.RecomputeKV {
+		// A broken KV connector: the transferred KV is never read; the prompt is computed here.
+		lg = &leg{kind: legPlain}
+	}
+	if lg.kind == legDecode && s.cfg.Engine == EngineVLLM && s.cfg.KVLoadFailurePolicy == KVLoadRecompute {
+		// vLLM's kv_load_failure_policy "recompute": a KV load that fails makes the decode pod
+		// compute the prompt itself. The pull is made up front so its failure can turn the
+		// leg into a local one.
+		tokens, herr := lg.pull(ctx)
+		switch {
+		case ctx.Err() != nil:
+			s.fail(ctx, w, nil)
+			return
+		case herr != nil:
+			s.log.Info("KV load failed; recomputing the prompt (kv_load_failure_policy recompute)", "pod", s.cfg.Name, "error", herr.msg)
+			lg = &leg{kind: legPlain}
+		default:
+			lg = &leg{kind: legDecode, pull: func(context.Context) (int, *httpError) { return tokens, nil }}
+		}
+	}
 	arrived := time.Now()
 	if lg.beforeAdmit != nil {
 		s.eng.addQueue(1, 0)
@@ -125,6 +145,11 @@ func (s *Server) run(ctx context.Context, w http.ResponseWriter, q *inferReq, lg
 				return
 			}
 			a.queue, a.transfer = time.Since(arrived).Seconds()/s.scale-secs, secs
+			if s.cfg.Engine == EngineVLLM {
+				// vLLM counts the tokens its KV connector loaded among the prompt's cached
+				// tokens (usage.prompt_tokens_details.cached_tokens), as it does prefix-cache hits.
+				a.cached = tokens
+			}
 			s.eng.remember(hashes)
 			h.ready()
 		case EvScheduled:
@@ -293,8 +318,13 @@ func (a *answer) add(i int) {
 }
 
 func (a *answer) usage() map[string]any {
-	return map[string]any{"prompt_tokens": len(a.q.ids), "completion_tokens": a.tokens, "total_tokens": len(a.q.ids) + a.tokens,
-		"prompt_tokens_details": map[string]any{"cached_tokens": a.cached}}
+	u := map[string]any{"prompt_tokens": len(a.q.ids), "completion_tokens": a.tokens, "total_tokens": len(a.q.ids) + a.tokens}
+	// vLLM (with --enable-prompt-tokens-details) leaves prompt_tokens_details out when no
+	// prompt token was cached.
+	if a.cached > 0 || a.s.cfg.Engine != EngineVLLM {
+		u["prompt_tokens_details"] = map[string]any{"cached_tokens": a.cached}
+	}
+	return u
 }
 
 // finish ends the answer: the usage chunk and [DONE], or the JSON object with x added.

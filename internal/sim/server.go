@@ -26,6 +26,12 @@ const (
 	EngineTRTLLM = "trtllm"
 )
 
+// PodConfig.KVLoadFailurePolicy values.
+const (
+	KVLoadRecompute = "recompute"
+	KVLoadFail      = "fail"
+)
+
 // Roles, as the model.aibrix.ai/role label spells them; "" is a standard (combined) pod.
 const (
 	RolePrefill  = "prefill"
@@ -37,8 +43,10 @@ const (
 const (
 	// HeaderFault injects faults into one request: a comma list of [prefill-|decode-|standard-]action,
 	// action = a status code (e.g. 500), "hang" (before the first token), "hang-after-N" (tokens),
-	// "slow-DURATION" (before the response headers, e.g. slow-200ms) or "pull-delay-DURATION" (a
-	// decode leg waits before it pulls its KV, e.g. pull-delay-2s). A role prefix limits the
+	// "slow-DURATION" (before the response headers, e.g. slow-200ms), "pull-delay-DURATION" (a
+	// decode leg waits before it pulls its KV, e.g. pull-delay-2s), "recompute" (a decode leg
+	// ignores the transferred KV and prefills the prompt itself), or "wrong-kv-port" (a prefill
+	// leg announces a KV port nothing listens on). A role prefix limits the
 	// item to pods of that role, so one client header can fail only the prefill leg.
 	HeaderFault = "X-Sim-Fault"
 	// HeaderPrefiller is the llm-d routing sidecar's prefill target header.
@@ -74,6 +82,11 @@ type PodConfig struct {
 	TRTParamsTopLevel bool `json:"trt_params_top_level"`
 	// TRTServerInfo, when set, is served verbatim by GET /server_info (TensorRT-LLM).
 	TRTServerInfo string `json:"trt_server_info"`
+	// KVLoadFailurePolicy is what a vLLM decode leg does when it cannot pull its KV (other
+	// engines ignore it), as vLLM's
+	// kv_load_failure_policy: "recompute" computes the prompt itself and answers 200; "fail"
+	// (or "", the simulator's default, so contract errors surface) answers the error.
+	KVLoadFailurePolicy string `json:"kv_load_failure_policy"`
 	// RecordLimit bounds the request recorder; default 1024.
 	RecordLimit int          `json:"record_limit"`
 	Logger      *slog.Logger `json:"-"`
@@ -98,6 +111,7 @@ type Server struct {
 	faults      atomic.Pointer[Faults]
 	serverInfo  atomic.Pointer[string]
 	engineID    string
+	deadKVPort  int // a port nothing listens on (Faults.WrongKVPort)
 	seq         atomic.Int64
 	blockSeq    atomic.Int64
 	closeOnce   sync.Once
@@ -142,20 +156,26 @@ func Start(ctx context.Context, cfg PodConfig) (*Server, error) {
 		}
 		cfg.Name = fmt.Sprintf("%s-%s-%d", cfg.Engine, role, ln.Addr().(*net.TCPAddr).Port)
 	}
+	dead := 1 // reserved, never listened on
+	if dl, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+		dead = dl.Addr().(*net.TCPAddr).Port
+		dl.Close()
+	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
 	s := &Server{
 		cfg: cfg, p: cfg.Params, scale: cfg.TimeScale,
-		rec:      newRecorder(cfg.RecordLimit),
-		table:    newKVTable(),
-		aborts:   newAbortSet(),
-		client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
-		log:      cfg.Logger,
-		ln:       ln,
-		kvLn:     kvLn,
-		engineID: cfg.Name + "-" + hex.EncodeToString(id[:]),
-		done:     make(chan struct{}),
-		crashed:  make(chan struct{}),
+		rec:        newRecorder(cfg.RecordLimit),
+		table:      newKVTable(),
+		aborts:     newAbortSet(),
+		client:     &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}},
+		log:        cfg.Logger,
+		ln:         ln,
+		kvLn:       kvLn,
+		engineID:   cfg.Name + "-" + hex.EncodeToString(id[:]),
+		deadKVPort: dead,
+		done:       make(chan struct{}),
+		crashed:    make(chan struct{}),
 	}
 	s.eng = newEngine(cfg.Params, cfg.TimeScale, s.done)
 	if s.log == nil {
@@ -214,6 +234,11 @@ func (c *PodConfig) validate() error {
 		if err := c.Params.validate(); err != nil {
 			return fmt.Errorf("sim pod %q: %w", c.Name, err)
 		}
+	}
+	switch c.KVLoadFailurePolicy {
+	case "", KVLoadFail, KVLoadRecompute:
+	default:
+		return fmt.Errorf("sim pod %q: kv_load_failure_policy %q: must be %s or %s", c.Name, c.KVLoadFailurePolicy, KVLoadRecompute, KVLoadFail)
 	}
 	if c.TRTServerInfo != "" && !json.Valid([]byte(c.TRTServerInfo)) {
 		return fmt.Errorf("sim pod %q: trt_server_info is not valid JSON", c.Name)
@@ -427,7 +452,7 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		writeError(w, badRequest("", "faults: %v (fields: error_rate, error_status, hang_before_first_token, hang_after_tokens, slow_start_seconds, pull_delay_seconds)", err))
+		writeError(w, badRequest("", "faults: %v (fields: error_rate, error_status, hang_before_first_token, hang_after_tokens, slow_start_seconds, pull_delay_seconds, recompute_kv, wrong_kv_port)", err))
 		return
 	}
 	if err := s.SetFaults(f); err != nil {
@@ -475,6 +500,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, body []b
 
 // serveParsed classifies a parsed request under the engine's contract and serves it.
 func (s *Server) serveParsed(w http.ResponseWriter, r *http.Request, q *inferReq, f Faults) {
+	q.wrongKVPort = f.WrongKVPort && (s.cfg.Role == RolePrefill || s.cfg.AnyRole)
 	lg, herr := s.contract.classify(s, q)
 	if herr != nil {
 		writeError(w, herr)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/proof"
 )
 
 // Outcome is how a request was routed, a bounded label value of tandem_decisions_total.
@@ -71,6 +72,7 @@ type Metrics struct {
 	bucketBandMax       *prometheus.GaugeVec
 	selectedPrefillPods *prometheus.CounterVec
 	selectedDecodePods  *prometheus.CounterVec
+	pdTransfer          *prometheus.CounterVec
 
 	// Tandem's.
 	decisions        *prometheus.CounterVec
@@ -146,6 +148,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m.bucketBandMax = m.gaugeVec("pd_bucket_serve_band_max", "Highest prompt-length upper bound among a roleset's bucket-serve bands (deleted when the roleset leaves the plan).", "roleset")
 	m.selectedPrefillPods = m.counterVec("pd_selected_prefill_pod_total", "Times a pod was selected as the prefill side of a PD pair.", podLabels...)
 	m.selectedDecodePods = m.counterVec("pd_selected_decode_pod_total", "Times a pod was selected as the decode side of a PD pair.", podLabels...)
+	m.pdTransfer = m.counterVec("tandem_pd_transfer_total", "PD requests by the proof of their KV transfer: verified (the decode answer's cached tokens cover the prompt), recomputed (the decode pod computed the prompt again), unknown; per pod pair (namespace/name).", "result", "prefill_pod", "decode_pod")
 
 	m.decisions = m.counterVec("tandem_decisions_total", "Routing decisions, by strategy, outcome (pd, combined, single, error) and the step that decided.", "strategy", "outcome", "step")
 	m.pickDuration = m.histogramVec("tandem_pick_duration_seconds", "Time to pick a destination (the whole scheduler call), by strategy.", latencyBuckets, "strategy")
@@ -212,7 +215,7 @@ func (m *Metrics) Defs() []Def { return append([]Def(nil), m.defs...) }
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requestModelFail, m.prefillSuccess, m.prefillFail, m.pdPrefillFailure, m.pdDecodeAbort,
 		m.pdDecodeWatchdog, m.pdPrefillRelease, m.pdStrandedKV, m.tokenLoadActive, m.tokenLoadKV, m.tokenLoadDecode, m.bucketBand, m.bucketPromptTokens,
-		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.decisions, m.pickDuration, m.pluginDuration,
+		m.bucketBandMax, m.selectedPrefillPods, m.selectedDecodePods, m.pdTransfer, m.decisions, m.pickDuration, m.pluginDuration,
 		m.streamsOpen, m.streamsTotal, m.requestBodyBytes, m.ttft, m.interToken, m.predRatio, m.predAbsError, m.scrapeDuration, m.scrapeLast, m.scrapeErrors,
 		m.scrapeStale, m.configErrors, m.poolEndpoints, m.pdRolesets, m.endpointRunning, m.endpointWaiting, m.endpointKVUsage,
 		m.panics, m.fieldsRemoved, m.outlierEjected, m.outlierEjections, m.outlierReturns, m.outlierOverflow, m.outlierDuration,
@@ -482,6 +485,11 @@ func (m *Metrics) StrandedKV(prefill *pool.Endpoint, end string, seconds float64
 // DecodeWatchdog counts a decode watchdog firing in a phase (first_response, stream_idle).
 func (m *Metrics) DecodeWatchdog(phase string) {
 	m.pdDecodeWatchdog.WithLabelValues(m.bound("phase", phase)).Inc()
+}
+
+// Transfer counts one PD request's transfer proof for its pod pair (proof.Observer).
+func (m *Metrics) Transfer(result proof.Result, prefillPod, decodePod string) {
+	m.pdTransfer.WithLabelValues(m.bound("result", string(result)), prefillPod, decodePod).Inc()
 }
 
 // SelectedPair counts the pods of a chosen PD pair; either may be nil.

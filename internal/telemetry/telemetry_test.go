@@ -16,6 +16,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/metrics"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/proof"
 )
 
 var update = flag.Bool("update", false, "rewrite the table in docs/metrics.md from the registry")
@@ -54,6 +55,7 @@ func exercise(m *Metrics) {
 	m.PrefillRelease("sglang", "sent")
 	m.StrandedKV(p, "consumed", 0.5)
 	m.SelectedPair(p, d)
+	m.Transfer(proof.Recomputed, "default/p-0", "default/d-0")
 	m.SetTokenLoad("ns", "p-0", 3600, 3600)
 	m.SetDecodeTokens("ns", "d-0", 100)
 	m.BucketServeBand("rs-a", 900)

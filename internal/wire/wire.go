@@ -61,6 +61,10 @@ const (
 	HeaderSessionKey = "x-aibrix-session-key"
 	// HeaderTrace carries the decision trace (JSON) on the response when debug tracing is on.
 	HeaderTrace = "x-tandem-trace"
+	// HeaderPDTransfer carries the proof of a PD request's KV transfer ("verified",
+	// "recomputed", "unknown") on the response, when TANDEM_PD_TRANSFER_HEADER is on and the
+	// proof is known before the response headers go out.
+	HeaderPDTransfer = "x-tandem-pd-transfer"
 	// HeaderRequestID is the request ID gateways (Envoy) set; Tandem logs it and passes it to
 	// the engines' prefill legs.
 	HeaderRequestID = "x-request-id"

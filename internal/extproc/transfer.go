@@ -1,0 +1,195 @@
+package extproc
+
+import (
+	"encoding/json"
+	"net/http"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tandem-epp/tandem/internal/apierror"
+
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/latency"
+	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/proof"
+	"github.com/tandem-epp/tandem/internal/wire"
+)
+
+// The proof of a PD request's KV transfer (internal/proof): the stream follows the decode
+// answer as it passes, and once the answer is complete judges whether the decode pod used the
+// transferred KV. The verdict goes on the request's outcome (outcome.Tracker.Transfer), which
+// the proof gate reads (lenient policy, tandem_pd_transfer_total); into the decision trace;
+// and, opt-in, in the x-tandem-pd-transfer response header, which can be set only when the
+// verdict is known before the response headers go out: in the epp hand-off, when the decode
+// pod's whole answer arrives in its first body chunk while its headers are held.
+
+// LocalPrefill predicts how long the endpoint (by key) takes to prefill a prompt of tokens
+// itself (0: no prediction).
+type LocalPrefill func(key string, tokens int) time.Duration
+
+// LatencyPrefill is a LocalPrefill from the latency models' prefill service prediction.
+func LatencyPrefill(m *latency.Models) LocalPrefill {
+	if m == nil {
+		return nil
+	}
+	return func(key string, tokens int) time.Duration {
+		_, service := m.Prefill(key, latency.Prompt{Tokens: tokens})
+		if service <= 0 {
+			return 0
+		}
+		return time.Duration(service * float64(time.Second))
+	}
+}
+
+// ReasonTransferUnverified is the apierror reason of a request the strict transfer-proof
+// policy failed (gateway_request_model_fail_total's status label).
+const ReasonTransferUnverified = "pd_transfer_unverified"
+
+// transfer is a stream's proof state.
+type transfer struct {
+	on         bool // a PD route whose decode answer is judged
+	sync       bool // the prefill leg ended before the decode leg was forwarded (timing applies)
+	scan       proof.Scanner
+	prefillLeg time.Duration
+	decodeSent time.Time
+	firstByte  time.Time
+	status     int
+	judged     bool
+	result     proof.Result
+	strict     bool // TANDEM_PD_TRANSFER_PROOF / routingConfig.transferProof is strict
+	noScan     bool // the decode engine's body carries no evidence
+}
+
+// startTransfer begins following a PD decision's decode answer.
+func (st *stream) startTransfer(mode string) {
+	st.xfer = transfer{on: mode != "" && st.srv.opts.Transfer != nil}
+	if st.xfer.on && mode == config.HandoffEPP && st.ho.active() && !st.ho.h.Async() {
+		st.xfer.sync = true
+	}
+	st.xfer.decodeSent = time.Now()
+	st.xfer.strict = st.xfer.on && st.decision.PD.TransferProof == config.TransferProofStrict
+	// An SGLang decode answer is its own proof: nothing in its body is read.
+	st.xfer.noScan = st.xfer.on && st.decision.Destination[0].Engine == pool.EngineSGLang
+}
+
+// strictTransfer runs the strict policy on a response body chunk before it is forwarded: once
+// the evidence is complete (the body's end, or an event stream's usage or final event), a
+// transfer that is not verified fails the request. Before the response headers went out the
+// client gets a 502 with x-error-pd-decode; after them the stream is cut before its end, so the
+// client never sees a complete answer. stop: the chunk must not be forwarded (err ends the
+// stream, or the error answer went out).
+func (st *stream) strictTransfer(eos bool) (stop bool, err error) {
+	x := &st.xfer
+	if !x.strict || x.judged || !(eos || x.scan.Done()) {
+		return false, nil
+	}
+	res, ok := st.judgeTransfer()
+	if !ok || res == proof.Verified {
+		return false, nil
+	}
+	decode := st.decision.Destination[0]
+	if e := st.servedEndpoint(); e != nil {
+		decode = e
+	}
+	e := &apierror.Error{Status: http.StatusBadGateway, Type: "server_error", Header: apierror.HeaderPDDecode,
+		Reason: ReasonTransferUnverified, Class: string(res),
+		Message: "the decode pod " + decode.PodKey() + " answered, but its use of the KV transferred from prefill pod " +
+			st.decision.Prefill[0].PodKey() + " is " + string(res) + " (transfer proof strict: see docs/proof.md); the answer was withheld"}
+	st.log.Info("strict transfer proof failed the request", "result", res, "decode", decode.Key(), "headersSent", st.respSent || st.ho.sent)
+	if st.ho.held != nil {
+		st.ho.held = nil // the decode pod's headers never go out: the client gets the error instead
+		_, err := st.failRouted(e)
+		return true, err
+	}
+	st.ho.stop()
+	st.finish(e)
+	return true, status.Error(codes.Aborted, e.Message)
+}
+
+// transferChunk feeds a response body chunk to the proof.
+func (st *stream) transferChunk(b []byte) {
+	if !st.xfer.on || st.xfer.judged {
+		return
+	}
+	if st.xfer.firstByte.IsZero() && len(b) > 0 {
+		st.xfer.firstByte = time.Now()
+	}
+	if !st.xfer.noScan {
+		st.xfer.scan.Write(b)
+	}
+}
+
+// judgeTransfer judges a complete decode answer, once: a 2xx answer only (a failed one is
+// judged by passive health, not here).
+func (st *stream) judgeTransfer() (proof.Result, bool) {
+	x := &st.xfer
+	if !x.on || x.judged || st.decision == nil {
+		return x.result, x.judged
+	}
+	x.judged = true
+	if x.status < 200 || x.status > 299 {
+		x.on = false
+		return "", false
+	}
+	decode := st.decision.Destination[0]
+	if e := st.servedEndpoint(); e != nil {
+		decode = e
+	}
+	gate := st.srv.opts.Transfer
+	ev := proof.Evidence{Engine: decode.Engine, ReportsDetails: gate.ReportsDetails(decode.Key(), decode.Model)}
+	ev.Usage, ev.HasUsage = x.scan.Usage()
+	if ev.HasUsage && ev.Usage.Details {
+		gate.SawDetails(decode.Key(), decode.Model)
+	}
+	if x.sync && !x.firstByte.IsZero() {
+		ev.DecodeFirstByte = x.firstByte.Sub(x.decodeSent)
+		local := x.prefillLeg
+		if f := st.srv.opts.LocalPrefill; f != nil && st.promptTokens > 0 {
+			local = max(local, f(decode.Key(), st.promptTokens))
+		}
+		ev.LocalPrefill = local
+	}
+	res, basis := proof.Judge(ev)
+	x.result = res
+	st.decision.Trace.Add("pd_transfer:" + string(res) + ":" + basis)
+	st.route.Transfer(string(res), basis)
+	if l := st.log.V(1); l.Enabled() {
+		l.Info("pd transfer judged", "result", res, "basis", basis, "decode", decode.Key(), "prefill", st.decision.Prefill[0].Key(),
+			"promptTokens", ev.Usage.Prompt, "cachedTokens", ev.Usage.Cached, "decodeFirstByte", ev.DecodeFirstByte.String(), "localPrefill", ev.LocalPrefill.String())
+	}
+	return res, true
+}
+
+// servedEndpoint is the destination the gateway reported serving, if any.
+func (st *stream) servedEndpoint() *pool.Endpoint {
+	if st.servedHostPort == "" {
+		return nil
+	}
+	return pool.Served(st.decision.Destination, st.servedHostPort)
+}
+
+// transferHeader adds the verdict to a held response headers answer (TANDEM_PD_TRANSFER_HEADER).
+func (st *stream) transferHeader(held *extprocv3.ProcessingResponse, res proof.Result) {
+	rh, ok := held.Response.(*extprocv3.ProcessingResponse_ResponseHeaders)
+	if !ok {
+		return
+	}
+	cr := rh.ResponseHeaders.GetResponse()
+	if cr == nil {
+		return
+	}
+	if cr.HeaderMutation == nil {
+		cr.HeaderMutation = &extprocv3.HeaderMutation{}
+	}
+	set := append(cr.HeaderMutation.SetHeaders, headerOption(wire.HeaderPDTransfer, string(res)))
+	if st.srv.opts.DebugTraceHeader && st.decision.Trace != nil {
+		// The trace went into the held answer without the verdict: the later value wins.
+		if b, err := json.Marshal(st.decision.Trace); err == nil {
+			set = append(set, headerOption(wire.HeaderTrace, string(b)))
+		}
+	}
+	cr.HeaderMutation.SetHeaders = set
+}

@@ -1,0 +1,198 @@
+package proof
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/tandem-epp/tandem/internal/outcome"
+)
+
+// The lenient policy: a decode pod whose PD transfers keep recomputing (HoldAfter of its last
+// Window verdicts) is held out of every pick, as an unhealthy pair member: its requests go to
+// other pairs or the standard path. After the back-off it is a candidate again, on trial, until
+// a verdict comes back: verified returns it, recomputed holds it again for twice as long (at
+// most MaxBackoff). Unknown verdicts change nothing.
+
+// Defaults of GateOptions.
+const (
+	DefaultWindow     = 3
+	DefaultHoldAfter  = 2
+	DefaultBackoff    = 30 * time.Second
+	DefaultMaxBackoff = 5 * time.Minute
+)
+
+// Observer receives what the metrics count; it must be quick and safe for concurrent use.
+type Observer interface {
+	// Transfer counts one PD request's verdict for its pod pair ("namespace/name" keys).
+	Transfer(result Result, prefillPod, decodePod string)
+}
+
+// GateOptions configure a Gate; zero fields take the defaults.
+type GateOptions struct {
+	Window, HoldAfter   int
+	Backoff, MaxBackoff time.Duration
+	Now                 func() time.Time
+	Observer            Observer
+	Logger              logr.Logger
+}
+
+// Gate is the per decode pod state of the proof: its recent verdicts, whether it reports cached
+// tokens, and whether it is held out. It reads the ext_proc server's outcome recorder
+// (Observe); Held is called on every pick and reads an atomic snapshot. Safe for concurrent use.
+type Gate struct {
+	o    GateOptions
+	mu   sync.Mutex
+	pods map[string]*podState // by endpoint key
+	held atomic.Pointer[map[string]time.Time]
+	// details: endpoint keys (and "model\x00"+model) whose answers carried a cached-token count.
+	details sync.Map
+}
+
+type podState struct {
+	recent  []Result // the last verified or recomputed verdicts, oldest first
+	held    bool
+	until   time.Time
+	backoff time.Duration
+}
+
+// NewGate returns a gate with o's settings.
+func NewGate(o GateOptions) *Gate {
+	if o.Window <= 0 {
+		o.Window = DefaultWindow
+	}
+	if o.HoldAfter <= 0 || o.HoldAfter > o.Window {
+		o.HoldAfter = min(DefaultHoldAfter, o.Window)
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = DefaultBackoff
+	}
+	if o.MaxBackoff < o.Backoff {
+		o.MaxBackoff = max(DefaultMaxBackoff, o.Backoff)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	g := &Gate{o: o, pods: map[string]*podState{}}
+	g.held.Store(&map[string]time.Time{})
+	return g
+}
+
+// Held reports whether the decode endpoint (by key) is held out of picks now: it recomputed,
+// and its back-off has not passed (after it, the endpoint is on trial and admitted). A nil
+// Gate holds nothing.
+func (g *Gate) Held(key string) bool {
+	if g == nil {
+		return false
+	}
+	until, ok := (*g.held.Load())[key]
+	return ok && g.o.Now().Before(until)
+}
+
+// ReportsDetails reports whether the endpoint's answers, or those of another pod serving the
+// same model, have carried a cached-token count: pods of one model are taken to share their
+// engine flags (vLLM's --enable-prompt-tokens-details), so a pod broken from its start, which
+// never reports a count, is still judged.
+func (g *Gate) ReportsDetails(key, model string) bool {
+	if g == nil {
+		return false
+	}
+	_, ok := g.details.Load(key)
+	if !ok && model != "" {
+		_, ok = g.details.Load("model\x00" + model)
+	}
+	return ok
+}
+
+// SawDetails records that the endpoint's answer carried a cached-token count.
+func (g *Gate) SawDetails(key, model string) {
+	if g != nil {
+		g.details.Store(key, struct{}{})
+		if model != "" {
+			g.details.Store("model\x00"+model, struct{}{})
+		}
+	}
+}
+
+// Observe implements outcome.Reader: the verdict of every ended PD route.
+func (g *Gate) Observe(e *outcome.Event) {
+	r := &e.Route
+	if e.Phase != outcome.PhaseEnd || r.Kind != outcome.KindPD || r.Transfer == "" {
+		return
+	}
+	decode := r.ServedBy()
+	if g.o.Observer != nil {
+		g.o.Observer.Transfer(Result(r.Transfer), podOf(r.Prefill), podOf(decode))
+	}
+	g.Record(decode, Result(r.Transfer))
+}
+
+// podOf is the "namespace/name" of an endpoint key "namespace/name:port".
+func podOf(key string) string {
+	if i := strings.LastIndexByte(key, ':'); i > strings.LastIndexByte(key, '/') {
+		return key[:i]
+	}
+	return key
+}
+
+// Record takes one verdict on a decode endpoint's transfer.
+func (g *Gate) Record(key string, res Result) {
+	if res != Verified && res != Recomputed {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.o.Now()
+	st := g.pods[key]
+	if st == nil {
+		st = &podState{}
+		g.pods[key] = st
+	}
+	if st.held {
+		if now.Before(st.until) {
+			return // a request picked before the hold: its verdict is no trial
+		}
+		if res == Verified {
+			st.held, st.recent, st.backoff = false, nil, 0
+			g.o.Logger.Info("decode pod verified its KV transfer again; it receives PD work again", "decode", key)
+			g.publishLocked()
+			return
+		}
+		st.backoff = min(2*st.backoff, g.o.MaxBackoff)
+		st.until = now.Add(st.backoff)
+		g.o.Logger.Info("decode pod recomputed the prompt on its trial request; held out again", "decode", key, "for", st.backoff.String())
+		g.publishLocked()
+		return
+	}
+	st.recent = append(st.recent, res)
+	if len(st.recent) > g.o.Window {
+		st.recent = st.recent[len(st.recent)-g.o.Window:]
+	}
+	n := 0
+	for _, r := range st.recent {
+		if r == Recomputed {
+			n++
+		}
+	}
+	if n < g.o.HoldAfter {
+		return
+	}
+	st.held, st.backoff = true, g.o.Backoff
+	st.until = now.Add(st.backoff)
+	g.o.Logger.Info("WARNING: decode pod keeps recomputing the prompt instead of using the transferred KV (broken KV connector, wrong KV port or version skew?); it receives no work until a trial request verifies",
+		"decode", key, "recomputed", n, "of", len(st.recent), "for", st.backoff.String())
+	g.publishLocked()
+}
+
+func (g *Gate) publishLocked() {
+	m := make(map[string]time.Time, len(g.pods))
+	for k, st := range g.pods {
+		if st.held {
+			m[k] = st.until
+		}
+	}
+	g.held.Store(&m)
+}

@@ -1,0 +1,241 @@
+// Package proof judges, for each prefill/decode request, whether the decode pod used the KV its
+// prefill leg computed (verified), computed the prompt again itself (recomputed), or cannot be
+// told (unknown), from what the decode answer reports and when its first byte came; and it keeps
+// the lenient policy's state: a decode pod whose transfers keep recomputing stops receiving
+// work until a trial request verifies again.
+//
+// The evidence, per engine (docs/proof.md has the details): vLLM reports the prompt tokens its
+// KV connector loaded among usage.prompt_tokens_details.cached_tokens, with
+// --enable-prompt-tokens-details, in the JSON answer or, streamed, in the final usage chunk
+// (stream_options.include_usage), and leaves the object out when nothing was cached; SGLang's
+// decode pods cannot compute a PD request's prompt themselves (a failed transfer aborts the
+// request), so a decode answer is its own proof, while its cached_tokens are the prefill pod's
+// prefix-cache hits; for TensorRT-LLM only timing applies. A Scanner reads the answer as it
+// passes; Judge decides.
+package proof
+
+import (
+	"bytes"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// Result is the verdict on one PD request's KV transfer (the result label of
+// tandem_pd_transfer_total).
+type Result string
+
+const (
+	// Verified: the decode answer's usage shows cached tokens covering the transferred prompt.
+	Verified Result = "verified"
+	// Recomputed: the usage shows (about) no cached tokens, or, without usage, the decode
+	// pod's first byte came as late as a local prefill of the prompt would.
+	Recomputed Result = "recomputed"
+	// Unknown: no evidence either way.
+	Unknown Result = "unknown"
+)
+
+// Bases of a verdict: what it rests on.
+const (
+	BasisUsage  = "usage"
+	BasisTiming = "timing"
+	// BasisProtocol: the engine's decode pods cannot answer a PD request without its KV
+	// (SGLang: a decode leg whose transfer failed is aborted, never computed locally).
+	BasisProtocol = "protocol"
+	BasisNone     = "none"
+)
+
+// Engines as the model.aibrix.ai/engine label spells them (pool.Engine*).
+const (
+	engineVLLM   = "vllm"
+	engineSGLang = "sglang"
+)
+
+// Thresholds of Judge.
+const (
+	// verifiedShare: cached tokens at least this share of the prompt verify the transfer.
+	verifiedShare = 0.9
+	// recomputedShare: cached tokens below this share of the prompt mean it was recomputed.
+	recomputedShare = 0.1
+	// minPrompt: shorter prompts prove nothing (a block or less of KV).
+	minPrompt = 16
+	// timingShare: a decode first byte at least this share of the local prefill's time counts
+	// as a recompute, when that time is at least minTiming (shorter prefills drown in noise).
+	timingShare = 0.9
+	minTiming   = 200 * time.Millisecond
+)
+
+// Usage is what the decode answer reported of its prompt.
+type Usage struct {
+	Prompt int // prompt tokens (0: not reported)
+	// Cached tokens, when Details: the answer carried a cached-token count.
+	Cached  int
+	Details bool
+}
+
+// Evidence is what is known of one PD request's decode leg.
+type Evidence struct {
+	// Engine of the decode pod: vLLM's usage counts the transferred KV as cached tokens;
+	// SGLang's counts the prefill pod's prefix-cache hits instead (it proves nothing of the
+	// transfer, but its decode pods cannot recompute); TensorRT-LLM's is not read. "" is taken
+	// as vLLM.
+	Engine string
+	// Usage, when HasUsage: the decode answer carried a usage object.
+	Usage    Usage
+	HasUsage bool
+	// ReportsDetails: the decode pod is known to report cached tokens (it, or a pod of its
+	// model, did on an earlier answer), so a usage without them means none were cached (vLLM
+	// leaves the object out when the count is 0).
+	ReportsDetails bool
+	// PrefillTokens are the prompt tokens the prefill leg computed (0: unknown; the decode
+	// answer's prompt tokens stand in).
+	PrefillTokens int
+	// DecodeFirstByte is the time from the decode request being forwarded to its first
+	// response byte (0: unknown); LocalPrefill how long a local prefill of the prompt takes on
+	// that pod by the best estimate at hand (0: none), conservatively the larger of the
+	// latency model's prediction and the prefill leg's own duration.
+	DecodeFirstByte, LocalPrefill time.Duration
+}
+
+// Judge returns the verdict on a decode answer that succeeded, and what it rests on.
+func Judge(e Evidence) (Result, string) {
+	if e.Engine == engineSGLang {
+		return Verified, BasisProtocol
+	}
+	if e.HasUsage && (e.Engine == "" || e.Engine == engineVLLM) {
+		prompt := e.PrefillTokens
+		if prompt <= 0 {
+			prompt = e.Usage.Prompt
+		}
+		cached, known := e.Usage.Cached, e.Usage.Details
+		if !known && e.ReportsDetails {
+			cached, known = 0, true
+		}
+		if known && prompt >= minPrompt {
+			switch {
+			case float64(cached) >= verifiedShare*float64(prompt):
+				return Verified, BasisUsage
+			case float64(cached) < recomputedShare*float64(prompt):
+				return Recomputed, BasisUsage
+			}
+			return Unknown, BasisUsage
+		}
+	}
+	if e.LocalPrefill >= minTiming && e.DecodeFirstByte > 0 &&
+		float64(e.DecodeFirstByte) >= timingShare*float64(e.LocalPrefill) {
+		return Recomputed, BasisTiming
+	}
+	return Unknown, BasisNone
+}
+
+// Scanner follows a response body as it passes and keeps the last usage it carried: of a
+// server-sent event stream, the last "data:" event with a usage object (vLLM's final usage
+// chunk); of a JSON answer, its usage (or SGLang's meta_info). It holds at most maxLine bytes
+// of an event and maxJSON of a JSON answer; beyond them it gives up (no usage). The zero value
+// is ready; not safe for concurrent use.
+type Scanner struct {
+	started, sse, over bool
+	skip               bool // the current event is over maxLine: dropped
+	done               bool // the stream's "data: [DONE]" was seen
+	buf                []byte
+	usage              Usage
+	found              bool
+}
+
+const (
+	maxLine = 256 << 10
+	maxJSON = 4 << 20
+)
+
+// Write feeds the next body chunk.
+func (s *Scanner) Write(p []byte) {
+	if s.over || len(p) == 0 {
+		return
+	}
+	if !s.started {
+		t := bytes.TrimLeft(p, " \t\r\n")
+		if len(t) == 0 {
+			return
+		}
+		s.started = true
+		s.sse = t[0] != '{'
+	}
+	if !s.sse {
+		if len(s.buf)+len(p) > maxJSON {
+			s.over, s.buf = true, nil
+			return
+		}
+		s.buf = append(s.buf, p...)
+		return
+	}
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(s.buf)+len(p) > maxLine {
+				s.buf = s.buf[:0]
+				s.skip = true
+			} else if !s.skip {
+				s.buf = append(s.buf, p...)
+			}
+			return
+		}
+		if !s.skip {
+			s.buf = append(s.buf, p[:i]...)
+			s.line(s.buf)
+		}
+		s.buf, s.skip = s.buf[:0], false
+		p = p[i+1:]
+	}
+}
+
+func (s *Scanner) line(l []byte) {
+	data, ok := bytes.CutPrefix(bytes.TrimRight(l, "\r"), []byte("data:"))
+	if ok && string(bytes.TrimSpace(data)) == "[DONE]" {
+		s.done = true
+		return
+	}
+	if !ok || !bytes.Contains(data, []byte(`"usage"`)) && !bytes.Contains(data, []byte(`"meta_info"`)) {
+		return
+	}
+	if u, ok := usageOf(bytes.TrimSpace(data)); ok {
+		s.usage, s.found = u, true
+	}
+}
+
+// Done reports that an event stream's usage or its final "data: [DONE]" was seen: the
+// evidence is complete before the stream ends.
+func (s *Scanner) Done() bool { return s.sse && (s.done || s.found) }
+
+// Usage returns the last usage seen (at the end of the body: the answer's).
+func (s *Scanner) Usage() (Usage, bool) {
+	if !s.sse && s.started && !s.over && !s.found {
+		if u, ok := usageOf(s.buf); ok {
+			s.usage, s.found = u, true
+		}
+		s.buf = nil
+	}
+	return s.usage, s.found
+}
+
+// usageOf reads an answer's (or a chunk's) usage: the OpenAI usage object, else SGLang's
+// meta_info.
+func usageOf(b []byte) (Usage, bool) {
+	if !gjson.ValidBytes(b) {
+		return Usage{}, false
+	}
+	if u := gjson.GetBytes(b, "usage"); u.IsObject() {
+		out := Usage{Prompt: int(u.Get("prompt_tokens").Int())}
+		if c := u.Get("prompt_tokens_details.cached_tokens"); c.Exists() && c.Type == gjson.Number {
+			out.Cached, out.Details = int(c.Int()), true
+		}
+		return out, out.Prompt > 0
+	}
+	if m := gjson.GetBytes(b, "meta_info"); m.IsObject() {
+		out := Usage{Prompt: int(m.Get("prompt_tokens").Int())}
+		if c := m.Get("cached_tokens"); c.Exists() && c.Type == gjson.Number {
+			out.Cached, out.Details = int(c.Int()), true
+		}
+		return out, out.Prompt > 0
+	}
+	return Usage{}, false
+}
