@@ -19,8 +19,9 @@ type Forecast struct {
 	backlog, wait, slotWait float64
 	prefill                 [3]float64 // coefficients, each at least 0
 	handover                [2]float64
-	// byDistance: the hand-over coefficients of the distance classes set in learned.
-	byDistance [DistanceClasses][2]float64
+	// byDistance: the extra hand-over seconds per tokScale prompt tokens of the distance
+	// classes set in learned.
+	byDistance [DistanceClasses]float64
 	learned    uint8
 	step       [3]float64
 	// n and kv are the requests and KV tokens on the pod (the larger of Tandem's count and

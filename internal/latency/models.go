@@ -564,6 +564,16 @@ type Coefficients struct {
 	HandoverBase, HandoverPerToken                 float64
 	StepBase, StepPerRequest, StepPerKVToken       float64
 	PrefillObservations, StepObservations          int
+	// HandoverByDistance is what each pair distance class learned (zero for a class never
+	// seen).
+	HandoverByDistance [DistanceClasses]ClassHandover
+}
+
+// ClassHandover is one distance class's fit: the seconds per prompt token its pulls take
+// beyond the pod's hand-over model, and the pulls it saw.
+type ClassHandover struct {
+	ExtraPerToken float64
+	Observations  int
 }
 
 // Coefficients returns an endpoint's fitted coefficients (the defaults before it was seen).
@@ -579,6 +589,7 @@ func (m *Models) Coefficients(key string) Coefficients {
 		HandoverBase: q.handover.theta[0], HandoverPerToken: q.handover.theta[1] / tokScale,
 		StepBase: q.step.theta[0], StepPerRequest: q.step.theta[1] / reqScale, StepPerKVToken: q.step.theta[2] / kvScale,
 		PrefillObservations: q.prefill.obs, StepObservations: q.step.obs,
+		HandoverByDistance: q.classHandovers(),
 	}
 }
 
