@@ -564,9 +564,6 @@ type Coefficients struct {
 	HandoverBase, HandoverPerToken                 float64
 	StepBase, StepPerRequest, StepPerKVToken       float64
 	PrefillObservations, StepObservations          int
-	// HandoverByDistance is what each pair distance class learned (zero for a class never
-	// seen).
-	HandoverByDistance [DistanceClasses]ClassHandover
 }
 
 // ClassHandover is one distance class's fit: the seconds per prompt token its pulls take
@@ -589,8 +586,18 @@ func (m *Models) Coefficients(key string) Coefficients {
 		HandoverBase: q.handover.theta[0], HandoverPerToken: q.handover.theta[1] / tokScale,
 		StepBase: q.step.theta[0], StepPerRequest: q.step.theta[1] / reqScale, StepPerKVToken: q.step.theta[2] / kvScale,
 		PrefillObservations: q.prefill.obs, StepObservations: q.step.obs,
-		HandoverByDistance: q.classHandovers(),
 	}
+}
+
+// HandoverByDistance is what each pair distance class of an endpoint learned (zero for a
+// class never seen), for tests and the benchmark.
+func (m *Models) HandoverByDistance(key string) [DistanceClasses]ClassHandover {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q := m.pods[key]; q != nil {
+		return q.classHandovers()
+	}
+	return [DistanceClasses]ClassHandover{}
 }
 
 // Local is this replica's booked prefill work on an endpoint at now: the seconds still
