@@ -27,7 +27,7 @@ func runCheck(o *options, dataDir string, stdout io.Writer) error {
 		return checkGrid(o, w, c, stdout)
 	}
 	if o.check == "topology" {
-		return checkTopology(o, w, c, stdout)
+		return checkTopology(o, w, stdout)
 	}
 	return checkStalls(o, w, c, stdout)
 }

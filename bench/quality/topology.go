@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -54,15 +55,27 @@ var topologyPolicies = []policy{
 	{name: "pd-predictive-blind", strategy: pd.StrategyPredictive, topologyOff: true},
 }
 
-// checkTopology runs topology-aware and topology-blind pd-predictive on the first zoned
-// shape at each of -loads × the reference rate, seeds 1..-seeds, pools each policy's measured
-// requests, and prints their p99 TTFT, its ratio, the share of PD requests paired across
-// zones and the failures. It fails when a request failed or the aware p99 is not below the
-// blind one.
-func checkTopology(o *options, w *workload, c clusterSpec, stdout io.Writer) error {
-	if c.zones < 2 {
-		return fmt.Errorf("-check topology: shape %s has no zones; give one like 2x2p2d@2z", c.name)
+// checkTopology runs topology-aware and topology-blind pd-predictive on each -clusters shape
+// (each must have zones) at each of -loads × the shape's reference rate, seeds 1..-seeds,
+// pools each policy's measured requests per shape, and prints their p99 TTFT, its ratio, the
+// share of PD requests paired across zones and the failures (RESULT topology, one line per
+// shape). It fails when a request failed or the aware p99 is not below the blind one.
+func checkTopology(o *options, w *workload, stdout io.Writer) error {
+	var errs []error
+	for _, c := range o.clusters {
+		if c.zones < 2 {
+			return fmt.Errorf("-check topology: shape %s has no zones; give one like 1x4p4d@2z", c.name)
+		}
 	}
+	for _, c := range o.clusters {
+		if err := checkTopologyShape(o, w, c, stdout); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkTopologyShape(o *options, w *workload, c clusterSpec, stdout io.Writer) error {
 	rate := o.checkRate
 	if rate == 0 {
 		var err error
@@ -80,17 +93,16 @@ func checkTopology(o *options, w *workload, c clusterSpec, stdout io.Writer) err
 	for _, p := range topologyPolicies {
 		tl[p.name] = &tally{}
 	}
+	keys := map[string]*pool.Endpoint{}
+	for _, e := range c.endpoints(false) {
+		keys[e.Key()] = e
+	}
 	for _, l := range o.loads {
 		for seed := uint64(1); seed <= uint64(o.seeds); seed++ {
 			for _, p := range topologyPolicies {
 				res, err := simulate(w, c, p, runOpts{params: o.params, scrape: o.scrape, seed: seed, rate: l * rate})
 				if err != nil {
 					return err
-				}
-				t := tl[p.name]
-				keys := map[string]*pool.Endpoint{}
-				for _, e := range c.endpoints(false) {
-					keys[e.Key()] = e
 				}
 				var ttft []float64
 				pd, cross, failed := 0, 0, 0
@@ -111,6 +123,7 @@ func checkTopology(o *options, w *workload, c clusterSpec, stdout io.Writer) err
 						}
 					}
 				}
+				t := tl[p.name]
 				t.ttft = append(t.ttft, ttft...)
 				t.pd, t.cross, t.failed = t.pd+pd, t.cross+cross, t.failed+failed
 				slices.Sort(ttft)
@@ -124,13 +137,13 @@ func checkTopology(o *options, w *workload, c clusterSpec, stdout io.Writer) err
 	slices.Sort(blind.ttft)
 	pa, pb := pct(aware.ttft, 99), pct(blind.ttft, 99)
 	share := func(t *tally) float64 { return float64(t.cross) / max(float64(t.pd), 1) }
-	fmt.Fprintf(stdout, "RESULT topology p99_ttft_aware_ms=%.0f p99_ttft_blind_ms=%.0f ratio=%.3f cross_zone_aware=%.3f cross_zone_blind=%.3f failures_aware=%d failures_blind=%d\n",
-		pa*1000, pb*1000, pa/pb, share(aware), share(blind), aware.failed, blind.failed)
+	fmt.Fprintf(stdout, "RESULT topology shape=%s workload=%s p99_ttft_aware_ms=%.0f p99_ttft_blind_ms=%.0f ratio=%.3f cross_zone_aware=%.3f cross_zone_blind=%.3f failures_aware=%d failures_blind=%d\n",
+		c.name, w.name, pa*1000, pb*1000, pa/pb, share(aware), share(blind), aware.failed, blind.failed)
 	switch {
 	case aware.failed+blind.failed > 0:
-		return fmt.Errorf("-check topology: %d requests failed (aware %d, blind %d): topology-aware pairing must never empty a pool", aware.failed+blind.failed, aware.failed, blind.failed)
+		return fmt.Errorf("-check topology %s: %d requests failed (aware %d, blind %d): topology-aware pairing must never empty a pool", c.name, aware.failed+blind.failed, aware.failed, blind.failed)
 	case !(pa < pb):
-		return fmt.Errorf("-check topology: topology-aware p99 TTFT %.0f ms is not below topology-blind %.0f ms", pa*1000, pb*1000)
+		return fmt.Errorf("-check topology %s: topology-aware p99 TTFT %.0f ms is not below topology-blind %.0f ms", c.name, pa*1000, pb*1000)
 	}
 	return nil
 }
