@@ -178,7 +178,7 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 	}
 	d := &picker.Decision{Destination: dr.Ranked, Step: StepDecodeOnly}
 	if pr := done[h.prefName]; pr != nil && len(pr.Ranked) > 0 {
-		d.Prefill, d.Outcome, d.Step = pr.Ranked, picker.OutcomePD, StepPrefillDecode
+		d.Prefill, d.Outcome, d.Step = nearestTied(cy.Resolved.PD.Topology, pr, dr.Ranked[0]), picker.OutcomePD, StepPrefillDecode
 		d.SetHeaders = map[string]string{HeaderPrefillerHostPort: pr.Ranked[0].HostPort()}
 		lc := newPairLifecycle(h.c, pr.Ranked[0], dr.Ranked[0], cy.Req.PromptTokens)
 		lc.dest = d.Destination

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
 )
 
@@ -205,3 +206,39 @@ func traceDistance(s *selection) {
 
 // snapshotTopology is the per-snapshot memo a sorting keeps.
 type snapshotTopology = atomic.Pointer[topologyMemo]
+
+// nearestTied is the prefill profile's ranking with, under topology, the prefill pod nearest
+// to the decode pick first among those that tie with its pick (llm-d's disagg handler picks
+// each side on its own: topology only breaks the prefill side's tie). The ranking is
+// returned as it is when nothing ties or every candidate is equally near.
+func nearestTied(t config.TopologyLabels, pr *picker.ProfileResult, decode *pool.Endpoint) []*pool.Endpoint {
+	if t.Len() == 0 || len(pr.Scored) < 2 {
+		return pr.Ranked
+	}
+	top := math.NaN()
+	for _, se := range pr.Scored {
+		if se.Endpoint == pr.Ranked[0] {
+			top = se.Score
+		}
+	}
+	best, bestDist := pr.Ranked[0], t.Distance(pr.Ranked[0].Labels, decode.Labels)
+	for _, se := range pr.Scored {
+		if se.Score != top || se.Endpoint == best {
+			continue
+		}
+		if dist := t.Distance(se.Endpoint.Labels, decode.Labels); dist < bestDist {
+			best, bestDist = se.Endpoint, dist
+		}
+	}
+	if best == pr.Ranked[0] {
+		return pr.Ranked
+	}
+	out := make([]*pool.Endpoint, 0, len(pr.Ranked))
+	out = append(out, best)
+	for _, e := range pr.Ranked {
+		if e != best {
+			out = append(out, e)
+		}
+	}
+	return out
+}

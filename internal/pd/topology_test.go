@@ -8,6 +8,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/picker"
+	"github.com/tandem-epp/tandem/internal/pool"
 )
 
 // in places a test pod on its own node in a zone (no NVLink domain): pairs in one zone are
@@ -144,5 +145,36 @@ func TestTopologyDistance(t *testing.T) {
 		if got := l.Distance(tc.a, tc.b); got != tc.want {
 			t.Errorf("Distance(%v, %v) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+// llm-d's disagg handler picks each side on its own: topology reorders the prefill ranking
+// only among the pods that tie with its pick, nearest to the decode pick first.
+func TestNearestTiedPrefill(t *testing.T) {
+	ep := func(name, zone string) *pool.Endpoint {
+		return pool.NewEndpoint("ns", name, "10.0.0.1", 8000, 0, map[string]string{config.LabelZone: zone}, nil)
+	}
+	p0, p1, p2, dec := ep("p0", "b"), ep("p1", "a"), ep("p2", "a"), ep("d", "a")
+	ranked := []*pool.Endpoint{p0, p1, p2}
+	for _, tc := range []struct {
+		name     string
+		topology config.TopologyLabels
+		scores   []float64 // of p0, p1, p2 (higher is better)
+		want     string
+	}{
+		{"p1 ties with the pick and shares the decode pod's zone", config.DefaultTopologyLabels(), []float64{1, 1, 0.5}, "p0 p1 p2 → p1 p0 p2"},
+		{"p1 scores lower: the pick stays", config.DefaultTopologyLabels(), []float64{1, 0.9, 0.9}, "p0 p1 p2 → p0 p1 p2"},
+		{"no topology", config.TopologyLabels{}, []float64{1, 1, 1}, "p0 p1 p2 → p0 p1 p2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr := &picker.ProfileResult{Ranked: ranked}
+			for i, e := range ranked {
+				pr.Scored = append(pr.Scored, picker.ScoredEndpoint{Endpoint: e, Score: tc.scores[i]})
+			}
+			got := strings.Join(names(nearestTied(tc.topology, pr, dec)), " ")
+			if want := tc.want[strings.Index(tc.want, "→ ")+len("→ "):]; got != want {
+				t.Errorf("ranking %s, want %s", got, want)
+			}
+		})
 	}
 }
