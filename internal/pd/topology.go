@@ -143,6 +143,9 @@ func (h *RolesetHandler) pairNear(s *selection, t config.TopologyLabels, maxP, m
 				pe, de := s.pb.Pods[i].Endpoint, s.b.Pods[j].Endpoint
 				np := nearPair{p: i, d: j, dist: t.Distance(pe.Labels, de.Labels)}
 				np.cost = s.prefCost[i]/maxP + s.decCost[j]/maxD + h.transferShift(s, j, np.dist)
+				if math.IsNaN(np.cost) {
+					np.cost = math.Inf(1)
+				}
 				pairs = append(pairs, np)
 			}
 		}
@@ -164,13 +167,13 @@ func (h *RolesetHandler) pairNear(s *selection, t config.TopologyLabels, maxP, m
 }
 
 // nearest is the index of the cheapest pair, the nearest among those that tie with it,
-// random among equally near ones.
+// random among equally near ones (pairs is not empty; no cost is NaN).
 func (h *RolesetHandler) nearest(pairs []nearPair) int {
 	lo := math.Inf(1)
 	for _, np := range pairs {
 		lo = min(lo, np.cost)
 	}
-	pick, seen, near := -1, 0, math.MaxInt
+	pick, seen, near := 0, 0, math.MaxInt
 	for k, np := range pairs {
 		if !ties(np.cost, lo) {
 			continue
