@@ -359,12 +359,26 @@ func (t TopologyLabels) Key(i int) string { return t.keys[i] }
 // Distance is the distance class of two pods with these labels: the index of the first key
 // both carry with the same value, else Len() (nothing in common, or unknown).
 func (t TopologyLabels) Distance(a, b map[string]string) int {
+	return t.Between(t.Place(a), t.Place(b))
+}
+
+// Placement is a pod's values of the topology labels, in their order ("" where it has none).
+type Placement [MaxTopologyLabels]string
+
+// Place is the placement of a pod with these labels.
+func (t TopologyLabels) Place(labels map[string]string) Placement {
+	var p Placement
 	for i := 0; i < int(t.n); i++ {
-		k := t.keys[i]
-		if va, ok := a[k]; ok && va != "" {
-			if vb, ok := b[k]; ok && vb == va {
-				return i
-			}
+		p[i] = labels[t.keys[i]]
+	}
+	return p
+}
+
+// Between is the distance class of two placements (see Distance).
+func (t TopologyLabels) Between(a, b Placement) int {
+	for i := 0; i < int(t.n); i++ {
+		if a[i] != "" && a[i] == b[i] {
+			return i
 		}
 	}
 	return int(t.n)

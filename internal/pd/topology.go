@@ -133,15 +133,21 @@ func (h *RolesetHandler) pairNear(s *selection, t config.TopologyLabels, maxP, m
 	best := make([]nearPair, 0, nRS)
 	bestRS := make([]int, 0, nRS)
 	pairs := make([]nearPair, 0, nearPairWidth*nearPairWidth)
+	places := make([]config.Placement, 0, nearPairWidth) // of a roleset's decode pods
 	for r := 0; r < nRS; r++ {
 		if len(byP[r]) == 0 || len(byD[r]) == 0 {
 			continue
 		}
 		pairs = pairs[:0]
-		for _, i := range cheapest(byP[r], s.prefCost) {
-			for _, j := range cheapest(byD[r], s.decCost) {
-				pe, de := s.pb.Pods[i].Endpoint, s.b.Pods[j].Endpoint
-				np := nearPair{p: i, d: j, dist: t.Distance(pe.Labels, de.Labels)}
+		ps, ds := cheapest(byP[r], s.prefCost), cheapest(byD[r], s.decCost)
+		places = places[:0]
+		for _, j := range ds {
+			places = append(places, t.Place(s.b.Pods[j].Endpoint.Labels))
+		}
+		for _, i := range ps {
+			pp := t.Place(s.pb.Pods[i].Endpoint.Labels)
+			for k, j := range ds {
+				np := nearPair{p: i, d: j, dist: t.Between(pp, places[k])}
 				np.cost = s.prefCost[i]/maxP + s.decCost[j]/maxD + h.transferShift(s, j, np.dist)
 				if math.IsNaN(np.cost) {
 					np.cost = math.Inf(1)
