@@ -407,7 +407,7 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 		// The hand-over proper: what is left once the decode pod's booked prefill work ahead
 		// of the decode leg is taken out.
 		obs := t.Sub(rt.PrefillEnd).Seconds() - r.destBacklog
-		d.fitHandoverAt(r.distance, r.tokens, obs) // before the pod's own: a new class starts from it as it was
+		d.fitHandoverAt(r.distance, r.tokens, obs) // against what the pod predicted before it learns from the pull
 		d.fitHandover(r.tokens, obs)
 	}
 	if r.kind == outcome.KindPD && served {

@@ -69,23 +69,18 @@ func (ss *sortedRoles) topologyVaries(t config.TopologyLabels) bool {
 	return m.varies
 }
 
-// placementsVary reports whether two of the pods differ in a topology label's value (one
-// carrying it and another not counts): only then are some pairs nearer than others.
+// placementsVary reports whether two of the pods differ in a topology label's value (a pod
+// without the label differs from one with it): only then are some pairs nearer than others.
 func placementsVary(t config.TopologyLabels, sides ...[]*pool.Endpoint) bool {
-	var ref *pool.Endpoint
+	var ref config.Placement
+	seen := false
 	for _, eps := range sides {
 		for _, e := range eps {
-			if ref == nil {
-				ref = e
-				continue
-			}
-			for i := 0; i < t.Len(); i++ {
-				k := t.Key(i)
-				a, aok := ref.Labels[k]
-				b, bok := e.Labels[k]
-				if a != b || aok != bok {
-					return true
-				}
+			p := t.Place(e.Labels)
+			if !seen {
+				ref, seen = p, true
+			} else if p != ref {
+				return true
 			}
 		}
 	}
