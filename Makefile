@@ -13,7 +13,7 @@ ARGS ?=
 IMAGE ?= ghcr.io/tandem-epp/tandem-epp:$(shell hack/ldflags.sh | sed -n 's/.*version=\([^ ]*\).*/\1/p')
 IMAGE_TAR ?= bin/tandem-epp-image.tar
 
-.PHONY: demo test build image release lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full bench-live bench-advisor
+.PHONY: demo test build image release lint helm-lint bench-extproc bench-picker bench-metrics bench-handoff bench-quality bench-quality-full bench-live bench-advisor bench-topology
 
 ## demo: simulated prefill/decode/standard pods, Tandem and a local gateway on loopback, a real trace replayed.
 demo:
@@ -72,6 +72,10 @@ bench-quality:
 ## bench-advisor: the P:D ratio advisor against every split of the default shape's 10 pods, measured (about 20 minutes on 2 cores).
 bench-advisor:
 	$(GO) run ./bench/quality -check advisor -workloads conv,code,mix,mooncake -clusters 4x1p1d+2s -seeds 1 -validate=false $(ARGS)
+
+## bench-topology: topology-aware against topology-blind pd-predictive on pods in two zones whose cross-zone KV transfer is 10x slower (about a minute).
+bench-topology:
+	$(GO) run ./bench/quality -check topology -workloads mix -clusters 1x4p4d@2z,2x2p2d@2z -loads 0.8,1.0 -seeds 3 -validate=false -capacity=false $(ARGS)
 
 ## bench-quality-full: every shape, load, engine scenario and workload (about three times the default's time).
 bench-quality-full:

@@ -26,6 +26,9 @@ func runCheck(o *options, dataDir string, stdout io.Writer) error {
 	if o.check == "grid" {
 		return checkGrid(o, w, c, stdout)
 	}
+	if o.check == "topology" {
+		return checkTopology(o, w, stdout)
+	}
 	return checkStalls(o, w, c, stdout)
 }
 

@@ -148,13 +148,14 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 	reps := fs.Int("reps", 4, "repetitions per cell: repetition k replays window k of the trace with Poisson arrivals and picker seed seed+k; requests are pooled")
 	check := fs.String("check", "", "instead of the report, a focused measurement on the first workload and shape: "+
 		"stalls — each policy's p99 TTFT and requests routed into a stalled pod per stalled pod-second, per -loads × seeds 1..-seeds, under the first of -scenarios; "+
-		"grid — pd-predictive's mean share of requests meeting both objectives over a grid of rates around its capacity, per scenario, seed and TPOT objective")
+		"grid — pd-predictive's mean share of requests meeting both objectives over a grid of rates around its capacity, per scenario, seed and TPOT objective; "+
+		"topology — pd-predictive with and without topology-aware pairing on a zoned shape (e.g. 2x2p2d@2z), per -loads × seeds 1..-seeds: pooled p99 TTFT, cross-zone pairs, failures")
 	checkRate := fs.Float64("check-rate", 0, "-check stalls: the rate (req/s) -loads are fractions of (0: the seed default's capacity, as the load sweep's)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if *check != "" && *check != "stalls" && *check != "grid" && *check != "advisor" {
-		return nil, fmt.Errorf("-check=%q: want stalls, grid or advisor", *check)
+	if *check != "" && *check != "stalls" && *check != "grid" && *check != "advisor" && *check != "topology" {
+		return nil, fmt.Errorf("-check=%q: want stalls, grid, advisor or topology", *check)
 	}
 	if *checkRate < 0 {
 		return nil, fmt.Errorf("-check-rate=%v: want a rate in req/s, or 0", *checkRate)

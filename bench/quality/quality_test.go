@@ -434,3 +434,62 @@ func TestCheckStalls(t *testing.T) {
 		}
 	}
 }
+
+// A zoned shape alternates each side's pods over its zones, each pod on its own node, and
+// a KV transfer between zones takes crossZoneSlowdown times as long as within one.
+func TestZonedShape(t *testing.T) {
+	c, err := parseCluster("1x2p2d@2z")
+	if err != nil || c.zones != 2 {
+		t.Fatalf("parseCluster: %+v, %v: want 2 zones", c, err)
+	}
+	zones := map[string]string{}
+	for _, e := range c.endpoints(false) {
+		zones[e.Name] = e.Labels["topology.kubernetes.io/zone"]
+		if e.Labels["kubernetes.io/hostname"] != "node-"+e.Name {
+			t.Errorf("%s: labels %v: want its own node", e.Name, e.Labels)
+		}
+	}
+	want := map[string]string{"rs0-prefill-0": "zone-a", "rs0-prefill-1": "zone-b", "rs0-decode-0": "zone-a", "rs0-decode-1": "zone-b"}
+	if fmt.Sprint(zones) != fmt.Sprint(want) {
+		t.Errorf("zones %v, want %v", zones, want)
+	}
+	d := newDES()
+	p := sim.Llama8BH100()
+	eps := c.endpoints(false)
+	pods := map[string]*vpod{}
+	for _, e := range eps {
+		pods[e.Name] = newPod(d, e, p)
+	}
+	in, across := transferSeconds(p, pods["rs0-prefill-0"], pods["rs0-decode-0"], 4000), transferSeconds(p, pods["rs0-prefill-0"], pods["rs0-decode-1"], 4000)
+	if in != sim.TransferSeconds(p, 4000) || across != crossZoneSlowdown*in {
+		t.Errorf("transfer of 4000 tokens: %.4f s in a zone, %.4f s across: want %.4f and %d× that", in, across, sim.TransferSeconds(p, 4000), crossZoneSlowdown)
+	}
+}
+
+// -check topology runs both policies per seed and load on every zoned shape, prints a RESULT
+// line per shape, and refuses a shape without zones.
+func TestCheckTopology(t *testing.T) {
+	if _, err := findData(""); err != nil {
+		t.Skipf("traces not available: %v", err)
+	}
+	o, err := parseFlags([]string{"-check", "topology", "-workloads", "mix", "-clusters", "1x2p2d@2z", "-requests", "200",
+		"-seeds", "1", "-loads", "1.0", "-check-rate", "30", "-validate=false", "-capacity=false"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	if err := run(o, &sb); err != nil && !strings.Contains(err.Error(), "is not below") {
+		t.Fatal(err) // 200 requests may not show the gain; anything else is a failure
+	}
+	out := sb.String()
+	if n := strings.Count(out, "\nload 1.00 seed 1 pd-predictive"); n != 2 {
+		t.Errorf("%d run lines, want 2 (aware and blind):\n%s", n, out)
+	}
+	if !strings.Contains(out, "RESULT topology shape=1x2p2d@2z workload=mix p99_ttft_aware_ms=") || !strings.Contains(out, "failures_aware=0 failures_blind=0\n") {
+		t.Errorf("want a RESULT line for the shape with no failures in:\n%s", out)
+	}
+	o, _ = parseFlags([]string{"-check", "topology", "-workloads", "mix", "-clusters", "1x2p2d", "-validate=false", "-capacity=false"}, io.Discard)
+	if err := run(o, io.Discard); err == nil || !strings.Contains(err.Error(), "has no zones") {
+		t.Errorf("a shape without zones: error %v, want one saying so", err)
+	}
+}

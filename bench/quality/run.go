@@ -30,20 +30,25 @@ type clusterSpec struct {
 	prefill  int // per roleset
 	decode   int // per roleset
 	standard int
+	zones    int // >0: the pods of each side alternate over this many zones (bench/quality/topology.go)
 }
 
-var clusterRE = regexp.MustCompile(`^(\d+)x(\d+)p(\d+)d(?:\+(\d+)s)?$`)
+var clusterRE = regexp.MustCompile(`^(\d+)x(\d+)p(\d+)d(?:\+(\d+)s)?(?:@(\d+)z)?$`)
 
-// parseCluster reads "<rolesets>x<prefill>p<decode>d[+<standard>s]", e.g. 4x1p1d+2s.
+// parseCluster reads "<rolesets>x<prefill>p<decode>d[+<standard>s][@<zones>z]", e.g.
+// 4x1p1d+2s or 2x2p2d@2z.
 func parseCluster(s string) (clusterSpec, error) {
 	m := clusterRE.FindStringSubmatch(strings.ToLower(strings.TrimSpace(s)))
 	if m == nil {
-		return clusterSpec{}, fmt.Errorf("-clusters: %q: want <rolesets>x<prefill>p<decode>d[+<standard>s], e.g. 4x1p1d+2s or 1x8p8d", s)
+		return clusterSpec{}, fmt.Errorf("-clusters: %q: want <rolesets>x<prefill>p<decode>d[+<standard>s][@<zones>z], e.g. 4x1p1d+2s, 1x8p8d or 2x2p2d@2z", s)
 	}
 	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
 	c := clusterSpec{name: strings.ToLower(strings.TrimSpace(s)), rolesets: n(1), prefill: n(2), decode: n(3)}
 	if m[4] != "" {
 		c.standard = n(4)
+	}
+	if m[5] != "" {
+		c.zones = n(5)
 	}
 	if c.rolesets < 1 || c.prefill < 1 || c.decode < 1 || c.rolesets*(c.prefill+c.decode)+c.standard > 1000 {
 		return clusterSpec{}, fmt.Errorf("-clusters: %q: need at least one roleset of 1 prefill + 1 decode pod, at most 1000 pods", s)
@@ -60,6 +65,8 @@ type policy struct {
 	bucket   bool   // prompt-length bucketing + adaptive bucket serving
 	rr       bool   // the bench's round-robin scheduler, not Tandem
 	file     string // a --config-file composing the strategy (strategy names its handler)
+	// topologyOff: TANDEM_TOPOLOGY_LABELS=none (topology-blind pairing)
+	topologyOff bool
 }
 
 // allPolicies is the comparison set, in report order.
@@ -133,6 +140,9 @@ func (p policy) gateway(scrape float64) config.Gateway {
 	}
 	gw.PD.PromptLengthBucketing = p.bucket
 	gw.PD.BucketServe = p.bucket
+	if p.topologyOff {
+		gw.PD.Topology = config.TopologyLabels{}
+	}
 	if scrape > 0 {
 		gw.MetricRefreshInterval = secondsDur(scrape)
 	}
@@ -166,16 +176,22 @@ func (c clusterSpec) endpoints(bucket bool) []*pool.Endpoint {
 	for r := 0; r < c.rolesets; r++ {
 		rs := fmt.Sprintf("rs%d", r)
 		for k := 0; k < c.prefill; k++ {
-			add(fmt.Sprintf("%s-prefill-%d", rs, k), map[string]string{pool.LabelRoleName: "prefill", pool.LabelRolesetName: rs}, pdRC)
+			name, labels := fmt.Sprintf("%s-prefill-%d", rs, k), map[string]string{pool.LabelRoleName: "prefill", pool.LabelRolesetName: rs}
+			placeIn(labels, name, k, c.zones)
+			add(name, labels, pdRC)
 		}
 		for k := 0; k < c.decode; k++ {
-			add(fmt.Sprintf("%s-decode-%d", rs, k), map[string]string{pool.LabelRoleName: "decode", pool.LabelRolesetName: rs}, pdRC)
+			name, labels := fmt.Sprintf("%s-decode-%d", rs, k), map[string]string{pool.LabelRoleName: "decode", pool.LabelRolesetName: rs}
+			placeIn(labels, name, k, c.zones)
+			add(name, labels, pdRC)
 		}
 	}
 	for k := 0; k < c.standard; k++ {
 		rc := pdRC
 		rc.Combined = true
-		add(fmt.Sprintf("standard-%d", k), map[string]string{}, rc)
+		name, labels := fmt.Sprintf("standard-%d", k), map[string]string{}
+		placeIn(labels, name, k, c.zones)
+		add(name, labels, rc)
 	}
 	return eps
 }
@@ -626,7 +642,7 @@ func runPD(d *des, q *wreq, rec *record, pf, dc *vpod, lc picker.Lifecycle, fini
 				// KV is released, and the transfer takes its turn on the decode pod's link.
 				pf.b.Release(ps)
 				pf.kick()
-				end := dc.link.Reserve(d.now, sim.TransferSeconds(dc.p, q.prompt))
+				end := dc.link.Reserve(d.now, transferSeconds(dc.p, pf, dc, q.prompt))
 				d.at(end, func() {
 					dc.b.Remember(q.hashes)
 					dc.b.Ready(ds)

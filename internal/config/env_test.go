@@ -55,6 +55,7 @@ var seedDefaults = map[string]string{
 	"TANDEM_PD_HANDOFF":                     "auto", // Tandem's own; not in the seed (was sidecar before issue 13)
 	// Tandem's: the seed defines the decode watchdog for SGLang only.
 	"TANDEM_DECODE_WATCHDOG_ENGINES": "sglang",
+	"TANDEM_TOPOLOGY_LABELS":         "kubernetes.io/hostname,nvidia.com/gpu.clique,topology.kubernetes.io/zone",
 	// Issue 18's predictive policies: no objective unless the operator or the request sets one.
 	"TANDEM_SLO_TTFT_MS": "0",
 	"TANDEM_SLO_TPOT_MS": "0",
@@ -151,6 +152,8 @@ func TestEnvValidValues(t *testing.T) {
 		{"ROUTING_ALGORITHM", " PD ", func(g Gateway) any { return g.DefaultStrategy }, "pd"},
 		{"TANDEM_PD_HANDOFF", "epp", func(g Gateway) any { return g.PD.Handoff }, "epp"},
 		{"TANDEM_DECODE_WATCHDOG_ENGINES", " vllm, sglang", func(g Gateway) any { return g.PD.DecodeWatchdogEngines.String() }, "sglang,vllm"},
+		{"TANDEM_TOPOLOGY_LABELS", " rack , topology.kubernetes.io/zone", func(g Gateway) any { return g.PD.Topology.String() }, "rack,topology.kubernetes.io/zone"},
+		{"TANDEM_TOPOLOGY_LABELS", "none", func(g Gateway) any { return g.PD.Topology.Len() }, 0},
 		{"TANDEM_SLO_TTFT_MS", "800", func(g Gateway) any { return g.PD.SLOTTFT }, 800 * time.Millisecond},
 		{"TANDEM_SLO_TPOT_MS", "0", func(g Gateway) any { return g.PD.SLOTPOT }, time.Duration(0)},
 		{"TANDEM_ADVISOR_WINDOW_SECONDS", "120", func(g Gateway) any { return g.AdvisorWindow }, 2 * time.Minute},
@@ -196,6 +199,8 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"AIBRIX_PROMPT_LENGTH_BUCKETING", "yes", "AIBRIX_PROMPT_LENGTH_BUCKETING=yes: must be true or false"},
 		{"TANDEM_DECODE_WATCHDOG_ENGINES", "sglang,llamacpp", "TANDEM_DECODE_WATCHDOG_ENGINES=sglang,llamacpp: must be a comma-separated list of sglang, vllm, trtllm"},
 		{"TANDEM_DECODE_WATCHDOG_ENGINES", "vllm,vllm", "TANDEM_DECODE_WATCHDOG_ENGINES=vllm,vllm: must be a comma-separated list of sglang, vllm, trtllm"},
+		{"TANDEM_TOPOLOGY_LABELS", "a,b,c,d,e", "TANDEM_TOPOLOGY_LABELS=a,b,c,d,e: must be none or 1 to 4 distinct comma-separated label keys, nearest first, e.g. kubernetes.io/hostname,topology.kubernetes.io/zone"},
+		{"TANDEM_TOPOLOGY_LABELS", "zone,,rack", "TANDEM_TOPOLOGY_LABELS=zone,,rack: must be none or 1 to 4 distinct comma-separated label keys, nearest first, e.g. kubernetes.io/hostname,topology.kubernetes.io/zone"},
 		{"AIBRIX_BUCKET_SERVE", "on", "AIBRIX_BUCKET_SERVE=on: must be true or false"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "0", "AIBRIX_PREFILL_REQUEST_TIMEOUT=0: must be positive"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "1.5", "AIBRIX_PREFILL_REQUEST_TIMEOUT=1.5: must be a whole number"},

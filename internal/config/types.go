@@ -72,6 +72,10 @@ type PD struct {
 	// (x-slo-ttft-ms, x-slo-tpot-ms), read by the predictive policies; 0 = none.
 	SLOTTFT time.Duration // TANDEM_SLO_TTFT_MS, 0
 	SLOTPOT time.Duration // TANDEM_SLO_TPOT_MS, 0
+
+	// Topology is the pod labels that place a pod, nearest first: the pair step prefers a
+	// prefill and a decode pod that share the earliest of them.
+	Topology TopologyLabels // TANDEM_TOPOLOGY_LABELS, hostname, NVLink clique, zone
 }
 
 // The AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE values.
@@ -126,6 +130,7 @@ func DefaultPD() PD {
 		},
 		Handoff:       HandoffAuto,
 		TransferProof: TransferProofLenient,
+		Topology:      DefaultTopologyLabels(),
 	}
 }
 
@@ -325,4 +330,91 @@ func (rc RoutingConfig) Covers(n int) bool {
 		return n >= lo
 	}
 	return lo <= hi && lo <= n && n <= hi
+}
+
+// MaxTopologyLabels is the most label keys TANDEM_TOPOLOGY_LABELS takes.
+const MaxTopologyLabels = 4
+
+// TopologyNone is the TANDEM_TOPOLOGY_LABELS value that switches topology-aware pairing off.
+const TopologyNone = "none"
+
+// Well-known labels that place a pod: its node (Kubernetes sets it on nodes; Tandem reads a
+// pod's spec.nodeName under it), its NVLink domain (NVIDIA's GPU feature discovery labels
+// nodes with it) and its zone.
+const (
+	LabelHostname  = "kubernetes.io/hostname"
+	LabelGPUClique = "nvidia.com/gpu.clique"
+	LabelZone      = "topology.kubernetes.io/zone"
+)
+
+// TopologyLabels is an ordered list of at most MaxTopologyLabels label keys, nearest
+// first; comparable, so Gateway stays comparable. The zero value is empty (off).
+type TopologyLabels struct {
+	keys [MaxTopologyLabels]string
+	n    uint8
+}
+
+// DefaultTopologyLabels is node, then NVLink domain, then zone.
+func DefaultTopologyLabels() TopologyLabels {
+	t, _ := NewTopologyLabels(LabelHostname, LabelGPUClique, LabelZone)
+	return t
+}
+
+// NewTopologyLabels returns the keys as TopologyLabels; false when there are too many, one
+// is empty or repeated.
+func NewTopologyLabels(keys ...string) (TopologyLabels, bool) {
+	var t TopologyLabels
+	if len(keys) > MaxTopologyLabels {
+		return t, false
+	}
+	for _, k := range keys {
+		if k == "" || slices.Contains(t.keys[:t.n], k) {
+			return TopologyLabels{}, false
+		}
+		t.keys[t.n] = k
+		t.n++
+	}
+	return t, true
+}
+
+// Len is the number of keys (0: topology-aware pairing is off).
+func (t TopologyLabels) Len() int { return int(t.n) }
+
+// Key is the i-th key, nearest first.
+func (t TopologyLabels) Key(i int) string { return t.keys[i] }
+
+// Distance is the distance class of two pods with these labels: the index of the first key
+// both carry with the same value, else Len() (nothing in common, or unknown).
+func (t TopologyLabels) Distance(a, b map[string]string) int {
+	return t.Between(t.Place(a), t.Place(b))
+}
+
+// Placement is a pod's values of the topology labels, in their order ("" where it has none).
+type Placement [MaxTopologyLabels]string
+
+// Place is the placement of a pod with these labels.
+func (t TopologyLabels) Place(labels map[string]string) Placement {
+	var p Placement
+	for i := 0; i < int(t.n); i++ {
+		p[i] = labels[t.keys[i]]
+	}
+	return p
+}
+
+// Between is the distance class of two placements (see Distance).
+func (t TopologyLabels) Between(a, b Placement) int {
+	for i := 0; i < int(t.n); i++ {
+		if a[i] != "" && a[i] == b[i] {
+			return i
+		}
+	}
+	return int(t.n)
+}
+
+// String lists the keys comma-separated, or "none".
+func (t TopologyLabels) String() string {
+	if t.n == 0 {
+		return TopologyNone
+	}
+	return strings.Join(t.keys[:t.n], ",")
 }

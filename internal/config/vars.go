@@ -196,6 +196,36 @@ func engineListVar(name, key, profileKey, desc string, f func(*Gateway) *EngineS
 	}
 }
 
+// topologyVar accepts a comma-separated list of label keys (spaces ignored), or "none".
+func topologyVar(name, key, desc string, f func(*Gateway) *TopologyLabels) Var {
+	const rule = "must be none or 1 to 4 distinct comma-separated label keys, nearest first, e.g. kubernetes.io/hostname,topology.kubernetes.io/zone"
+	return Var{
+		Name: name, Key: key, Type: "list of label keys, or none", Rule: rule, Description: desc,
+		set: func(g *Gateway, raw string) string {
+			raw = strings.TrimSpace(raw)
+			if raw == TopologyNone {
+				*f(g) = TopologyLabels{}
+				return ""
+			}
+			var keys []string
+			for _, part := range strings.Split(raw, ",") {
+				k := strings.TrimSpace(part)
+				if k == "" || strings.ContainsAny(k, " \t") {
+					return rule
+				}
+				keys = append(keys, k)
+			}
+			t, ok := NewTopologyLabels(keys...)
+			if !ok {
+				return rule
+			}
+			*f(g) = t
+			return ""
+		},
+		format: func(g *Gateway) string { return f(g).String() },
+	}
+}
+
 // strategyVar accepts any strategy name; the picker registry checks it when the resolver is built.
 func strategyVar(name, key, desc string, f func(*Gateway) *string) Var {
 	const rule = "must name a registered routing strategy"
@@ -405,6 +435,9 @@ var Vars = []Var{
 	durationVar("TANDEM_PD_KV_HOLD_TIMEOUT_SECONDS", "pdKVHoldTimeoutSeconds", "", time.Second, positive,
 		"`epp` hand-off: how long, in seconds, a prefill pod is counted as holding the KV of a finished prefill leg that no decode leg took and no abort released (`tandem_pd_stranded_kv_seconds_total{end=\"expired\"}`). Set it to the engines' own hold: vLLM's `VLLM_NIXL_ABORT_REQUEST_TIMEOUT` (480 by default), TensorRT-LLM's `kv_transfer_timeout_ms`.",
 		func(g *Gateway) *time.Duration { return &g.KVHoldTimeout }),
+	topologyVar("TANDEM_TOPOLOGY_LABELS", "topologyLabels",
+		"Topology-aware pairing: pod label keys that place a pod, nearest first (at most 4), e.g. node, NVLink domain, zone. The distance of a prefill/decode pair is the index of the first key both pods carry with the same value (else the number of keys). A soft preference, never a filter: where the score policy ties, the nearest pair wins, and `pd-predictive` adds the KV hand-over it learned per decode pod and distance (after 3 observations) to its prediction. A pod without `kubernetes.io/hostname` is given its node's name under it by the Kubernetes source. `none` switches it off.",
+		func(g *Gateway) *TopologyLabels { return &g.PD.Topology }),
 	enumVar("TANDEM_PD_HANDOFF", "pdHandoff", []string{HandoffAuto, HandoffSidecar, HandoffEPP}, false, Exact,
 		"How the prefill target is handed over: `sidecar` (the `x-prefiller-host-port` header and metadata for a decode-side proxy), `epp` (Tandem runs the prefill leg itself, so plain engine pods disaggregate), or `auto`: per request, `sidecar` when the decode pod declares a routing sidecar (it carries llm-d's `llm-d.ai/role` label, as llm-d's decode pods with the routing sidecar do), else `epp`. The prefill target also travels as `envoy.lb` metadata in every mode.",
 		func(g *Gateway) *string { return &g.PD.Handoff }),

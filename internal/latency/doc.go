@@ -9,7 +9,8 @@
 //     is known before any metric is scraped; the wait for work others routed there (the
 //     engine's waiting requests and its queue-time histogram beyond what the ledger holds);
 //   - the hand-over of a prefill to its decode pod (KV transfer and the first decode step)
-//     as a function of prompt tokens;
+//     as a function of prompt tokens, and what each distance class of the pair (same node,
+//     NVLink domain, zone, …) adds to it per token;
 //   - the decode step as a function of the requests and the KV tokens resident on the pod,
 //     fitted on inter-chunk gaps with the prefill work that shared the pod's iterations
 //     taken out (until the first such stream, on the engine's inter-token histogram), and

@@ -19,7 +19,11 @@ type Forecast struct {
 	backlog, wait, slotWait float64
 	prefill                 [3]float64 // coefficients, each at least 0
 	handover                [2]float64
-	step                    [3]float64
+	// byDistance: the extra hand-over seconds per tokScale prompt tokens of the distance
+	// classes set in learned.
+	byDistance [DistanceClasses]float64
+	learned    uint8
+	step       [3]float64
 	// n and kv are the requests and KV tokens on the pod (the larger of Tandem's count and
 	// the engine's); rho the recent prefill load; h how long a request decodes there.
 	n, kv, rho, h float64
@@ -81,6 +85,7 @@ func (m *Models) readLocked(f *Forecast, key string, q *pod, now time.Time) {
 	for i := range f.handover {
 		f.handover[i] = max(q.handover.theta[i], 0)
 	}
+	f.readClasses(q)
 }
 
 // Wait is the prefill work ahead of a prompt arriving now, or its wait for a running slot
@@ -121,8 +126,7 @@ func (f *Forecast) Handover(tokens int, after float64) float64 {
 // TPOTAndHandover is TPOT(tokens, 0) and Handover(tokens, after), the TPOT computed once.
 func (f *Forecast) TPOTAndHandover(tokens int, after float64) (tpot, handover float64) {
 	tpot = f.TPOT(tokens, 0)
-	transfer := max(f.handover[0]+f.handover[1]*float64(tokens)/tokScale, minStep)
-	return tpot, max(max(f.backlog, f.slotWait)-max(after, 0), 0) + transfer + tpot
+	return tpot, max(max(f.backlog, f.slotWait)-max(after, 0), 0) + f.transfer(tokens) + tpot
 }
 
 // Delay predicts what booking s seconds of prefill on the pod now costs the routes that will

@@ -64,6 +64,7 @@ type route struct {
 	kind            outcome.Kind
 	prefillOn, dest string // the pod whose ledger holds the prefill, the destination
 	tokens          int
+	distance        int    // the pair's distance class (-1: unknown)
 	prompt          Prompt // as the prefill-running pod sees it
 	picked          time.Time
 	charged         bool
@@ -253,6 +254,9 @@ type Charge struct {
 	// budget while it decodes (StallRoom).
 	TPOTObjective float64
 	MaxTokens     int
+	// Distance is a PD route's pair distance class plus one (0: unknown): the decode pod's
+	// hand-over of that class learns from the route's pull.
+	Distance int
 }
 
 // Charge books a pick on the ledger of the pod that prefills it, under the route's ID
@@ -268,6 +272,7 @@ func (m *Models) Charge(id uint64, c Charge) {
 	q := m.podLocked(c.Prefill, now)
 	r.prefillOn, r.prompt, r.service, r.ttft, r.tpot, r.charged = c.Prefill, c.Prompt, c.Service, c.TTFT, c.TPOT, true
 	r.tpotObjective, r.maxTokens = c.TPOTObjective, c.MaxTokens
+	r.distance = c.Distance - 1
 	q.knownSum += q.backlog(now)
 	q.knownN++
 	r.unseenHist = !m.noEngine && q.hasEng && q.unseenWait > 0
@@ -299,7 +304,7 @@ func (m *Models) Charge(id uint64, c Charge) {
 }
 
 func (m *Models) startLocked(id uint64, kind outcome.Kind, dest string, tokens int, at time.Time) *route {
-	r := &route{kind: kind, dest: dest, tokens: tokens, picked: at, life: &routeLife{}}
+	r := &route{kind: kind, dest: dest, tokens: tokens, distance: -1, picked: at, life: &routeLife{}}
 	m.routes[id] = r
 	q := m.podLocked(dest, at)
 	q.requests++
@@ -401,7 +406,9 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 	case r.kind == outcome.KindPD && rt.PrefillObserved && !rt.PrefillEnd.IsZero() && served:
 		// The hand-over proper: what is left once the decode pod's booked prefill work ahead
 		// of the decode leg is taken out.
-		d.fitHandover(r.tokens, t.Sub(rt.PrefillEnd).Seconds()-r.destBacklog)
+		obs := t.Sub(rt.PrefillEnd).Seconds() - r.destBacklog
+		d.fitHandoverAt(r.distance, r.tokens, obs) // against what the pod predicted before it learns from the pull
+		d.fitHandover(r.tokens, obs)
 	}
 	if r.kind == outcome.KindPD && served {
 		d.ownQueued++ // the decode leg left the destination's queue (the engine counts its wait)
@@ -559,6 +566,13 @@ type Coefficients struct {
 	PrefillObservations, StepObservations          int
 }
 
+// ClassHandover is one distance class's fit: the seconds per prompt token its pulls take
+// beyond the pod's hand-over model, and the pulls it saw.
+type ClassHandover struct {
+	ExtraPerToken float64
+	Observations  int
+}
+
 // Coefficients returns an endpoint's fitted coefficients (the defaults before it was seen).
 func (m *Models) Coefficients(key string) Coefficients {
 	m.mu.Lock()
@@ -573,6 +587,17 @@ func (m *Models) Coefficients(key string) Coefficients {
 		StepBase: q.step.theta[0], StepPerRequest: q.step.theta[1] / reqScale, StepPerKVToken: q.step.theta[2] / kvScale,
 		PrefillObservations: q.prefill.obs, StepObservations: q.step.obs,
 	}
+}
+
+// HandoverByDistance is what each pair distance class of an endpoint learned (zero for a
+// class never seen), for tests and the benchmark.
+func (m *Models) HandoverByDistance(key string) [DistanceClasses]ClassHandover {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if q := m.pods[key]; q != nil {
+		return q.classHandovers()
+	}
+	return [DistanceClasses]ClassHandover{}
 }
 
 // Local is this replica's booked prefill work on an endpoint at now: the seconds still

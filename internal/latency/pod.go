@@ -72,6 +72,8 @@ type Prompt struct {
 // pod is one endpoint's models, ledger and observed signals. Guarded by Models.mu.
 type pod struct {
 	prefill, handover, step rls
+	// byDistance: the hand-over by the pair's distance class (nil until a pull's class is known).
+	byDistance *classes
 
 	// The busy-until ledger: when the prefill work charged on the pod and not yet ended is
 	// predicted to be done, and how many charges that is.

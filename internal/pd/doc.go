@@ -4,8 +4,9 @@
 // standard-deviation filters, and the prefill and decode score policies as scorers; the
 // built-in pd strategy is NewDefaultChain), llm-d's disagg-profile-handler and PD deciders,
 // the policy registries, and the gateway-side trackers every PD pick reads (prefill requests
-// in flight, pending decodes) with the critical section that guards them. It must not speak
-// gRPC or engine wire formats: it returns a picker.Decision.
+// in flight, pending decodes) with the critical section that guards them, and the
+// topology-aware preference for near pairs (TANDEM_TOPOLOGY_LABELS, topology.go). It must
+// not speak gRPC or engine wire formats: it returns a picker.Decision.
 //
 // # Adding a score policy
 //

@@ -183,7 +183,9 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 		// The pair-match labels: no prefill pod, and no decode fallback (the gateway hands it
 		// the same prefill target), of another revision than the decode pick's.
 		rev := dr.Ranked[0].Revision
-		prefill, dest := sameRevision(pr.Ranked, rev), sameRevision(dr.Ranked, rev)
+		// Among the prefill pods tied for the best score, the nearest to the decode pick first.
+		prefill := sameRevision(nearestTied(cy.Resolved.PD.Topology, pr, dr.Ranked[0]), rev)
+		dest := sameRevision(dr.Ranked, rev)
 		if len(prefill) < len(pr.Ranked) {
 			d.Trace = &picker.Trace{Steps: []string{StepPairMatchUnpaired}}
 			traceSkipped(d.Trace, pr.Ranked, rev)

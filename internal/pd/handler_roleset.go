@@ -320,6 +320,7 @@ type sortedRoles struct {
 	prefill, decode, other []*pool.Endpoint
 	ix                     rolesetIndex
 	pt                     *partition // ix's partition without combined pods, made with the snapshot's sorting
+	topo                   snapshotTopology
 }
 
 func sortByRole(eps []*pool.Endpoint) *sortedRoles {
@@ -506,6 +507,7 @@ func (h *RolesetHandler) fastPaths(cy *picker.Cycle, s *selection) []picker.Prof
 		s.pb.MaxInFlight = math.Max(s.pb.MaxInFlight, p.InFlight)
 	}
 	s.preRS, s.b, s.decRS = preRS, b, decRS
+	s.topo = h.topologyOf(s)
 	costs := make([]float64, len(pre)+len(b.Pods))
 	s.prefCost, s.decCost = costs[:len(pre):len(pre)], costs[len(pre):]
 	// The profiles' inputs: the partition's own lists when no fast path narrowed them.
@@ -538,6 +540,10 @@ func (h *RolesetHandler) pair(s *selection) bool {
 	}
 	if s.absolute { // costs in the objectives' units: added as they are
 		maxP, s.decMax = 1, 1
+	}
+	if s.topo.Len() > 0 {
+		s.ri, s.finals = h.pairNear(s, s.topo, maxP, s.decMax)
+		return s.ri >= 0
 	}
 	s.ri, s.finals = c.pair(s.bestP, s.scoreP, maxP, s.bestD, s.scoreD, s.decMax)
 	return s.ri >= 0
@@ -606,6 +612,7 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 		}
 	}
 	s.trace.Add(StepPair)
+	traceDistance(s)
 	if c.afterScoring != nil {
 		c.afterScoring()
 	}
@@ -645,7 +652,7 @@ func (h *RolesetHandler) place(cy *picker.Cycle, s *selection, pp *PrefillPod, d
 	if s.b.fc != nil {
 		fd = &s.b.fc[s.bestD[s.ri]]
 	}
-	opt := predictor{h.c.models}.pairOption(s.obj, s.promptTokens, pp.Endpoint, fp, pp.MatchPct, dp.Endpoint, fd)
+	opt := predictor{h.c.models}.pairOption(s.obj, s.promptTokens, pp.Endpoint, fp, pp.MatchPct, dp.Endpoint, fd, s.distance())
 	if len(h.placement) == 0 {
 		return opt, nil
 	}

@@ -180,7 +180,7 @@ func TestPlacementDeciders(t *testing.T) {
 			}
 			pr := predictor{r.m}
 			pl := &Placement{Objective: o, PromptTokens: c.tokens, Decode: []*pool.Endpoint{d, dBusy}, Combined: []*pool.Endpoint{s},
-				Best: pr.pairOption(o, c.tokens, p, nil, 0, d, nil)}
+				Best: pr.pairOption(o, c.tokens, p, nil, 0, d, nil, -1)}
 			sel := &SelectiveDecider{c: r.c, headroom: defaultTPOTHeadroom}
 			ovf := &SLOOverflowDecider{c: r.c, mode: c.overflow, headroom: defaultTPOTHeadroom, shed: true}
 			for _, dec := range []PlacementDecider{sel, ovf} {
@@ -226,7 +226,7 @@ func TestSelectiveRespectsTheStallBudget(t *testing.T) {
 		tr.PrefillEnd(nil, true)
 		o := Objective{TTFT: 10, TPOT: 0.05} // a lax TTFT: only the stall can keep it off d
 		pr := predictor{r.m}
-		pl := &Placement{Objective: o, PromptTokens: c.tokens, Decode: []*pool.Endpoint{d}, Best: pr.pairOption(o, c.tokens, p, nil, 0, d, nil)}
+		pl := &Placement{Objective: o, PromptTokens: c.tokens, Decode: []*pool.Endpoint{d}, Best: pr.pairOption(o, c.tokens, p, nil, 0, d, nil, -1)}
 		pl.Best.Cost = math.Inf(1) // the pair is never cheaper here
 		(&SelectiveDecider{c: r.c, headroom: 1}).Place(pl)
 		if local := pl.Best.Kind == outcome.KindWhole; local != c.local {
@@ -274,7 +274,7 @@ func TestPairHeldToTheTPOTObjective(t *testing.T) {
 			}
 			pr := predictor{r.m}
 			pl := &Placement{Objective: obj, PromptTokens: 1000, Decode: []*pool.Endpoint{d, dBusy}, Combined: []*pool.Endpoint{s},
-				Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil)}
+				Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil, -1)}
 			pair := pl.Best
 			for _, dec := range []PlacementDecider{
 				&SelectiveDecider{c: r.c, headroom: defaultTPOTHeadroom},
@@ -316,7 +316,7 @@ func TestBelowAMissingPair(t *testing.T) {
 		crowd(r, p, d)                      // the pair's decode pod: a 71 ms step
 		start(r, outcome.KindPD, p, d2, 45) // d2: a 56 ms step, beyond 0.8 × 50 ms
 		pr := predictor{r.m}
-		pl := &Placement{Objective: obj, PromptTokens: 1000, Decode: []*pool.Endpoint{d, d2}, Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil)}
+		pl := &Placement{Objective: obj, PromptTokens: 1000, Decode: []*pool.Endpoint{d, d2}, Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil, -1)}
 		pair := pl.Best
 		(&SelectiveDecider{c: r.c, headroom: defaultTPOTHeadroom}).Place(pl)
 		if pl.Best.Kind != outcome.KindWhole || pl.Best.Destination != d2 {
@@ -335,7 +335,7 @@ func TestBelowAMissingPair(t *testing.T) {
 		r.book(s2, nil, 0.3)
 		pr := predictor{r.m}
 		pl := &Placement{Objective: obj, PromptTokens: 1000, Decode: []*pool.Endpoint{d}, Combined: []*pool.Endpoint{s1, s2},
-			Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil)}
+			Best: pr.pairOption(obj, 1000, p, nil, 0, d, nil, -1)}
 		(&SLOOverflowDecider{c: r.c, mode: OverflowCost, headroom: defaultTPOTHeadroom, shed: true}).Place(pl)
 		if pl.Best.Destination != s2 {
 			t.Errorf("placed on %s; want s2, the standard pod predicted to meet both objectives; notes %v", pl.Best.Destination.Name, pl.Notes)

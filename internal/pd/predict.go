@@ -99,6 +99,8 @@ type Option struct {
 	TTFT, TPOT, Delay, Cost float64
 	// Step names what chose it ("" for the pair).
 	Step string
+	// Distance is a pair's topology distance class (-1: unknown).
+	Distance int
 
 	forecast *latency.Forecast // the destination's, for a whole option
 }
@@ -136,17 +138,17 @@ type PlacementDecider interface {
 // predictor is the models as the PD plugins read them.
 type predictor struct{ m *latency.Models }
 
-// pairOption predicts the pair (prefill pod pp with prompt match pct, decode pod dp) from
-// their forecasts (nil: read now).
-func (pr predictor) pairOption(o Objective, tokens int, pp *pool.Endpoint, fp *latency.Forecast, pct float64, dp *pool.Endpoint, fd *latency.Forecast) Option {
+// pairOption predicts the pair (prefill pod pp with prompt match pct, decode pod dp at
+// topology distance class dist, -1 unknown) from their forecasts (nil: read now).
+func (pr predictor) pairOption(o Objective, tokens int, pp *pool.Endpoint, fp *latency.Forecast, pct float64, dp *pool.Endpoint, fd *latency.Forecast, dist int) Option {
 	fp, fd = pr.read(pp, fp), pr.read(dp, fd)
 	p := promptOn(tokens, pct)
 	svc := fp.Service(p)
 	end := fp.Wait() + svc
-	tpot, handover := fd.TPOTAndHandover(tokens, end)
+	tpot, handover := fd.TPOTAndHandoverAt(tokens, end, dist)
 	ttft := end + handover
 	delay := fp.Delay(svc)
-	return Option{Kind: outcome.KindPD, Prefill: pp, Destination: dp, Prompt: p, Service: svc,
+	return Option{Kind: outcome.KindPD, Prefill: pp, Destination: dp, Prompt: p, Service: svc, Distance: dist,
 		TTFT: ttft, TPOT: tpot, Delay: delay, Cost: (ttft+delay)/o.TTFT + tpot/o.TPOT}
 }
 
@@ -223,7 +225,8 @@ func (pr predictor) charge(id uint64, opt Option, o Objective, maxTokens int) {
 		prefillOn = opt.Prefill
 	}
 	pr.m.Charge(id, latency.Charge{Kind: opt.Kind, Prefill: prefillOn.Key(), Destination: opt.Destination.Key(),
-		Prompt: opt.Prompt, Service: opt.Service, TTFT: opt.TTFT, TPOT: opt.TPOT, TPOTObjective: o.TPOT, MaxTokens: maxTokens})
+		Prompt: opt.Prompt, Service: opt.Service, TTFT: opt.TTFT, TPOT: opt.TPOT, TPOTObjective: o.TPOT, MaxTokens: maxTokens,
+		Distance: distanceCharge(opt)})
 }
 
 // traceOption writes an option's prediction, and the recent error of the pods' models,
@@ -243,4 +246,13 @@ func (pr predictor) traceOption(tr *picker.Trace, opt Option) {
 			tr.Scores["ttft_error "+e.Key()] = fmt.Sprintf("x%.2f bias %.2f", f, bias)
 		}
 	}
+}
+
+// distanceCharge is a PD option's distance class as latency.Charge takes it (class + 1; 0:
+// unknown).
+func distanceCharge(opt Option) int {
+	if opt.Kind != outcome.KindPD || opt.Distance < 0 {
+		return 0
+	}
+	return opt.Distance + 1
 }

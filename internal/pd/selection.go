@@ -47,6 +47,18 @@ type selection struct {
 	scoreP, scoreD []float64
 	decMax         float64
 	finals         []rolesetFinal
+	// topo is the topology labels when the candidates' placements differ (else zero), and
+	// pairDist the chosen pair's distance class under them.
+	topo     config.TopologyLabels
+	pairDist int
+}
+
+// distance is the chosen pair's distance class, -1 when topology is off for the pick.
+func (s *selection) distance() int {
+	if s.topo.Len() == 0 {
+		return -1
+	}
+	return s.pairDist
 }
 
 var selectionKey = picker.NewStateKey[*selection]("pd.selection")

@@ -224,6 +224,7 @@ func trimPod(obj any) (any, error) {
 	return &corev1.Pod{
 		TypeMeta:   p.TypeMeta,
 		ObjectMeta: meta,
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName}, // the node: the pod's nearest topology label
 		Status:     corev1.PodStatus{PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs, Conditions: p.Status.Conditions, Phase: p.Status.Phase},
 	}, nil
 }
@@ -316,6 +317,23 @@ func (r *reconciler) noteEndpointPickerRef(ip *infv1.InferencePool) {
 	r.log.V(1).Info("InferencePool endpoint picker", "endpointPickerRef", ref)
 }
 
+// podLabels is a copy of the pod's labels with its node's name under kubernetes.io/hostname
+// when the pod does not set that label itself: topology-aware pairing's nearest level is the
+// node, which Kubernetes labels nodes with, not pods.
+func podLabels(p *corev1.Pod) map[string]string {
+	l := maps.Clone(p.Labels)
+	if p.Spec.NodeName == "" {
+		return l
+	}
+	if l == nil {
+		l = map[string]string{}
+	}
+	if _, ok := l[corev1.LabelHostname]; !ok {
+		l[corev1.LabelHostname] = p.Spec.NodeName
+	}
+	return l
+}
+
 // endpoints builds the endpoints of the routable pods. The pods are the cache's own objects:
 // they are read, never kept or modified (maps are copied).
 func (r *reconciler) endpoints(pods []corev1.Pod, targetPorts []int32) []*pool.Endpoint {
@@ -330,7 +348,7 @@ func (r *reconciler) endpoints(pods []corev1.Pod, targetPorts []int32) []*pool.E
 		}
 		podKey := p.Namespace + "/" + p.Name
 		seen[podKey] = true
-		eps, warnings := podports.Endpoints(p.Namespace, p.Name, p.Status.PodIP, targetPorts, maps.Clone(p.Labels), maps.Clone(p.Annotations), r.pairMatch)
+		eps, warnings := podports.Endpoints(p.Namespace, p.Name, p.Status.PodIP, targetPorts, podLabels(p), maps.Clone(p.Annotations), r.pairMatch)
 		for _, e := range eps {
 			if other, dup := owner[e.HostPort()]; dup {
 				warnings = append(warnings, podports.Warning{Field: "status.podIP", Value: e.HostPort(),

@@ -72,7 +72,14 @@ func TestKubeSource(t *testing.T) {
 		h.wait("only the ready matching pod", hostPorts("10.0.0.2:8000"))
 
 		h.status(bound, "10.0.0.1", true)
-		h.wait("both ready", hostPorts("10.0.0.1:8000", "10.0.0.2:8000"))
+		s := h.wait("both ready", hostPorts("10.0.0.1:8000", "10.0.0.2:8000"))
+		// The node a pod runs on is its nearest topology label, for topology-aware pairing.
+		if e, _ := s.ByHostPort("10.0.0.1:8000"); e == nil || e.Labels[corev1.LabelHostname] != "node-1" {
+			t.Errorf("bound pod's labels %v: want %s=node-1 from spec.nodeName", e.Labels, corev1.LabelHostname)
+		}
+		if e, _ := s.ByHostPort("10.0.0.2:8000"); e == nil || e.Labels[corev1.LabelHostname] != "" {
+			t.Errorf("unscheduled pod's labels %v: want no %s", e.Labels, corev1.LabelHostname)
+		}
 
 		h.status(loose, "10.0.0.2", false)
 		h.wait("not-ready pod left", hostPorts("10.0.0.1:8000"))
@@ -92,7 +99,7 @@ func TestKubeSource(t *testing.T) {
 		if err := env.Client.Delete(h.ctx, loose); err != nil {
 			t.Fatal(err)
 		}
-		s := h.wait("deleted pod left", hostPorts())
+		s = h.wait("deleted pod left", hostPorts())
 		if !s.Synced || s.Info.Name != "pool" || s.Info.AppProtocol != "http" || fmt.Sprint(s.Info.TargetPorts) != "[8000]" {
 			t.Errorf("info = %+v synced=%v", s.Info, s.Synced)
 		}
