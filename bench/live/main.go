@@ -224,7 +224,7 @@ func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) 
 		}
 		defer pn.close()
 	}
-	pods, err := startPods(ctx, logDir, bins, o.shape, o.engine, o.seed, pn)
+	pods, err := startPods(ctx, logDir, bins, o.shape, o.engine, nil, o.seed, pn)
 	if err != nil {
 		return nil, err
 	}

@@ -135,8 +135,9 @@ const (
 // /v1/models. Without pn every pod is on 127.0.0.1 with a port of its own (the pool file names
 // each pod's port); with pn every pod is in its own network namespace on podPort, and the
 // decode and standard pods run llm-d's routing sidecar (bins.sidecar) on podPort in front of
-// the simulator, as llm-d deploys its decode pods.
-func startPods(ctx context.Context, dir string, bins binaries, sh shape, e engine, seed uint64, pn *podNet) ([]*pod, error) {
+// the simulator, as llm-d deploys its decode pods. Every pod runs engine e but those override
+// names (by pod name).
+func startPods(ctx context.Context, dir string, bins binaries, sh shape, e engine, override map[string]engine, seed uint64, pn *podNet) ([]*pod, error) {
 	var pods []*pod
 	add := func(name, role, roleset string) { pods = append(pods, &pod{name: name, role: role, roleset: roleset}) }
 	for r := range sh.rolesets {
@@ -160,6 +161,10 @@ func startPods(ctx context.Context, dir string, bins binaries, sh shape, e engin
 	}
 	for i, p := range pods {
 		seedArgs := int64(seed)*1000 + int64(i)
+		e := e
+		if o, ok := override[p.name]; ok {
+			e = o
+		}
 		var err error
 		if pn == nil {
 			p.host, p.port = "127.0.0.1", ports[i]

@@ -80,6 +80,9 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 	}
 	gw := o.Gateway
 	deps := picker.NewDeps(clock, gw.PD.PrefixCache)
+	if o.Transfer != nil {
+		deps.OnForget(o.Transfer.Forget) // decode pods that left lose their proof state
+	}
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 1024)
 	tokens := pd.NewTokenLoad(gw.PD, ledger.Options{Clock: clock, Gauges: o.Gauges, Logger: o.Logger.WithName("token-load")})
 	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: o.Logger.WithName("pd"), Objectives: o.Objectives,

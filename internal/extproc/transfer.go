@@ -53,7 +53,6 @@ type transfer struct {
 	on         bool // a PD route whose decode answer is judged
 	sync       bool // the prefill leg ended before the decode leg was forwarded (timing applies)
 	scan       proof.Scanner
-	prefillLeg time.Duration
 	decodeSent time.Time
 	firstByte  time.Time
 	status     int
@@ -138,21 +137,26 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	if e := st.servedEndpoint(); e != nil {
 		decode = e
 	}
-	gate := st.srv.opts.Transfer
-	ev := proof.Evidence{Engine: decode.Engine, ReportsDetails: gate.ReportsDetails(decode.Key(), decode.Model)}
-	ev.Usage, ev.HasUsage = x.scan.Usage()
-	if ev.HasUsage && ev.Usage.Details {
-		gate.SawDetails(decode.Key(), decode.Model)
+	if decode.Role != pool.RoleDecode {
+		// A combined fallback served it whole: no transfer to judge.
+		x.on = false
+		return "", false
 	}
-	if x.sync && !x.firstByte.IsZero() {
+	gate := st.srv.opts.Transfer
+	ev := proof.Evidence{Engine: decode.Engine, CountsTransfers: gate.CountsTransfers(decode.Key(), decode.Model)}
+	ev.Usage, ev.HasUsage = x.scan.Usage()
+	if x.sync && !x.firstByte.IsZero() && x.scan.Streamed() {
 		ev.DecodeFirstByte = x.firstByte.Sub(x.decodeSent)
-		local := x.prefillLeg
+		local := st.prefillLeg
 		if f := st.srv.opts.LocalPrefill; f != nil && st.promptTokens > 0 {
 			local = max(local, f(decode.Key(), st.promptTokens))
 		}
 		ev.LocalPrefill = local
 	}
 	res, basis := proof.Judge(ev)
+	if res == proof.Verified && basis == proof.BasisUsage {
+		gate.SawTransfer(decode.Key(), decode.Model)
+	}
 	x.result = res
 	st.decision.Trace.Add("pd_transfer:" + string(res) + ":" + basis)
 	st.route.Transfer(string(res), basis)

@@ -40,16 +40,16 @@ type GateOptions struct {
 	Logger              logr.Logger
 }
 
-// Gate is the per decode pod state of the proof: its recent verdicts, whether it reports cached
-// tokens, and whether it is held out. It reads the ext_proc server's outcome recorder
+// Gate is the per decode pod state of the proof: its recent verdicts, whether its engine counts
+// transferred KV as cached tokens, and whether it is held out. It reads the ext_proc server's outcome recorder
 // (Observe); Held is called on every pick and reads an atomic snapshot. Safe for concurrent use.
 type Gate struct {
 	o    GateOptions
 	mu   sync.Mutex
 	pods map[string]*podState // by endpoint key
 	held atomic.Pointer[map[string]time.Time]
-	// details: endpoint keys (and "model\x00"+model) whose answers carried a cached-token count.
-	details sync.Map
+	// counts: endpoint keys (and "model\x00"+model) whose answers verified a transfer by usage.
+	counts sync.Map
 }
 
 type podState struct {
@@ -92,28 +92,52 @@ func (g *Gate) Held(key string) bool {
 	return ok && g.o.Now().Before(until)
 }
 
-// ReportsDetails reports whether the endpoint's answers, or those of another pod serving the
-// same model, have carried a cached-token count: pods of one model are taken to share their
-// engine flags (vLLM's --enable-prompt-tokens-details), so a pod broken from its start, which
-// never reports a count, is still judged.
-func (g *Gate) ReportsDetails(key, model string) bool {
+// CountsTransfers reports whether the endpoint, or another pod serving the same model, has
+// reported a PD transfer's KV among its cached tokens (SawTransfer): pods of one model are
+// taken to run one engine with one set of flags, so a pod broken from its start, which never
+// verifies, is still judged by its usage.
+func (g *Gate) CountsTransfers(key, model string) bool {
 	if g == nil {
 		return false
 	}
-	_, ok := g.details.Load(key)
+	_, ok := g.counts.Load(key)
 	if !ok && model != "" {
-		_, ok = g.details.Load("model\x00" + model)
+		_, ok = g.counts.Load("model\x00" + model)
 	}
 	return ok
 }
 
-// SawDetails records that the endpoint's answer carried a cached-token count.
-func (g *Gate) SawDetails(key, model string) {
+// SawTransfer records that the endpoint's answer counted its PD transfer's KV as cached
+// tokens (a transfer verified by usage).
+func (g *Gate) SawTransfer(key, model string) {
 	if g != nil {
-		g.details.Store(key, struct{}{})
+		g.counts.Store(key, struct{}{})
 		if model != "" {
-			g.details.Store("model\x00"+model, struct{}{})
+			g.counts.Store("model\x00"+model, struct{}{})
 		}
+	}
+}
+
+// Forget drops the state of the decode endpoints live says have left the pool (register it
+// with picker.Deps.OnForget). Whether a model's engine counts transfers is kept.
+func (g *Gate) Forget(live func(key string) bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gone := false
+	for k := range g.pods {
+		if !live(k) {
+			delete(g.pods, k)
+			gone = true
+		}
+	}
+	g.counts.Range(func(k, _ any) bool {
+		if key := k.(string); !strings.HasPrefix(key, "model\x00") && !live(key) {
+			g.counts.Delete(k)
+		}
+		return true
+	})
+	if gone {
+		g.publishLocked()
 	}
 }
 

@@ -83,15 +83,20 @@ type Evidence struct {
 	// Usage, when HasUsage: the decode answer carried a usage object.
 	Usage    Usage
 	HasUsage bool
-	// ReportsDetails: the decode pod is known to report cached tokens (it, or a pod of its
-	// model, did on an earlier answer), so a usage without them means none were cached (vLLM
-	// leaves the object out when the count is 0).
-	ReportsDetails bool
+	// CountsTransfers: the decode pod, or another pod of its model, has reported a PD
+	// transfer's KV among its cached tokens (a transfer verified by usage), so its engine is
+	// known to count what its KV connector loads as cached. Only then do few cached tokens, or
+	// none reported (vLLM leaves the count out when it is 0), mean a recompute: an engine that
+	// counts only its own prefix-cache hits (llm-d's inference simulator; a vLLM that stops
+	// counting the connector's tokens) reports few cached tokens on every healthy transfer.
+	// Until then usage can verify a transfer, never refute one; timing still can.
+	CountsTransfers bool
 	// PrefillTokens are the prompt tokens the prefill leg computed (0: unknown; the decode
 	// answer's prompt tokens stand in).
 	PrefillTokens int
 	// DecodeFirstByte is the time from the decode request being forwarded to its first
-	// response byte (0: unknown); LocalPrefill how long a local prefill of the prompt takes on
+	// token, the first byte of a streamed answer (0: unknown, as for a JSON answer, whose first
+	// byte comes with its last token); LocalPrefill how long a local prefill of the prompt takes on
 	// that pod by the best estimate at hand (0: none), conservatively the larger of the
 	// latency model's prediction and the prefill leg's own duration.
 	DecodeFirstByte, LocalPrefill time.Duration
@@ -108,17 +113,19 @@ func Judge(e Evidence) (Result, string) {
 			prompt = e.Usage.Prompt
 		}
 		cached, known := e.Usage.Cached, e.Usage.Details
-		if !known && e.ReportsDetails {
+		if !known && e.CountsTransfers {
 			cached, known = 0, true
 		}
 		if known && prompt >= minPrompt {
 			switch {
 			case float64(cached) >= verifiedShare*float64(prompt):
 				return Verified, BasisUsage
-			case float64(cached) < recomputedShare*float64(prompt):
+			case float64(cached) >= recomputedShare*float64(prompt):
+				return Unknown, BasisUsage
+			case e.CountsTransfers:
 				return Recomputed, BasisUsage
 			}
-			return Unknown, BasisUsage
+			// Few cached tokens from an engine not known to count transfers: timing decides.
 		}
 	}
 	if e.LocalPrefill >= minTiming && e.DecodeFirstByte > 0 &&
@@ -202,9 +209,14 @@ func (s *Scanner) line(l []byte) {
 	}
 }
 
-// Done reports that an event stream's usage or its final "data: [DONE]" was seen: the
-// evidence is complete before the stream ends.
-func (s *Scanner) Done() bool { return s.sse && (s.done || s.found) }
+// Done reports that an event stream's final "data: [DONE]" was seen: the evidence is complete
+// before the stream ends. Not at its first usage: with stream_options.continuous_usage_stats
+// every chunk carries one, and only the last is the answer's.
+func (s *Scanner) Done() bool { return s.sse && s.done }
+
+// Streamed reports that the body is an event stream (its first byte came with the first
+// token); a JSON answer's first byte comes with its last.
+func (s *Scanner) Streamed() bool { return s.sse }
 
 // Usage returns the last usage seen (at the end of the body: the answer's).
 func (s *Scanner) Usage() (Usage, bool) {

@@ -16,9 +16,11 @@ func TestJudge(t *testing.T) {
 	}{
 		{"cached covers the prompt", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Cached: 96, Details: true}}, Verified, BasisUsage},
 		{"cached against the prefill's count", Evidence{HasUsage: true, PrefillTokens: 200, Usage: Usage{Prompt: 100, Cached: 100, Details: true}}, Unknown, BasisUsage},
-		{"nothing cached", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Cached: 0, Details: true}}, Recomputed, BasisUsage},
-		{"details left out by a pod that reports them", Evidence{HasUsage: true, ReportsDetails: true, Usage: Usage{Prompt: 100}}, Recomputed, BasisUsage},
-		{"details left out, pod never reported them", Evidence{HasUsage: true, Usage: Usage{Prompt: 100}}, Unknown, BasisNone},
+		{"nothing cached, the engine counts transfers", Evidence{HasUsage: true, CountsTransfers: true, Usage: Usage{Prompt: 100, Cached: 0, Details: true}}, Recomputed, BasisUsage},
+		{"nothing cached, an engine not known to count transfers", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Cached: 0, Details: true}}, Unknown, BasisNone},
+		{"nothing cached, not known to count transfers, late first byte", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Details: true}, DecodeFirstByte: time.Second, LocalPrefill: time.Second}, Recomputed, BasisTiming},
+		{"details left out by an engine that counts transfers", Evidence{HasUsage: true, CountsTransfers: true, Usage: Usage{Prompt: 100}}, Recomputed, BasisUsage},
+		{"details left out, engine not known to count transfers", Evidence{HasUsage: true, Usage: Usage{Prompt: 100}}, Unknown, BasisNone},
 		{"half cached", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Cached: 50, Details: true}}, Unknown, BasisUsage},
 		{"prompt too short", Evidence{HasUsage: true, Usage: Usage{Prompt: 8, Cached: 0, Details: true}}, Unknown, BasisNone},
 		{"late first byte", Evidence{DecodeFirstByte: 950 * time.Millisecond, LocalPrefill: time.Second}, Recomputed, BasisTiming},
@@ -42,8 +44,22 @@ func TestScannerStream(t *testing.T) {
 		s.Write([]byte(body[i:min(i+7, len(body))]))
 	}
 	u, ok := s.Usage()
-	if !ok || u.Prompt != 120 || u.Cached != 120 || !u.Details {
-		t.Fatalf("usage %+v %v", u, ok)
+	if !ok || u.Prompt != 120 || u.Cached != 120 || !u.Details || !s.Streamed() || !s.Done() {
+		t.Fatalf("usage %+v %v, streamed %v, done %v", u, ok, s.Streamed(), s.Done())
+	}
+}
+
+// With stream_options.continuous_usage_stats every chunk carries a usage (without the cached
+// tokens): the evidence is complete at the stream's end, and it is the last usage.
+func TestScannerContinuousUsage(t *testing.T) {
+	var s Scanner
+	s.Write([]byte("data: {\"choices\":[{\"text\":\"a\"}],\"usage\":{\"prompt_tokens\":120,\"completion_tokens\":1}}\n\n"))
+	if s.Done() {
+		t.Fatal("done at the first chunk's usage")
+	}
+	s.Write([]byte("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":120,\"completion_tokens\":2,\"prompt_tokens_details\":{\"cached_tokens\":118}}}\n\ndata: [DONE]\n\n"))
+	if u, ok := s.Usage(); !s.Done() || !ok || u.Cached != 118 || !u.Details {
+		t.Fatalf("done %v, usage %+v %v", s.Done(), u, ok)
 	}
 }
 
@@ -52,8 +68,8 @@ func TestScannerJSON(t *testing.T) {
 	s.Write([]byte(`{"choices":[{"text":"abc"}],`))
 	s.Write([]byte(`"usage":{"prompt_tokens":64,"completion_tokens":3}}`))
 	u, ok := s.Usage()
-	if !ok || u.Prompt != 64 || u.Details {
-		t.Fatalf("usage %+v %v", u, ok)
+	if !ok || u.Prompt != 64 || u.Details || s.Streamed() || s.Done() {
+		t.Fatalf("usage %+v %v, streamed %v", u, ok, s.Streamed())
 	}
 	var g Scanner
 	g.Write([]byte(`{"text":"x","meta_info":{"prompt_tokens":64,"cached_tokens":60}}`))
@@ -119,5 +135,32 @@ func TestGateHoldsAndTrials(t *testing.T) {
 	g.Observe(end("ns/prefill-0:8000", d, Recomputed))
 	if g.Held(d) {
 		t.Fatal("a verified trial should return the pod with a clean history")
+	}
+}
+
+func TestGateForgetsDepartedPods(t *testing.T) {
+	g := NewGate(GateOptions{})
+	const gone, stays = "ns/decode-0:8000", "ns/decode-1:8000"
+	for _, d := range []string{gone, stays} {
+		g.SawTransfer(d, "m")
+		g.Record(d, Recomputed)
+		g.Record(d, Recomputed)
+	}
+	if !g.Held(gone) || !g.Held(stays) {
+		t.Fatal("setup: both pods should be held")
+	}
+	g.Forget(func(key string) bool { return key == stays })
+	if g.Held(gone) || !g.Held(stays) {
+		t.Fatalf("after forgetting: held %v (gone), %v (stays)", g.Held(gone), g.Held(stays))
+	}
+	g.mu.Lock()
+	n := len(g.pods)
+	g.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d pods kept, want 1", n)
+	}
+	// The model's engine still counts transfers: a new pod of it is judged by its usage.
+	if !g.CountsTransfers("ns/decode-2:8000", "m") {
+		t.Error("forgot that the model counts transfers")
 	}
 }

@@ -587,6 +587,10 @@ func (m *Metrics) DropPod(namespace, pod string) {
 		m.outlierEjected, m.outlierEjections, m.outlierReturns, m.pdStrandedKV} {
 		v.DeletePartialMatch(l)
 	}
+	// The proof's pod-pair series name pods "namespace/name".
+	key := namespace + "/" + pod
+	m.pdTransfer.DeletePartialMatch(prometheus.Labels{"prefill_pod": key})
+	m.pdTransfer.DeletePartialMatch(prometheus.Labels{"decode_pod": key})
 }
 
 // ---- metrics.Observer: what the scraper sees ----

@@ -257,6 +257,10 @@ func TestPodLeaves(t *testing.T) {
 		m.EndpointSample(e, &metrics.Sample{Running: 1, HasRunning: true})
 		m.ConfigError(e, "annotation", nil)
 		m.StrandedKV(e, "released", 1)
+		m.Transfer("verified", e.PodKey(), d0.PodKey())
+	}
+	if n := seriesWith(t, reg, "tandem_pd_transfer_total", "prefill_pod", "ns/p-0"); n != 1 {
+		t.Fatalf("p-0 has %d transfer series before leaving, want 1", n)
 	}
 	if n := seriesWith(t, reg, "", "pod_name", "p-0"); n < 7 {
 		t.Fatalf("p-0 has %d series before leaving, want at least 7", n)
@@ -264,6 +268,12 @@ func TestPodLeaves(t *testing.T) {
 	m.PoolChanged(mustSnapshot(p1, d0))
 	if n := seriesWith(t, reg, "", "pod_name", "p-0"); n != 0 {
 		t.Errorf("p-0 left the pool but %d of its series remain", n)
+	}
+	if n := seriesWith(t, reg, "tandem_pd_transfer_total", "prefill_pod", "ns/p-0"); n != 0 {
+		t.Errorf("p-0 left the pool but %d of its transfer series remain", n)
+	}
+	if n := seriesWith(t, reg, "tandem_pd_transfer_total", "prefill_pod", "ns/p-1"); n != 1 {
+		t.Errorf("p-1 stayed but has %d transfer series, want 1", n)
 	}
 	// A hold of p-0 that ends after it left (a late expiry timer) does not bring a series back.
 	m.StrandedKV(p0, "expired", 480)
