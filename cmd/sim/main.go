@@ -81,6 +81,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&cfg.AnyRole, "any-role", false, "accept any PD leg whatever the role")
 	fs.BoolVar(&cfg.TRTParamsTopLevel, "trt-params-top-level", false, "TensorRT-LLM: disaggregated_params at the top level of a context answer")
 	fs.StringVar(&cfg.TRTServerInfo, "trt-server-info", "", "TensorRT-LLM: raw JSON to serve at /server_info")
+	fs.StringVar(&cfg.KVFormat, "kv-format", "", "KV layout the pod produces and accepts (its revision); a decode leg of another format cannot load the KV")
+	fs.StringVar(&cfg.KVLoadFailurePolicy, "kv-load-failure-policy", "", "vLLM decode pod whose KV load fails: recompute (prefill locally, answer 200) or fail (default)")
 	p := &cfg.Params
 	fs.Float64Var(&p.PrefillBase, "prefill-base-seconds", p.PrefillBase, "fixed cost per prompt, paid with its first chunk")
 	fs.Float64Var(&p.PrefillPerToken, "prefill-per-token-seconds", p.PrefillPerToken, "iteration compute time: per token computed")

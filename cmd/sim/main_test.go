@@ -147,3 +147,29 @@ func TestRunRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// -kv-format and -kv-load-failure-policy: a sidecar decode pod of another revision cannot load
+// the prefill pod's KV; with recompute it answers 200 anyway, with fail a 400 naming the format.
+func TestRunKVFormatFlags(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	common := []string{"-addr", "127.0.0.1:0", "-time-scale", "0.001"}
+	pre, _ := start(t, ctx, append([]string{"-role", "prefill", "-kv-format", "a"}, common...), 1)
+	for _, c := range []struct {
+		policy string
+		status int
+	}{{"recompute", 200}, {"fail", 400}} {
+		dec, _ := start(t, ctx, append([]string{"-role", "decode", "-routing-sidecar", "-kv-format", "b", "-kv-load-failure-policy", c.policy}, common...), 1)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, dec[0].URL+"/v1/completions", strings.NewReader(`{"model":"sim-model","prompt":"hi","max_tokens":2}`))
+		req.Header.Set("x-prefiller-host-port", pre[0].HostPort)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || (c.status == 400 && !strings.Contains(string(body), sim.FieldKVFormat)) {
+			t.Fatalf("policy %s: %d %s, want %d", c.policy, resp.StatusCode, body, c.status)
+		}
+	}
+}

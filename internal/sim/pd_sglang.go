@@ -62,7 +62,7 @@ func (sglangContract) classify(s *Server, q *inferReq) (*leg, *httpError) {
 		}
 		return sglangPrefillLeg(s, q, room), nil
 	}
-	join := sglangJoin{Room: room, RID: q.rid, PromptHash: q.hash}
+	join := sglangJoin{Room: room, RID: q.rid, PromptHash: q.hash, KVFormat: s.cfg.KVFormat}
 	return &leg{kind: legDecode,
 		arrive: func(ctx context.Context) *httpError {
 			_, herr := s.callKV(ctx, addr, "/sim/kv/sglang/join", "bootstrap_host", join)
@@ -80,6 +80,7 @@ type sglangJoin struct {
 	Room       int64  `json:"room"`
 	RID        string `json:"rid"`
 	PromptHash uint64 `json:"prompt_hash"`
+	KVFormat   string `json:"kv_format"` // the decode pod's (PodConfig.KVFormat)
 }
 
 // sglangKV is what the prefill leg leaves for the decode leg: its KV, or why there is none.
@@ -114,6 +115,11 @@ func sglangPrefillLeg(s *Server, q *inferReq, room int64) *leg {
 				herr = badRequest("rid", "bootstrap_room %d: the decode leg's rid %q differs from the prefill leg's %q; use one rid on both legs", room, j.RID, q.rid)
 			case j.PromptHash != q.hash:
 				herr = badRequest("bootstrap_room", "bootstrap_room %d: the decode leg's prompt differs from the prefill leg's", room)
+			case j.KVFormat != s.cfg.KVFormat:
+				// SGLang has no fallback to a local prefill: the transfer fails on both legs.
+				herr = &httpError{status: http.StatusInternalServerError, typ: "kv_transfer_error", param: "bootstrap_room",
+					msg: fmt.Sprintf("bootstrap_room %d: the decode pod's KV format %s differs from prefill pod %s's %s: the KV cannot be transferred; pair pods of one revision",
+						room, formatName(j.KVFormat), s.cfg.Name, formatName(s.cfg.KVFormat))}
 			}
 			if herr != nil {
 				_ = s.table.put(sglangKVKey(room), sglangKV{err: herr}, timeout, nil)

@@ -181,3 +181,23 @@ func TestSGLangContractViolations(t *testing.T) {
 		t.Fatalf("rid mismatch: prefill %d %s / decode %d %s", pr.status, pr.body, dr.status, dr.body)
 	}
 }
+
+// An SGLang decode leg of another KV format is refused at the prefill pod's bootstrap server:
+// SGLang cannot fall back to a local prefill, so both legs fail.
+func TestSGLangKVFormatSkew(t *testing.T) {
+	p := startPod(t, PodConfig{Engine: EngineSGLang, Role: RolePrefill, KVFormat: "a"})
+	d := startPod(t, PodConfig{Engine: EngineSGLang, Role: RoleDecode, KVFormat: "b"})
+	client := map[string]any{"model": testModel, "messages": []any{map[string]any{"role": "user", "content": "skewed"}}, "max_tokens": 4}
+	pre, dec := sglangLegs(p, client, 9, "req-9-0000000100000009")
+	pc := postAsync(t, p.URL(), "/v1/chat/completions", mustJSON(t, pre))
+	dr := post(t, d.URL(), "/v1/chat/completions", mustJSON(t, dec))
+	pr := <-pc
+	for name, r := range map[string]reply{"prefill": pr, "decode": dr} {
+		if r.status != 500 || !strings.Contains(string(r.body), "KV format") {
+			t.Fatalf("%s leg: %d %s, want 500 naming the KV format", name, r.status, r.body)
+		}
+	}
+	if st := p.Stats(); st.KVUsedTokens != 0 || st.KVHeld != 0 {
+		t.Fatalf("the prefill pod holds KV after a refused transfer: %+v", st)
+	}
+}

@@ -100,13 +100,21 @@ func vllmPrefillLeg(s *Server, q *inferReq) *leg {
 		if q.wrongKVPort {
 			p = s.deadKVPort
 		}
-		return extra{top: map[string]any{"kv_transfer_params": map[string]any{
+		params := map[string]any{
 			"do_remote_prefill": true, "do_remote_decode": false,
 			"remote_engine_id": s.engineID, "remote_block_ids": blocks,
 			"remote_host": host, "remote_port": p, "tp_size": 1,
-		}}}, nil
+		}
+		if s.cfg.KVFormat != "" {
+			params[FieldKVFormat] = s.cfg.KVFormat
+		}
+		return extra{top: map[string]any{"kv_transfer_params": params}}, nil
 	}}
 }
+
+// FieldKVFormat is the simulator's own kv_transfer_params key in which a vLLM prefill leg
+// announces its pod's KV format (PodConfig.KVFormat); absent means the format "".
+const FieldKVFormat = "sim_kv_format"
 
 func vllmKey(engine string, first int64) string { return fmt.Sprintf("vllm/%s/%d", engine, first) }
 
@@ -142,8 +150,21 @@ func vllmDecode(s *Server, q *inferReq, params map[string]any, field string) (*l
 	if tp, present, err := intField(params, "tp_size"); present && (err != nil || tp < 1) {
 		return nil, badRequest(field+".tp_size", "%s.tp_size must be an integer ≥ 1, got %s", field, describe(params["tp_size"]))
 	}
+	format, present := params[FieldKVFormat]
+	if present {
+		if f, ok := format.(string); !ok || f == "" {
+			return nil, badRequest(field+"."+FieldKVFormat, "%s.%s must be the non-empty string the prefill pod returned, got %s", field, FieldKVFormat, describe(format))
+		}
+	}
+	announced, _ := format.(string)
 	addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
 	return &leg{kind: legDecode, pull: func(ctx context.Context) (int, *httpError) {
+		if announced != s.cfg.KVFormat {
+			// The KV cannot be read: the prefill pod keeps it until it expires, as after a
+			// failed connector handshake.
+			return 0, badRequest(field+"."+FieldKVFormat, "the prefill pod's KV format %s differs from decode pod %s's %s: the KV cannot be loaded; pair pods of one revision",
+				formatName(announced), s.cfg.Name, formatName(s.cfg.KVFormat))
+		}
 		return s.callKV(ctx, addr, "/sim/kv/vllm/pull", field+".remote_host", vllmPull{EngineID: engineID, BlockIDs: blocks, PromptHash: q.hash})
 	}}, nil
 }
@@ -174,4 +195,12 @@ func (s *Server) handleVLLMPull(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, kvReply{Tokens: h.tokens})
 	}
+}
+
+// formatName quotes a KV format for messages, naming the unset one.
+func formatName(f string) string {
+	if f == "" {
+		return "(unset)"
+	}
+	return strconv.Quote(f)
 }

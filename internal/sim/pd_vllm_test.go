@@ -285,3 +285,67 @@ func TestVLLMWrongKVPort(t *testing.T) {
 		t.Fatal("kv_load_failure_policy retry accepted")
 	}
 }
+
+// Prefill and decode pods of different revisions: the prefill leg announces its KV format; a
+// decode pod of another format cannot load the KV. With kv_load_failure_policy "recompute" it
+// computes the prompt itself and answers 200 with nothing cached; with the default it answers
+// the error. A decode pod of the same format pulls the KV as usual.
+func TestVLLMKVFormatSkew(t *testing.T) {
+	p := startPod(t, PodConfig{Engine: EngineVLLM, Role: RolePrefill, KVFormat: "a"})
+	same := startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode, KVFormat: "a"})
+	recompute := startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode, KVFormat: "b", KVLoadFailurePolicy: KVLoadRecompute})
+	fail := startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode, KVFormat: "b"})
+	unset := startPod(t, PodConfig{Engine: EngineVLLM, Role: RoleDecode})
+	client := map[string]any{"model": testModel, "max_tokens": 4, "stream": true, "stream_options": map[string]any{"include_usage": true}}
+	decodeLeg := func(d *Server, prompt string) reply {
+		client["prompt"] = strings.Repeat(prompt+" ", 30) // a prompt of its own: no prefix-cache hit
+		pr := post(t, p.URL(), "/v1/completions", mustJSON(t, aibrixVLLMPrefill(client)))
+		mustStatus(t, pr, 200)
+		kv := pr.json(t)["kv_transfer_params"].(map[string]any)
+		if kv[FieldKVFormat] != "a" {
+			t.Fatalf("prefill leg's kv_transfer_params.%s = %v, want \"a\"", FieldKVFormat, kv[FieldKVFormat])
+		}
+		dec := maps.Clone(client)
+		dec["kv_transfer_params"] = kv
+		return post(t, d.URL(), "/v1/completions", mustJSON(t, dec))
+	}
+
+	r := decodeLeg(same, "same format")
+	mustStatus(t, r, 200)
+	if prompt, cached := usageCached(t, r.body); prompt == 0 || cached != prompt {
+		t.Fatalf("same format: usage prompt %d cached %d, want all cached (pulled)", prompt, cached)
+	}
+	if st := p.Stats(); st.KVHeld != 0 {
+		t.Fatalf("same format: the prefill pod still holds the pulled KV: %+v", st)
+	}
+
+	r = decodeLeg(recompute, "skewed recompute")
+	mustStatus(t, r, 200)
+	if prompt, cached := usageCached(t, r.body); prompt == 0 || cached != 0 {
+		t.Fatalf("recompute policy: usage prompt %d cached %d, want cached 0", prompt, cached)
+	}
+	if header(t, r, "X-Sim-Prefill-Seconds") <= 0 || header(t, r, "X-Sim-Transfer-Seconds") != 0 {
+		t.Fatalf("recompute policy: want a local prefill and no transfer: %v", r.header)
+	}
+	if st := p.Stats(); st.KVHeld != 1 {
+		t.Fatalf("the prefill pod should still hold the KV nobody could load: %+v", st)
+	}
+
+	for _, c := range []struct {
+		d    *Server
+		want string
+	}{{fail, "decode pod " + fail.cfg.Name}, {unset, "(unset)"}} {
+		r = decodeLeg(c.d, "skewed fail "+c.d.cfg.Name)
+		if r.status != 400 || !strings.Contains(string(r.body), "kv_transfer_params."+FieldKVFormat) || !strings.Contains(string(r.body), c.want) {
+			t.Fatalf("fail policy, decode format %q: %d %s", c.d.cfg.KVFormat, r.status, r.body)
+		}
+	}
+
+	// A prefill pod without a format announces none (its legs look as before).
+	plain := startPod(t, PodConfig{Engine: EngineVLLM, Role: RolePrefill})
+	pr := post(t, plain.URL(), "/v1/completions", mustJSON(t, aibrixVLLMPrefill(client)))
+	mustStatus(t, pr, 200)
+	if kv := pr.json(t)["kv_transfer_params"].(map[string]any); kv[FieldKVFormat] != nil {
+		t.Fatalf("a pod without kv_format announced %v", kv[FieldKVFormat])
+	}
+}

@@ -87,6 +87,13 @@ type PodConfig struct {
 	// kv_load_failure_policy: "recompute" computes the prompt itself and answers 200; "fail"
 	// (or "", the simulator's default, so contract errors surface) answers the error.
 	KVLoadFailurePolicy string `json:"kv_load_failure_policy"`
+	// KVFormat names the KV cache layout the pod produces and accepts, as a revision's engine
+	// build and connector settings fix it; "" is a format like any other. A vLLM prefill leg
+	// announces a set format in its kv_transfer_params (FieldKVFormat), as real KV connectors
+	// carry engine and layout metadata; a decode leg whose own format differs cannot load the
+	// KV: it behaves as for any failed KV load (KVLoadFailurePolicy). An SGLang decode leg of
+	// another format is refused at the prefill pod's bootstrap server (the transfer fails).
+	KVFormat string `json:"kv_format"`
 	// RecordLimit bounds the request recorder; default 1024.
 	RecordLimit int          `json:"record_limit"`
 	Logger      *slog.Logger `json:"-"`
