@@ -26,7 +26,7 @@ import (
 const StepPairDistance = "pair_distance"
 
 // nearPairWidth is how many of a roleset's cheapest pods per side are paired with each other
-// under topology: ties wider than this keep the first of them in pod order.
+// under topology: of ties wider than this, a random draw of nearPairWidth is kept.
 const nearPairWidth = 8
 
 // tieTolerance is the relative difference under which two pair costs tie.
@@ -114,6 +114,14 @@ func (h *RolesetHandler) pairNear(s *selection, t config.TopologyLabels, maxP, m
 		}
 	}
 	cheapest := func(ix []int, cost []float64) []int {
+		if len(ix) > nearPairWidth {
+			// Shuffled first, so the pods kept among more than nearPairWidth tied ones are a
+			// random draw, not always the first in pod order.
+			for k := len(ix) - 1; k > 0; k-- {
+				m := h.c.rand(k + 1)
+				ix[k], ix[m] = ix[m], ix[k]
+			}
+		}
 		slices.SortStableFunc(ix, func(a, b int) int {
 			switch {
 			case cost[a] < cost[b]:

@@ -178,3 +178,26 @@ func TestNearestTiedPrefill(t *testing.T) {
 		})
 	}
 }
+
+// Ties wider than nearPairWidth: twelve idle decode pods of one roleset, all as near to the one
+// prefill pod, all cost the same; over many picks every one of them is chosen, not only the
+// first nearPairWidth in pod order.
+func TestTopologyWideTiesReachEveryPod(t *testing.T) {
+	pods := []pod{in(P("p", "A"), "a")}
+	for k := range 12 {
+		pods = append(pods, in(D("d"+strings.Repeat("x", k), "A"), "a"))
+	}
+	picked := map[string]bool{}
+	for seed := range 120 {
+		h := newHarness(t, gateway(nil), pods...)
+		h.deps.Rand = rand.New(rand.NewPCG(uint64(seed), 7)).IntN
+		d := h.mustPick(prompt("wide ", 64))
+		if d.Outcome != picker.OutcomePD {
+			t.Fatalf("seed %d: outcome %s, want a pair", seed, d.Outcome)
+		}
+		picked[d.Destination[0].Name] = true
+	}
+	if len(picked) != 12 {
+		t.Errorf("%d of 12 tied decode pods were ever picked: %v", len(picked), picked)
+	}
+}
