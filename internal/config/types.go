@@ -335,9 +335,6 @@ func (rc RoutingConfig) Covers(n int) bool {
 // MaxTopologyLabels is the most label keys TANDEM_TOPOLOGY_LABELS takes.
 const MaxTopologyLabels = 4
 
-// TopologyNone is the TANDEM_TOPOLOGY_LABELS value that switches topology-aware pairing off.
-const TopologyNone = "none"
-
 // Well-known labels that place a pod: its node (Kubernetes sets it on nodes; Tandem reads a
 // pod's spec.nodeName under it), its NVLink domain (NVIDIA's GPU feature discovery labels
 // nodes with it) and its zone.
@@ -414,7 +411,7 @@ func (t TopologyLabels) Between(a, b Placement) int {
 // String lists the keys comma-separated, or "none".
 func (t TopologyLabels) String() string {
 	if t.n == 0 {
-		return TopologyNone
+		return NoLabels
 	}
 	return strings.Join(t.keys[:t.n], ",")
 }

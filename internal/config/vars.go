@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"strconv"
@@ -196,34 +197,52 @@ func engineListVar(name, key, profileKey, desc string, f func(*Gateway) *EngineS
 	}
 }
 
-// topologyVar accepts a comma-separated list of label keys (spaces ignored), or "none".
+// topologyVar accepts a label-key list (parseLabelKeys) of at most MaxTopologyLabels keys,
+// nearest first, or "none".
 func topologyVar(name, key, desc string, f func(*Gateway) *TopologyLabels) Var {
 	const rule = "must be none or 1 to 4 distinct comma-separated label keys, nearest first, e.g. kubernetes.io/hostname,topology.kubernetes.io/zone"
 	return Var{
 		Name: name, Key: key, Type: "list of label keys, or none", Rule: rule, Description: desc,
 		set: func(g *Gateway, raw string) string {
-			raw = strings.TrimSpace(raw)
-			if raw == TopologyNone {
-				*f(g) = TopologyLabels{}
-				return ""
+			keys, why := parseLabelKeys(raw, MaxTopologyLabels)
+			if why != "" {
+				return rule + " (" + why + ")"
 			}
-			var keys []string
-			for _, part := range strings.Split(raw, ",") {
-				k := strings.TrimSpace(part)
-				if k == "" || strings.ContainsAny(k, " \t") {
-					return rule
-				}
-				keys = append(keys, k)
-			}
-			t, ok := NewTopologyLabels(keys...)
-			if !ok {
-				return rule
-			}
+			t, _ := NewTopologyLabels(keys...) // parseLabelKeys checked what it checks
 			*f(g) = t
 			return ""
 		},
 		format: func(g *Gateway) string { return f(g).String() },
 	}
+}
+
+// NoLabels is the value of a label-key list setting that names no label.
+const NoLabels = "none"
+
+// parseLabelKeys reads a label-key list setting: NoLabels, or comma-separated pod label keys
+// (spaces around them ignored), each a valid Kubernetes label key, each once, at most max of
+// them (0: any number). why names what is wrong ("" when nothing is).
+func parseLabelKeys(raw string, max int) (keys []string, why string) {
+	raw = strings.TrimSpace(raw)
+	if raw == NoLabels {
+		return nil, ""
+	}
+	for _, part := range strings.Split(raw, ",") {
+		k := strings.TrimSpace(part)
+		switch {
+		case k == "":
+			return nil, "an empty key: two commas in a row, or one at an end"
+		case len(validation.IsQualifiedName(k)) > 0:
+			return nil, fmt.Sprintf("%q is not a label key: %s", k, validation.IsQualifiedName(k)[0])
+		case slices.Contains(keys, k):
+			return nil, fmt.Sprintf("%q is named twice", k)
+		}
+		keys = append(keys, k)
+	}
+	if max > 0 && len(keys) > max {
+		return nil, fmt.Sprintf("%d keys, at most %d", len(keys), max)
+	}
+	return keys, ""
 }
 
 // strategyVar accepts any strategy name; the picker registry checks it when the resolver is built.
@@ -243,34 +262,23 @@ func strategyVar(name, key, desc string, f func(*Gateway) *string) Var {
 	}
 }
 
-// PairMatchNone is the TANDEM_PAIR_MATCH_LABELS value that matches no label.
-const PairMatchNone = "none"
-
-// labelListVar accepts a comma-separated list of pod label keys (each once; spaces ignored),
-// or PairMatchNone for the empty list; it keeps them comma-joined, without spaces.
+// labelListVar accepts a label-key list (parseLabelKeys), or NoLabels for the empty list; it
+// keeps them comma-joined, without spaces.
 func labelListVar(name, key, desc string, f func(*Gateway) *string) Var {
 	const rule = "must be a comma-separated list of label keys (such as " + pool.LabelDisaggRevision + "), or none"
 	return Var{
 		Name: name, Key: key, Type: "list of label keys, or none", Rule: rule, Description: desc,
 		set: func(g *Gateway, raw string) string {
-			if strings.TrimSpace(raw) == PairMatchNone {
-				*f(g) = ""
-				return ""
-			}
-			var keys []string
-			for _, part := range strings.Split(raw, ",") {
-				k := strings.TrimSpace(part)
-				if k == "" || len(validation.IsQualifiedName(k)) > 0 || slices.Contains(keys, k) {
-					return rule
-				}
-				keys = append(keys, k)
+			keys, why := parseLabelKeys(raw, 0)
+			if why != "" {
+				return rule + " (" + why + ")"
 			}
 			*f(g) = strings.Join(keys, ",")
 			return ""
 		},
 		format: func(g *Gateway) string {
 			if *f(g) == "" {
-				return PairMatchNone
+				return NoLabels
 			}
 			return *f(g)
 		},
