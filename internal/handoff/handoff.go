@@ -169,6 +169,9 @@ func (h *Handoff) runAsync(ctx context.Context) {
 			}
 		}
 	}()
+	// An async prefill leg (SGLang) answers only once its KV was sent: its pod holds the KV
+	// from the leg's start, and a request that ends before the decode pulled it strands it.
+	h.startHold()
 	began := time.Now()
 	_, f := h.a.opts.Executor.Do(ctx, h.call())
 	if f != nil && f.Class == ClassBadResponse && !h.plan.BadResponseFails {
@@ -302,11 +305,14 @@ func (h *Handoff) DecodeFirstToken() {
 func (h *Handoff) noteFailure(f *Failure) {
 	if f.Class != ClassCanceled {
 		h.prefillFailed.Store(true)
+		h.mu.Lock()
+		h.hold.cancel()
+		h.mu.Unlock()
 	}
 }
 
-// startHold starts measuring the prefill pod's hold of this leg's KV once the prefill leg
-// answered, unless the decode leg already took it or the request already ended.
+// startHold starts measuring the prefill pod's hold of this leg's KV (kvHold says when),
+// unless the decode leg already took it or the request already ended.
 func (h *Handoff) startHold() {
 	h.mu.Lock()
 	defer h.mu.Unlock()

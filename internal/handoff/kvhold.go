@@ -41,13 +41,15 @@ type KVObserver interface {
 	// PrefillRelease reports a request that ended before its decode leg's first token while its
 	// prefill pod may hold its KV; engine is the pod's engine label (sglang, vllm, trtllm).
 	PrefillRelease(engine string, result ReleaseResult)
-	// StrandedKV reports a finished hold: seconds from the prefill leg's answer to its end
-	// (the hold timeout for HoldExpired).
+	// StrandedKV reports a finished hold: seconds from its start (kvHold) to its end (the hold
+	// timeout for HoldExpired).
 	StrandedKV(prefill *pool.Endpoint, end HoldEnd, seconds float64)
 }
 
-// kvHold is one finished prefill leg's KV as its prefill pod holds it, from the leg's answer
-// until the decode leg's first token, an abort, or the hold timeout. It reports once.
+// kvHold is a prefill leg's KV as its prefill pod holds it, until the decode leg's first token,
+// an abort, or the hold timeout. It starts at the leg's answer; for an engine whose prefill leg
+// answers only once the KV was sent (SGLang's, run beside the decode leg), at the leg's start.
+// It reports once.
 type kvHold struct {
 	obs     KVObserver
 	prefill *pool.Endpoint
@@ -73,6 +75,19 @@ func beginHold(obs KVObserver, prefill *pool.Endpoint, timeout time.Duration) *k
 	h.timer = time.AfterFunc(timeout, func() { h.end(HoldExpired) })
 	h.mu.Unlock()
 	return h
+}
+
+// cancel ends the hold without reporting it: the prefill leg failed, its pod holds nothing.
+func (h *kvHold) cancel() {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.ended {
+		h.ended = true
+		h.timer.Stop()
+	}
 }
 
 // end reports the hold once, with its length (at most the timeout).

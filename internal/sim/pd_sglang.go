@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 )
 
 // sglangContract is SGLang's bootstrap contract: both legs carry bootstrap_host,
@@ -126,7 +127,7 @@ func sglangPrefillLeg(s *Server, q *inferReq, room int64) *leg {
 			}
 			return herr
 		},
-		handOff: func(_ context.Context, free func()) (extra, *httpError) {
+		handOff: func(ctx context.Context, free func()) (extra, *httpError) {
 			// Until the decode leg pulls it, the held KV answers /abort_request with this rid.
 			key := sglangKVKey(room)
 			unregister := s.aborts.add(q.rid, func(error) {
@@ -134,13 +135,25 @@ func sglangPrefillLeg(s *Server, q *inferReq, room int64) *leg {
 					v.(sglangKV).free()
 				}
 			})
+			freed := make(chan struct{})
+			var once sync.Once
 			release := func() {
-				free()
-				unregister()
+				once.Do(func() {
+					free()
+					unregister()
+					close(freed)
+				})
 			}
 			if err := s.table.put(key, sglangKV{tokens: len(q.ids), free: release}, Wall(s.p.KVHold, s.scale), release); err != nil {
 				release()
 				return extra{}, badRequest("bootstrap_room", "bootstrap_room %d is already in use", room)
+			}
+			// SGLang answers the prefill leg once its KV was sent: the decode leg pulled it, an
+			// abort freed it, or the hold expired. A client that goes away stops waiting; the KV
+			// stays held until one of those.
+			select {
+			case <-freed:
+			case <-ctx.Done():
 			}
 			return extra{}, nil
 		},
