@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/tandem-epp/tandem/internal/picker"
@@ -181,10 +182,19 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 	d := &picker.Decision{Destination: dr.Ranked, Step: StepDecodeOnly}
 	if pr := done[h.prefName]; pr != nil && len(pr.Ranked) > 0 {
 		// The pair-match labels: no prefill pod, and no decode fallback (the gateway hands it
-		// the same prefill target), of another revision than the decode pick's.
-		rev := dr.Ranked[0].Revision
+		// the same prefill target), of another revision than the decode pick's. The pick is
+		// the best-ranked decode pod whose revision has a prefill pod (mid-rollout, the best
+		// one's may have none yet); with none, the best one serves decode-only.
+		decode := dr.Ranked[0]
+		for _, e := range dr.Ranked {
+			if slices.ContainsFunc(pr.Ranked, func(p *pool.Endpoint) bool { return p.Revision == e.Revision }) {
+				decode = e
+				break
+			}
+		}
+		rev := decode.Revision
 		// Among the prefill pods tied for the best score, the nearest to the decode pick first.
-		prefill := sameRevision(nearestTied(cy.Resolved.PD.Topology, pr, dr.Ranked[0]), rev)
+		prefill := sameRevision(nearestTied(cy.Resolved.PD.Topology, pr, decode), rev)
 		dest := sameRevision(dr.Ranked, rev)
 		if len(prefill) < len(pr.Ranked) {
 			d.Trace = &picker.Trace{Steps: []string{StepPairMatchUnpaired}}
@@ -193,7 +203,7 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 		if len(prefill) > 0 {
 			d.Destination, d.Prefill, d.Outcome, d.Step = dest, prefill, picker.OutcomePD, StepPrefillDecode
 			d.SetHeaders = map[string]string{HeaderPrefillerHostPort: prefill[0].HostPort()}
-			lc := newPairLifecycle(h.c, prefill[0], dr.Ranked[0], cy.Req.PromptTokens)
+			lc := newPairLifecycle(h.c, prefill[0], decode, cy.Req.PromptTokens)
 			lc.dest = d.Destination
 			d.Lifecycle = lc
 		}

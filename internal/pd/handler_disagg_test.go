@@ -160,6 +160,9 @@ func TestDisaggHandlerNeverPairsRevisions(t *testing.T) {
 		{"both revisions of prefill", []*pool.Endpoint{prefillA, prefillB, decodeB}, "prefill-b"},
 		{"no prefill pod of the decode pod's revision", []*pool.Endpoint{prefillA, decodeB}, ""},
 		{"two revisions of both roles", []*pool.Endpoint{prefillA, prefillB, decodeA, decodeB}, "*"},
+		// Mid-rollout: decode-c's revision has no prefill pod yet. Whichever decode pod ranks
+		// first, the request is a pair of one revision, never decode-only.
+		{"a decode pod whose revision has no prefill pod", []*pool.Endpoint{prefillA, prefillB, decodeA, decodeB, ep(5, "decode-c", "decode", "c")}, "*"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			snap := pool.NewStore().Publish(pool.Info{}, tc.eps, true)
