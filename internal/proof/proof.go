@@ -91,9 +91,6 @@ type Evidence struct {
 	// counting the connector's tokens) reports few cached tokens on every healthy transfer.
 	// Until then usage can verify a transfer, never refute one; timing still can.
 	CountsTransfers bool
-	// PrefillTokens are the prompt tokens the prefill leg computed (0: unknown; the decode
-	// answer's prompt tokens stand in).
-	PrefillTokens int
 	// DecodeFirstByte is the time from the decode request being forwarded to its first
 	// token, the first byte of a streamed answer (0: unknown, as for a JSON answer, whose first
 	// byte comes with its last token); LocalPrefill how long a local prefill of the prompt takes on
@@ -108,10 +105,7 @@ func Judge(e Evidence) (Result, string) {
 		return Verified, BasisProtocol
 	}
 	if e.HasUsage && (e.Engine == "" || e.Engine == engineVLLM) {
-		prompt := e.PrefillTokens
-		if prompt <= 0 {
-			prompt = e.Usage.Prompt
-		}
+		prompt := e.Usage.Prompt
 		cached, known := e.Usage.Cached, e.Usage.Details
 		if !known && e.CountsTransfers {
 			cached, known = 0, true

@@ -15,7 +15,6 @@ func TestJudge(t *testing.T) {
 		basis string
 	}{
 		{"cached covers the prompt", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Cached: 96, Details: true}}, Verified, BasisUsage},
-		{"cached against the prefill's count", Evidence{HasUsage: true, PrefillTokens: 200, Usage: Usage{Prompt: 100, Cached: 100, Details: true}}, Unknown, BasisUsage},
 		{"nothing cached, the engine counts transfers", Evidence{HasUsage: true, CountsTransfers: true, Usage: Usage{Prompt: 100, Cached: 0, Details: true}}, Recomputed, BasisUsage},
 		{"nothing cached, an engine not known to count transfers", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Cached: 0, Details: true}}, Unknown, BasisNone},
 		{"nothing cached, not known to count transfers, late first byte", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Details: true}, DecodeFirstByte: time.Second, LocalPrefill: time.Second}, Recomputed, BasisTiming},
