@@ -30,6 +30,7 @@ type Result struct {
 	// demo (Options.BrokenDecode) and computed the prompt itself: the pod's own account.
 	Recomputed bool
 	Sent       time.Time // when the request was sent
+	Done       time.Time // when its answer ended
 	Strategy   string    // routing-strategy response header
 	Steps      []string  // decision trace steps (x-tandem-trace)
 	TTFT       time.Duration
@@ -207,6 +208,7 @@ func send(ctx context.Context, client *http.Client, gatewayURL string, r *worklo
 			break
 		}
 	}
+	res.Done = time.Now()
 	if res.Err == "" && res.Tokens == 0 {
 		res.Err = "no tokens in the stream"
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tandem-epp/tandem/internal/proof"
 	"github.com/tandem-epp/tandem/internal/sim"
 )
 
@@ -124,6 +125,18 @@ func pdRequests(results []Result, podRole map[string]string) int {
 	return n
 }
 
+func ordinal(n int) string {
+	switch n {
+	case 1:
+		return "1st"
+	case 2:
+		return "2nd"
+	case 3:
+		return "3rd"
+	}
+	return fmt.Sprintf("%dth", n)
+}
+
 // ReportProof prints the proof of disaggregation: Tandem's verdict counts per pod pair beside
 // the decode pods' own account and, when the demo broke a decode pod, when Tandem caught it and
 // how the PD work moved off it.
@@ -218,19 +231,45 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 			}
 		}
 	}
-	reachedBroken := 0 // recomputed requests sent before it was held
+	// Caught: Tandem's lenient policy holds a decode pod once HoldAfter of its last Window
+	// judged transfers recomputed, so the evidence sufficed when the HoldAfter-th recomputed
+	// answer ended (the pod's own account; unknown verdicts aside).
+	var ends []time.Time // of the recomputed answers
+	var last time.Time   // the broken pod's last request
 	for i := range results {
-		if r := &results[i]; r.Recomputed && (heldAt.IsZero() || r.Sent.Before(heldAt)) {
-			reachedBroken++
+		r := &results[i]
+		if r.Err == "" && r.Pod == brk.Pod && r.Sent.After(last) {
+			last = r.Sent
+		}
+		if r.Recomputed {
+			ends = append(ends, r.Done)
 		}
 	}
-	if heldAt.IsZero() {
+	sort.Slice(ends, func(i, j int) bool { return ends[i].Before(ends[j]) })
+	var caughtAt time.Time
+	if len(ends) >= proof.DefaultHoldAfter {
+		caughtAt = ends[proof.DefaultHoldAfter-1]
+	}
+	reached := 0 // PD requests sent to it broken before it was held
+	for i := range results {
+		if r := &results[i]; r.Recomputed && (heldAt.IsZero() || r.Sent.Before(heldAt)) {
+			reached++
+		}
+	}
+	switch {
+	case heldAt.IsZero():
 		fmt.Fprintf(w, "  Not caught before the replay ended: %d PD requests reached it broken, Tandem counted %.0f recomputed.\n",
-			reachedBroken, recomputedOn[brk.Pod])
-	} else {
-		fmt.Fprintf(w, "  Caught: from %s, %s after the break, Tandem held %s out of PD work (pd_transfer_held in the decision\n"+
-			"  trace of %d requests); %d PD requests had reached it broken by then (Tandem counted %.0f recomputed in all).\n",
-			at(heldAt), ms(heldAt.Sub(brk.At)), brk.Pod, heldTraces, reachedBroken, recomputedOn[brk.Pod])
+			reached, recomputedOn[brk.Pod])
+	case caughtAt.IsZero():
+		fmt.Fprintf(w, "  Held out of PD work from %s (pd_transfer_held in the decision trace of %d requests), after %d PD requests\n"+
+			"  reached it broken (Tandem counted %.0f recomputed on it).\n", at(heldAt), heldTraces, reached, recomputedOn[brk.Pod])
+	default:
+		fmt.Fprintf(w, "  Caught on its %s recomputed answer (Tandem holds a decode pod once %d of its last %d transfers recomputed),\n"+
+			"  at %s, %s after the break and %s after its first recomputed answer; %d PD requests had reached it broken.\n"+
+			"  Held out of PD work from then on: pd_transfer_held in the decision trace of %d requests, the first sent at %s.\n"+
+			"  Tandem counted %.0f recomputed on it in all.\n",
+			ordinal(proof.DefaultHoldAfter), proof.DefaultHoldAfter, proof.DefaultWindow, at(caughtAt), ms(caughtAt.Sub(brk.At)),
+			ms(caughtAt.Sub(ends[0])), reached, heldTraces, at(heldAt), recomputedOn[brk.Pod])
 	}
 
 	// Its share of the decode work (requests a decode pod served) before the break and once held.
@@ -254,6 +293,13 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 	line := fmt.Sprintf("  %s's share of the decode pods' requests: %s before the break", brk.Pod, share(brk.Start, brk.At))
 	if !heldAt.IsZero() {
 		line += ", " + share(heldAt, time.Time{}) + " once held"
+	}
+	switch {
+	case caughtAt.IsZero() || last.IsZero():
+	case last.After(caughtAt):
+		line += fmt.Sprintf(";\n  its last request was sent at %s, %s after it was caught", at(last), ms(last.Sub(caughtAt)))
+	default:
+		line += fmt.Sprintf(";\n  its last request was sent at %s, before it was caught", at(last))
 	}
 	fmt.Fprintln(w, line+".")
 	if readmitted > 0 {
