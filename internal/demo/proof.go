@@ -199,7 +199,7 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 		}
 		account = append(account, fmt.Sprintf("%s used the transferred KV %d×, recomputed the prompt %d×", p.Name, used, recomputed))
 	}
-	fmt.Fprintf(w, "  the decode pods' own account (X-Sim headers): %s.\n", strings.Join(account, "; "))
+	fmt.Fprintf(w, "  The decode pods' own account (X-Sim headers):\n    %s.\n", strings.Join(account, ";\n    "))
 
 	if brk.Pod == "" {
 		fmt.Fprintln(w, "  Every pod stayed healthy (--broken-decode none): a healthy pool counts 0 recomputed.")
