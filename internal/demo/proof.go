@@ -210,8 +210,13 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 		return
 	}
 	at := func(t time.Time) string { return fmt.Sprintf("%.1fs", t.Sub(brk.Start).Seconds()) }
-	fmt.Fprintf(w, "Broken pair: %s's KV connector broke at %s into the replay (the simulator's recompute_kv fault: it computes\n"+
-		"  every prompt itself and still answers 200).\n", brk.Pod, at(brk.At))
+	fromStart := !brk.At.After(brk.Start)
+	when := "broke at " + at(brk.At) + " into the replay"
+	if fromStart {
+		when = "was broken from the start"
+	}
+	fmt.Fprintf(w, "Broken pair: %s's KV connector %s (the simulator's recompute_kv fault: it computes\n"+
+		"  every prompt itself and still answers 200).\n", brk.Pod, when)
 
 	// Caught: the first request whose decision trace shows the pod held out.
 	heldStep := "pd_transfer_held:default/" + brk.Pod + ":"
@@ -257,6 +262,10 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 		}
 	}
 	switch {
+	case heldAt.IsZero() && !caughtAt.IsZero() && !last.After(caughtAt):
+		fmt.Fprintf(w, "  Its %s recomputed answer came at %s, %s after the break (Tandem holds a decode pod once %d of its last %d\n"+
+			"  transfers recomputed), but no request came after it to show the hold. Tandem counted %.0f recomputed on it.\n",
+			ordinal(proof.DefaultHoldAfter), at(caughtAt), ms(caughtAt.Sub(brk.At)), proof.DefaultHoldAfter, proof.DefaultWindow, recomputedOn[brk.Pod])
 	case heldAt.IsZero():
 		fmt.Fprintf(w, "  Not caught before the replay ended: %d PD requests reached it broken, Tandem counted %.0f recomputed.\n",
 			reached, recomputedOn[brk.Pod])
@@ -290,9 +299,16 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 		}
 		return fmt.Sprintf("%.0f%% (%d of %d)", 100*float64(mine)/float64(all), mine, all)
 	}
-	line := fmt.Sprintf("  %s's share of the decode pods' requests: %s before the break", brk.Pod, share(brk.Start, brk.At))
+	var parts []string
+	if !fromStart {
+		parts = append(parts, share(brk.Start, brk.At)+" before the break")
+	}
 	if !heldAt.IsZero() {
-		line += ", " + share(heldAt, time.Time{}) + " once held"
+		parts = append(parts, share(heldAt, time.Time{})+" once held")
+	}
+	line := fmt.Sprintf("  %s's share of the decode pods' requests: %s", brk.Pod, strings.Join(parts, ", "))
+	if len(parts) == 0 {
+		line = fmt.Sprintf("  %s never held: its share of the decode pods' requests after the break, %s", brk.Pod, share(brk.At, time.Time{}))
 	}
 	switch {
 	case caughtAt.IsZero() || last.IsZero():
