@@ -145,7 +145,7 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 	for _, p := range st.Pods {
 		podRole[p.Name] = p.Role
 	}
-	fmt.Fprintln(w, "\nProof of disaggregation (Tandem's tandem_pd_transfer_total: each PD request judged from its decode answer's usage):")
+	fmt.Fprintln(w, "\nProof of disaggregation (Tandem's tandem_pd_transfer_total: each PD request judged from its decode answer):")
 	type pair struct{ prefill, decode string }
 	byPair := map[pair]map[string]float64{}
 	recomputedOn := map[string]float64{} // decode pod -> recomputed verdicts
@@ -200,6 +200,20 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 		account = append(account, fmt.Sprintf("%s used the transferred KV %d×, recomputed the prompt %d×", p.Name, used, recomputed))
 	}
 	fmt.Fprintf(w, "  The decode pods' own account (X-Sim headers):\n    %s.\n", strings.Join(account, ";\n    "))
+	podRecomputed := 0
+	for i := range results {
+		if results[i].Recomputed {
+			podRecomputed++
+		}
+	}
+	var tandemRecomputed float64
+	for _, n := range recomputedOn {
+		tandemRecomputed += n
+	}
+	if tandemRecomputed < float64(podRecomputed) {
+		fmt.Fprintln(w, "  (A recomputing pod whose own prefix cache held most of a prompt reports those hits as cached tokens, so\n"+
+			"  Tandem may judge that request unknown or verified: see docs/proof.md, Limits.)")
+	}
 
 	if brk.Pod == "" {
 		fmt.Fprintln(w, "  Every pod stayed healthy (--broken-decode none): a healthy pool counts 0 recomputed.")
