@@ -244,7 +244,7 @@ func TestDemoCatchesBrokenPair(t *testing.T) {
 	if counted < 2 || counted > recomputed {
 		t.Errorf("Tandem counted %d recomputed transfers on decode-b, which recomputed %d prompts: want 2 or more, and no more than it did", counted, recomputed)
 	}
-	if !strings.Contains(s, "Broken pair: decode-b's KV connector broke at") {
+	if !strings.Contains(s, "Broken pair: decode-b's KV connector was broken from the start") {
 		t.Fatal("the report does not name the broken pair")
 	}
 	if !regexp.MustCompile(`Caught on its 2nd recomputed answer .*\n.*\n  Held out of PD work from then on: pd_transfer_held in the decision trace of [1-9]`).MatchString(s) {
