@@ -24,6 +24,12 @@ type Options struct {
 	Mix       workload.Mix
 	TimeScale float64
 	Listen    string
+	// BrokenDecode names the decode pod whose KV connector breaks during the replay (the
+	// simulator's recompute_kv fault), for the report to show Tandem's transfer proof catching
+	// it; "" keeps every pod healthy. BreakAt is when, as a fraction of Mix.Window (0: from
+	// the start).
+	BrokenDecode string
+	BreakAt      float64
 	// Stay keeps the stack up after the summary until ctx ends (for curl by hand).
 	Stay   bool
 	RunEPP EPPRunner
@@ -67,7 +73,44 @@ func Run(ctx context.Context, o Options) error {
 		podRole[p.Name] = p.Role
 	}
 	prog := &Progress{Total: len(reqs)}
+	brk := Break{Pod: o.BrokenDecode}
+	var brokeAt chan time.Time // the break's time, once it happened
+	stopBreak := make(chan struct{})
+	if brk.Pod != "" {
+		after := time.Duration(o.BreakAt * float64(o.Mix.Window))
+		brokeAt = make(chan time.Time, 1)
+		breakNow := func() error {
+			if err := breakPod(st, brk.Pod); err != nil {
+				return fmt.Errorf("demo: %w", err)
+			}
+			brokeAt <- time.Now()
+			fmt.Fprintf(o.Progress, "%s's KV connector is broken now: it recomputes every prompt and still answers 200.\n", brk.Pod)
+			return nil
+		}
+		if after <= 0 {
+			if err := breakNow(); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintf(o.Progress, "%s's KV connector breaks %s into the replay.\n", brk.Pod, after.Round(100*time.Millisecond))
+			if _, err := findDecode(st, brk.Pod); err != nil {
+				return fmt.Errorf("demo: %w", err)
+			}
+			go func() {
+				t := time.NewTimer(after)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					if err := breakNow(); err != nil {
+						o.Logger.Error(err, "breaking the decode pod")
+					}
+				case <-stopBreak:
+				}
+			}()
+		}
+	}
 	start := time.Now()
+	brk.Start = start
 	stopTicker := make(chan struct{})
 	tickerDone := make(chan struct{})
 	go func() {
@@ -89,6 +132,12 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}()
 	results := Drive(ctx, st.GatewayURL, reqs, podRole, prog)
+	close(stopBreak)
+	select {
+	case brk.At = <-brokeAt: // nil channel (no broken pod): not ready
+	default:
+	}
+	markRecomputed(results, brk)
 	close(stopTicker)
 	<-tickerDone
 	elapsed := time.Since(start)
@@ -98,6 +147,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	decisions, derr := ScrapeDecisions(st.MetricsURL)
 	Report(o.Out, st, results, elapsed, decisions, derr)
+	transfers, terr := scrapeTransfersSettled(st.MetricsURL, pdRequests(results, podRole))
+	ReportProof(o.Out, st, results, brk, transfers, terr)
 	var engineErr error
 	if o.EngineCheckEPP != nil {
 		fmt.Fprintf(o.Progress, "Checking the epp hand-off on a vLLM, an SGLang and a TensorRT-LLM pair …\n")

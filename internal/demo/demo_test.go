@@ -175,3 +175,90 @@ func TestRunWithTandem(t *testing.T) {
 		t.Errorf("the why-section did not come from Tandem's metrics")
 	}
 }
+
+func TestParseTransfers(t *testing.T) {
+	text := `# TYPE tandem_pd_transfer_total counter
+tandem_pd_transfer_total{decode_pod="default/decode-b",prefill_pod="default/prefill-b",result="recomputed"} 2
+tandem_pd_transfer_total{decode_pod="default/decode-a",prefill_pod="default/prefill-a",result="verified"} 40
+tandem_decisions_total{outcome="pd",step="pair",strategy="pd"} 42
+`
+	got, err := parseTransfers(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Transfer{{"prefill-b", "decode-b", "recomputed", 2}, {"prefill-a", "decode-a", "verified", 40}}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+}
+
+// TestDemoCatchesBrokenPair is the demo's broken pair in small, with the real Tandem (./cmd/epp
+// as a process). decode-b's KV connector is broken from the start: the picker spreads the first
+// requests over both pairs, whereas later it may send a pod it has seen slow no work for a
+// while, so a short replay need not reach a pod broken partway. The report shows, from
+// Tandem's /metrics and decision traces, the broken pair's recomputed transfers counted (no
+// more than the pod's own account), decode-b caught and held out of PD work (its last request
+// within 5 s of its catching), and the healthy pair with 0 recomputed; every request succeeds.
+func TestDemoCatchesBrokenPair(t *testing.T) {
+	root, err := FindRepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	tmp := t.TempDir()
+	bin, err := BuildEPP(ctx, root, tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, progress bytes.Buffer
+	err = Run(ctx, Options{
+		Traces: traces.Embedded(), Mix: workload.Mix{Conv: 40, Code: 12, Mooncake: 12, Window: 10 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
+		TimeScale: 0.02, Listen: "127.0.0.1:0", RunEPP: ProcessEPP(bin, filepath.Join(tmp, "epp.log"), nil), Out: &out, Progress: &progress,
+		BrokenDecode: "decode-b", BreakAt: 0,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := out.String()
+	t.Log(s)
+	if !strings.Contains(s, "64 requests replayed") || !strings.Contains(s, ", 0 failed.") {
+		t.Fatalf("want 64 requests and no failure")
+	}
+	// The healthy pair: verified transfers, none recomputed.
+	if m := regexp.MustCompile(`prefill-a → decode-a +verified +(\d+) +recomputed +(\d+)`).FindStringSubmatch(s); m == nil || m[1] == "0" || m[2] != "0" {
+		t.Errorf("the healthy pair's verdicts: %v, want some verified and 0 recomputed", m)
+	}
+	// The broken pair: recomputed transfers counted by Tandem (2 hold the pod), no more than
+	// decode-b really recomputed (a prompt its own prefix cache held may be judged unknown).
+	m := regexp.MustCompile(`prefill-b → decode-b +verified +\d+ +recomputed +(\d+)`).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatal("no transfer counted on the broken pair")
+	}
+	own := regexp.MustCompile(`decode-b used the transferred KV \d+×, recomputed the prompt (\d+)×`).FindStringSubmatch(s)
+	if own == nil {
+		t.Fatal("no account of decode-b's own")
+	}
+	counted, _ := strconv.Atoi(m[1])
+	recomputed, _ := strconv.Atoi(own[1])
+	if counted < 2 || counted > recomputed {
+		t.Errorf("Tandem counted %d recomputed transfers on decode-b, which recomputed %d prompts: want 2 or more, and no more than it did", counted, recomputed)
+	}
+	if !strings.Contains(s, "Broken pair: decode-b's KV connector was broken from the start") {
+		t.Fatal("the report does not name the broken pair")
+	}
+	if !regexp.MustCompile(`Caught on its 2nd recomputed answer .*\n.*\n  Held out of PD work from then on: pd_transfer_held in the decision trace of [1-9]`).MatchString(s) {
+		t.Fatal("the broken pair was not caught, or not held out of PD work")
+	}
+	// Once caught, it stops receiving PD work within 5 s.
+	if m := regexp.MustCompile(`its last request was sent at [\d.]+s, (\S+) after it was caught`).FindStringSubmatch(s); m != nil {
+		if d, err := time.ParseDuration(strings.Replace(m[1], "—", "0s", 1)); err != nil || d > 5*time.Second {
+			t.Errorf("decode-b still received PD work %s after it was caught (%v), want within 5 s", m[1], err)
+		}
+	} else if !regexp.MustCompile(`its last request was sent at [\d.]+s, before it was caught`).MatchString(s) {
+		t.Error("the report does not say when decode-b received its last request")
+	}
+	if !strings.Contains(s, "decode-b's share of the decode pods' requests:") || !strings.Contains(s, "once held") {
+		t.Error("no share of decode work before and after")
+	}
+}

@@ -23,13 +23,20 @@ type Result struct {
 	Status int
 	Pod    string // X-Sim-Pod: the pod that produced the tokens
 	// PD is true when that pod got its KV cache from a prefill pod (X-Sim-Transfer-Seconds > 0).
-	PD       bool
-	Strategy string   // routing-strategy response header
-	Steps    []string // decision trace steps (x-tandem-trace)
-	TTFT     time.Duration
-	ITLs     []time.Duration
-	Tokens   int
-	Err      string
+	PD bool
+	// LocalPrefill is true when that pod computed the prompt itself (X-Sim-Prefill-Seconds > 0).
+	LocalPrefill bool
+	// Recomputed is true for a PD request whose decode pod had its KV connector broken by the
+	// demo (Options.BrokenDecode) and computed the prompt itself: the pod's own account.
+	Recomputed bool
+	Sent       time.Time // when the request was sent
+	Done       time.Time // when its answer ended
+	Strategy   string    // routing-strategy response header
+	Steps      []string  // decision trace steps (x-tandem-trace)
+	TTFT       time.Duration
+	ITLs       []time.Duration
+	Tokens     int
+	Err        string
 }
 
 // Progress counts requests as they go; safe for concurrent use.
@@ -59,14 +66,23 @@ func (p *Progress) Line(elapsed time.Duration) string {
 
 // Kinds of served request, by the pod that produced the tokens and where its KV came from.
 const (
-	KindPD       = "decode (PD)"             // a decode pod, KV from a prefill pod
-	KindDecode   = "decode (no prefill leg)" // a decode pod that computed the prompt itself
-	KindCombined = "standard (combined)"     // the standard pod ran both phases
-	KindPrefill  = "prefill pod (whole request)"
-	KindUnknown  = "unknown pod"
+	KindPD         = "decode (PD)"             // a decode pod, KV from a prefill pod
+	KindRecomputed = "decode (PD, recomputed)" // a decode pod whose broken KV connector made it compute the prompt
+	KindDecode     = "decode (no prefill leg)" // a decode pod that computed the prompt itself
+	KindCombined   = "standard (combined)"     // the standard pod ran both phases
+	KindPrefill    = "prefill pod (whole request)"
+	KindUnknown    = "unknown pod"
 )
 
-// Kind classifies a served request.
+// Kind classifies a served request, its pod having role.
+func (r *Result) Kind(role string) string {
+	if r.Recomputed {
+		return KindRecomputed
+	}
+	return Kind(role, r.PD)
+}
+
+// Kind classifies a served request by its pod's role and where its KV came from.
 func Kind(role string, pd bool) string {
 	switch role {
 	case "decode":
@@ -140,6 +156,7 @@ func send(ctx context.Context, client *http.Client, gatewayURL string, r *worklo
 	}
 	req.Header.Set("Content-Type", "application/json")
 	t0 := time.Now()
+	res.Sent = t0
 	resp, err := client.Do(req)
 	if err != nil {
 		res.Err = err.Error()
@@ -150,6 +167,9 @@ func send(ctx context.Context, client *http.Client, gatewayURL string, r *worklo
 	res.Pod = resp.Header.Get("X-Sim-Pod")
 	if v, err := strconv.ParseFloat(resp.Header.Get("X-Sim-Transfer-Seconds"), 64); err == nil && v > 0 {
 		res.PD = true
+	}
+	if v, err := strconv.ParseFloat(resp.Header.Get("X-Sim-Prefill-Seconds"), 64); err == nil && v > 0 {
+		res.LocalPrefill = true
 	}
 	res.Strategy = resp.Header.Get("routing-strategy")
 	var trace struct {
@@ -188,6 +208,7 @@ func send(ctx context.Context, client *http.Client, gatewayURL string, r *worklo
 			break
 		}
 	}
+	res.Done = time.Now()
 	if res.Err == "" && res.Tokens == 0 {
 		res.Err = "no tokens in the stream"
 	}

@@ -40,13 +40,22 @@ func ScrapeDecisions(url string) ([]Decision, error) {
 // parseDecisions reads the decision counter's series from Prometheus text format.
 func parseDecisions(r io.Reader) ([]Decision, error) {
 	var out []Decision
+	err := parseSeries(r, decisionMetrics, func(labels map[string]string, v float64) {
+		out = append(out, Decision{Strategy: labels["strategy"], Outcome: labels["outcome"], Step: labels["step"], Count: v})
+	})
+	return out, err
+}
+
+// parseSeries calls add with the labels and value of every series in Prometheus text format
+// whose line starts with one of names (a metric name and its opening brace).
+func parseSeries(r io.Reader, names []string, add func(labels map[string]string, v float64)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		var rest string
 		var ok bool
-		for _, name := range decisionMetrics {
+		for _, name := range names {
 			if rest, ok = strings.CutPrefix(line, name); ok {
 				break
 			}
@@ -62,22 +71,14 @@ func parseDecisions(r io.Reader) ([]Decision, error) {
 		if err != nil {
 			continue
 		}
-		d := Decision{Count: v}
+		m := map[string]string{}
 		for _, kv := range strings.Split(labels, ",") {
 			k, val, _ := strings.Cut(kv, "=")
-			val = strings.Trim(val, `"`)
-			switch k {
-			case "strategy":
-				d.Strategy = val
-			case "outcome":
-				d.Outcome = val
-			case "step":
-				d.Step = val
-			}
+			m[k] = strings.Trim(val, `"`)
 		}
-		out = append(out, d)
+		add(m, v)
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
 // percentile returns the q-quantile (nearest rank) of d, which it sorts.
@@ -131,7 +132,7 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 			continue
 		}
 		served[r.Pod]++
-		role := Kind(podRole[r.Pod], r.PD)
+		role := r.Kind(podRole[r.Pod])
 		g := roles[role]
 		if g == nil {
 			g = &group{}
@@ -159,7 +160,7 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 			prefillLegs += received(p)
 		}
 	}
-	for _, role := range []string{KindPD, KindDecode, KindCombined, KindPrefill, KindUnknown} {
+	for _, role := range []string{KindPD, KindRecomputed, KindDecode, KindCombined, KindPrefill, KindUnknown} {
 		g := roles[role]
 		if g == nil {
 			continue
@@ -179,6 +180,9 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 	}
 	fmt.Fprintf(w, "\nRouting: %d went PD (decode pod fed by a prefill pod), %d combined (standard pod), %d to a decode pod without a prefill leg.\n",
 		count(KindPD), count(KindCombined), count(KindDecode))
+	if n := count(KindRecomputed); n > 0 {
+		fmt.Fprintf(w, "  and %d went PD to a decode pod whose broken KV connector made it compute the prompt itself (see the proof below).\n", n)
+	}
 	for _, src := range sortedKeys(bySource) {
 		m := bySource[src]
 		fmt.Fprintf(w, "  %-24s PD %3d   combined %3d   decode-only %3d   failed %3d\n", src, m[KindPD], m[KindCombined], m[KindDecode], m["failed"])
@@ -241,7 +245,7 @@ func Report(w io.Writer, st *Stack, results []Result, elapsed time.Duration, dec
 func handoffLine(results []Result, podRole map[string]string) string {
 	byEPP, bySidecar := 0, 0
 	for _, r := range results {
-		if r.Err != "" || Kind(podRole[r.Pod], r.PD) != KindPD {
+		if k := r.Kind(podRole[r.Pod]); r.Err != "" || (k != KindPD && k != KindRecomputed) {
 			continue
 		}
 		epp := false

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/demo/workload"
@@ -24,7 +26,14 @@ type Flags struct {
 	EngineCheck bool
 	Stay        bool
 	Version     bool
+	// BrokenDecode is the decode pod whose KV connector breaks during the replay ("" or
+	// "none": every pod stays healthy); BreakAt is when, as a fraction of the window.
+	BrokenDecode string
+	BreakAt      float64
 }
+
+// DecodePods are the demo's decode pods, one per roleset (internal/demo's stack).
+var DecodePods = []string{"decode-a", "decode-b"}
 
 // ErrHelp is returned by Parse when -h or --help was asked for (usage already printed).
 var ErrHelp = flag.ErrHelp
@@ -36,7 +45,8 @@ func Parse(args []string, out io.Writer) (*Flags, error) {
 	fs.SetOutput(out)
 	fs.Usage = func() {
 		fmt.Fprintf(out, `Tandem demo: simulated prefill/decode/standard pods, Tandem and a local gateway on 127.0.0.1,
-a slice of real traces replayed through them, then a summary per pod role.
+a slice of real traces replayed through them, then a summary per pod role. Partway through, one
+decode pod's KV connector breaks silently (--broken-decode): the summary shows Tandem catching it.
 
 Usage: make demo [ARGS='flags']   or   go run ./cmd/demo [flags]
 
@@ -56,6 +66,8 @@ Flags:
 	fs.StringVar(&f.EPPBinary, "epp-binary", "", "Tandem binary to run (default: build ./cmd/epp)")
 	fs.StringVar(&f.Handoff, "handoff", "", "PD hand-off: sidecar (the decode pod's llm-d-style sidecar runs the prefill leg) or epp (Tandem runs it); auto or empty keeps Tandem's default (TANDEM_PD_HANDOFF=auto: the sidecar hand-off, since the demo's decode pods declare their sidecar)")
 	fs.BoolVar(&f.EngineCheck, "engine-check", true, "after the replay, run one vLLM, one SGLang and one TensorRT-LLM prefill/decode pair with the epp hand-off (Tandem runs the prefill leg)")
+	fs.StringVar(&f.BrokenDecode, "broken-decode", "decode-b", "decode pod whose KV connector breaks silently during the replay (the simulator's recompute_kv fault: it recomputes every prompt and still answers 200), to show Tandem's transfer proof catching it and holding the pod out of PD work; none keeps every pod healthy")
+	fs.Float64Var(&f.BreakAt, "break-at", 0.33, "when --broken-decode breaks, as a fraction of --window (0: broken from the start)")
 	fs.BoolVar(&f.Stay, "stay", false, "keep everything up after the summary until Ctrl-C, to curl it by hand")
 	fs.BoolVar(&f.Version, "version", false, "print the version, commit and Go version, then exit")
 	if err := fs.Parse(args); err != nil {
@@ -76,6 +88,15 @@ func (f *Flags) check() error {
 	case "", "auto", "sidecar", "epp":
 	default:
 		errs = append(errs, fmt.Errorf("--handoff %q: want auto, sidecar or epp", f.Handoff))
+	}
+	switch {
+	case f.BrokenDecode == "" || f.BrokenDecode == "none":
+		f.BrokenDecode = ""
+	case !slices.Contains(DecodePods, f.BrokenDecode):
+		errs = append(errs, fmt.Errorf("--broken-decode %q: want one of the demo's decode pods (%s) or none", f.BrokenDecode, strings.Join(DecodePods, ", ")))
+	}
+	if f.BreakAt < 0 || f.BreakAt >= 1 {
+		errs = append(errs, fmt.Errorf("--break-at=%g: want a fraction of --window in [0, 1), e.g. 0.33", f.BreakAt))
 	}
 	for name, n := range map[string]int{"--conv": f.Mix.Conv, "--code": f.Mix.Code, "--mooncake": f.Mix.Mooncake} {
 		if n < 0 {

@@ -31,6 +31,8 @@ func TestParseRejects(t *testing.T) {
 		{[]string{"--epp-binary", bin}, "not an executable file"},
 		{[]string{"--epp-binary", filepath.Join(t.TempDir(), "nope")}, "--epp-binary: stat"},
 		{[]string{"extra"}, `unexpected arguments ["extra"]`},
+		{[]string{"--broken-decode", "prefill-a"}, `--broken-decode "prefill-a": want one of the demo's decode pods (decode-a, decode-b) or none`},
+		{[]string{"--break-at", "1"}, "--break-at=1: want a fraction of --window in [0, 1)"},
 	}
 	for _, c := range cases {
 		_, err := Parse(c.args, &bytes.Buffer{})
@@ -51,6 +53,27 @@ func TestHandoffReachesTandem(t *testing.T) {
 		got, ok := f.EPPEnv()["TANDEM_PD_HANDOFF"]
 		if want := h != ""; ok != want || got != h {
 			t.Errorf("--handoff=%q: TANDEM_PD_HANDOFF = %q (set %v), want %q (set %v)", h, got, ok, h, want)
+		}
+	}
+}
+
+// TestBrokenDecodeFlag: by default the second roleset's decode pod breaks a third of the way
+// through the replay; none (or empty) keeps every pod healthy.
+func TestBrokenDecodeFlag(t *testing.T) {
+	f, err := Parse(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.BrokenDecode != "decode-b" || f.BreakAt != 0.33 {
+		t.Errorf("defaults: --broken-decode %q --break-at %g, want decode-b 0.33", f.BrokenDecode, f.BreakAt)
+	}
+	for _, v := range []string{"none", ""} {
+		f, err := Parse([]string{"--broken-decode=" + v}, &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("--broken-decode=%q: %v", v, err)
+		}
+		if f.BrokenDecode != "" {
+			t.Errorf("--broken-decode=%q: broken pod %q, want none", v, f.BrokenDecode)
 		}
 	}
 }

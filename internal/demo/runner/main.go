@@ -70,6 +70,7 @@ func run(args []string) error {
 	}
 	return demo.Run(ctx, demo.Options{
 		Requests: reqs, Mix: f.Mix, TimeScale: f.TimeScale, Listen: f.Listen, Stay: f.Stay,
+		BrokenDecode: f.BrokenDecode, BreakAt: f.BreakAt,
 		RunEPP: demo.ProcessEPP(bin, logPath, env), EngineCheckEPP: engineCheck,
 		Out: os.Stdout, Progress: os.Stderr, ProgressTTY: launch.IsTerminal(os.Stderr),
 	})
