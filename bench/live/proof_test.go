@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/tandem-epp/tandem/internal/demo"
 )
 
@@ -102,7 +99,7 @@ func TestRecomputeDetectedOnLLMDSimulator(t *testing.T) {
 		}
 		brokenAt = append(brokenAt, served)
 	}
-	verdicts, err := transferVerdicts(ctx, tan.metrics)
+	verdicts, err := transferVerdicts(tan.metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +109,7 @@ func TestRecomputeDetectedOnLLMDSimulator(t *testing.T) {
 	}
 	brokenServed := brokenAt[len(brokenAt)-1]
 	t.Logf("verdicts %v; the broken pod served %.0f (after each request: %v), the healthy one %.0f", verdicts, brokenServed, brokenAt, healthyServed)
-	brokenKey, healthyKey := "default/"+brokenPod, "default/"+healthyPod
+	brokenKey, healthyKey := brokenPod, healthyPod // demo.ScrapeTransfers names pods without their namespace
 	if got := verdicts[healthyKey]["recomputed"]; got != 0 {
 		t.Errorf("the healthy decode pod was judged recomputed %v times; want 0 (its usage counts no transferred tokens: that proves nothing)", got)
 	}
@@ -128,34 +125,18 @@ func TestRecomputeDetectedOnLLMDSimulator(t *testing.T) {
 	}
 }
 
-// transferVerdicts reads tandem_pd_transfer_total per decode pod and result.
-func transferVerdicts(ctx context.Context, metricsURL string) (map[string]map[string]float64, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL, nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
+// transferVerdicts is tandem_pd_transfer_total per decode pod and result.
+func transferVerdicts(metricsURL string) (map[string]map[string]float64, error) {
+	ts, err := demo.ScrapeTransfers(metricsURL)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]map[string]float64{}
-	for _, m := range fams["tandem_pd_transfer_total"].GetMetric() {
-		var decode, result string
-		for _, l := range m.GetLabel() {
-			switch l.GetName() {
-			case "decode_pod":
-				decode = l.GetValue()
-			case "result":
-				result = l.GetValue()
-			}
+	for _, x := range ts {
+		if out[x.Decode] == nil {
+			out[x.Decode] = map[string]float64{}
 		}
-		if out[decode] == nil {
-			out[decode] = map[string]float64{}
-		}
-		out[decode][result] += m.GetCounter().GetValue()
+		out[x.Decode][x.Result] += x.Count
 	}
 	return out, nil
 }
