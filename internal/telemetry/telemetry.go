@@ -489,6 +489,16 @@ func (m *Metrics) DecodeWatchdog(phase string) {
 
 // Transfer counts one PD request's transfer proof for its pod pair (proof.Observer).
 func (m *Metrics) Transfer(result proof.Result, prefillPod, decodePod string) {
+	m.podsMu.Lock()
+	defer m.podsMu.Unlock()
+	if m.poolSeen {
+		// A verdict that comes after either pod left does not bring its series back.
+		_, p := m.pods[prefillPod]
+		_, d := m.pods[decodePod]
+		if !p || !d {
+			return
+		}
+	}
 	m.pdTransfer.WithLabelValues(m.bound("result", string(result)), prefillPod, decodePod).Inc()
 }
 

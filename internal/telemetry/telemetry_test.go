@@ -275,6 +275,10 @@ func TestPodLeaves(t *testing.T) {
 	if n := seriesWith(t, reg, "tandem_pd_transfer_total", "prefill_pod", "ns/p-1"); n != 1 {
 		t.Errorf("p-1 stayed but has %d transfer series, want 1", n)
 	}
+	m.Transfer("verified", p0.PodKey(), d0.PodKey()) // a verdict that ends after p-0 left
+	if n := seriesWith(t, reg, "tandem_pd_transfer_total", "prefill_pod", "ns/p-0"); n != 0 {
+		t.Errorf("a verdict after p-0 left recreated %d transfer series", n)
+	}
 	// A hold of p-0 that ends after it left (a late expiry timer) does not bring a series back.
 	m.StrandedKV(p0, "expired", 480)
 	if n := seriesWith(t, reg, "tandem_pd_stranded_kv_seconds_total", "pod_name", "p-0"); n != 0 {
