@@ -75,7 +75,7 @@ func (st *stream) startTransfer(mode string) {
 }
 
 // strictTransfer runs the strict policy on a response body chunk before it is forwarded: once
-// the evidence is complete (the body's end, or an event stream's usage or final event), a
+// the evidence is complete (the body's end, or an event stream's final `data: [DONE]`), a
 // transfer that is not verified fails the request. Before the response headers went out the
 // client gets a 502 with x-error-pd-decode; after them the stream is cut before its end, so the
 // client never sees a complete answer. stop: the chunk must not be forwarded (err ends the
@@ -154,7 +154,7 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 		ev.LocalPrefill = local
 	}
 	res, basis := proof.Judge(ev)
-	if res == proof.Verified && basis == proof.BasisUsage {
+	if res == proof.Verified && basis == proof.BasisUsage && ev.Usage.WholePrompt() {
 		gate.SawTransfer(decode.Key(), decode.Model)
 	}
 	x.result = res

@@ -169,9 +169,12 @@ func (h *Handoff) runAsync(ctx context.Context) {
 			}
 		}
 	}()
-	// An async prefill leg (SGLang) answers only once its KV was sent: its pod holds the KV
-	// from the leg's start, and a request that ends before the decode pulled it strands it.
-	h.startHold()
+	// SGLang's prefill leg (the async leg with a rid) answers only once its KV was sent: its
+	// pod holds the KV from the leg's start, and a request that ends before the decode pulled
+	// it strands it. TensorRT-LLM's generation-first context leg answers once computed.
+	if h.plan.RID != "" {
+		h.startHold()
+	}
 	began := time.Now()
 	_, f := h.a.opts.Executor.Do(ctx, h.call())
 	if f != nil && f.Class == ClassBadResponse && !h.plan.BadResponseFails {

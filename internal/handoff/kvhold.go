@@ -47,9 +47,8 @@ type KVObserver interface {
 }
 
 // kvHold is a prefill leg's KV as its prefill pod holds it, until the decode leg's first token,
-// an abort, or the hold timeout. It starts at the leg's answer; for an engine whose prefill leg
-// answers only once the KV was sent (SGLang's, run beside the decode leg), at the leg's start.
-// It reports once.
+// an abort, or the hold timeout. It starts at the leg's answer; for SGLang, whose prefill leg
+// answers only once the KV was sent, at the leg's start. It reports once.
 type kvHold struct {
 	obs     KVObserver
 	prefill *pool.Endpoint

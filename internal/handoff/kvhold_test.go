@@ -176,3 +176,38 @@ func TestReleasePrefillOnEarlyEnd(t *testing.T) {
 		})
 	}
 }
+
+// An SGLang prefill leg's hold starts with the leg; a leg that fails by itself (an error status)
+// held nothing: its hold is dropped, not reported, and the request's end releases nothing.
+func TestSGLangFailedLegHoldsNothing(t *testing.T) {
+	rec := newHoldRecorder()
+	a, err := NewAdapters(config.DefaultPD(), Options{Observer: kvEvents{make(events, 32), rec}, KVHoldTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, `{"error":{"message":"boom"}}`, http.StatusInternalServerError)
+	}))
+	t.Cleanup(srv.Close)
+	dec, _ := abortServer(t)
+	legDone := make(chan error, 1)
+	h, err := a.New(context.Background(), Input{Leg: Leg{RequestID: "req-10", Path: "/v1/completions", API: request.APICompletions,
+		Body: []byte(`{"model":"m","prompt":"p"}`), Prefill: serverEndpoint(t, srv, "p0", pool.EngineSGLang, nil, nil), Decode: dec},
+		PD: config.DefaultPD(), PrefillDone: func(err error) { legDone <- err }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, aerr := h.Start(context.Background()); aerr != nil {
+		t.Fatal(aerr)
+	}
+	if err := <-legDone; err == nil {
+		t.Fatal("the prefill leg answered 500 but succeeded")
+	}
+	time.Sleep(100 * time.Millisecond) // past the hold timeout: an expiry would have been reported
+	h.Done()
+	waitBackground(t, h)
+	if ends, rel := rec.snapshot(); len(ends) != 0 || len(rel) != 0 {
+		t.Errorf("holds %v releases %v after a failed SGLang prefill leg, want none", ends, rel)
+	}
+}

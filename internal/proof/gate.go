@@ -108,7 +108,8 @@ func (g *Gate) CountsTransfers(key, model string) bool {
 }
 
 // SawTransfer records that the endpoint's answer counted its PD transfer's KV as cached
-// tokens (a transfer verified by usage).
+// tokens: a transfer verified by usage whose cached tokens cover the whole prompt
+// (Usage.WholePrompt).
 func (g *Gate) SawTransfer(key, model string) {
 	if g != nil {
 		g.counts.Store(key, struct{}{})

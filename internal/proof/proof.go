@@ -28,8 +28,9 @@ type Result string
 const (
 	// Verified: the decode answer's usage shows cached tokens covering the transferred prompt.
 	Verified Result = "verified"
-	// Recomputed: the usage shows (about) no cached tokens, or, without usage, the decode
-	// pod's first byte came as late as a local prefill of the prompt would.
+	// Recomputed: the usage shows (about) no cached tokens from an engine known to count
+	// transferred KV as cached, or a streamed first token came as late as a local prefill of
+	// the prompt would.
 	Recomputed Result = "recomputed"
 	// Unknown: no evidence either way.
 	Unknown Result = "unknown"
@@ -72,6 +73,13 @@ type Usage struct {
 	Cached  int
 	Details bool
 }
+
+// WholePrompt reports that the cached tokens cover the whole prompt, or all of it but its last
+// token: more than a prefix-cache hit gives (vLLM computes at least the last prompt token, and
+// caches whole blocks only), so the engine counted a KV transfer among them. Only such an answer
+// shows that an engine counts transfers (Gate.SawTransfer); a repeated prompt, whose prefix-cache
+// hit can reach 90 % of it, does not.
+func (u Usage) WholePrompt() bool { return u.Details && u.Prompt > 0 && u.Cached >= u.Prompt-1 }
 
 // Evidence is what is known of one PD request's decode leg.
 type Evidence struct {

@@ -163,3 +163,21 @@ func TestGateForgetsDepartedPods(t *testing.T) {
 		t.Error("forgot that the model counts transfers")
 	}
 }
+
+// Only a cached count beyond any prefix-cache hit shows an engine counting transfers.
+func TestWholePrompt(t *testing.T) {
+	for _, c := range []struct {
+		u    Usage
+		want bool
+	}{
+		{Usage{Prompt: 1000, Cached: 1000, Details: true}, true},
+		{Usage{Prompt: 1000, Cached: 999, Details: true}, true},
+		{Usage{Prompt: 1000, Cached: 992, Details: true}, false}, // 62 blocks of 16: a repeated prompt's hit
+		{Usage{Prompt: 1000, Cached: 1000}, false},               // no details
+		{Usage{}, false},
+	} {
+		if got := c.u.WholePrompt(); got != c.want {
+			t.Errorf("%+v: WholePrompt %v, want %v", c.u, got, c.want)
+		}
+	}
+}
