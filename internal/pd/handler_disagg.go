@@ -193,8 +193,9 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 			}
 		}
 		rev := decode.Revision
-		// Among the prefill pods tied for the best score, the nearest to the decode pick first.
-		prefill := sameRevision(nearestTied(cy.Resolved.PD.Topology, pr, decode), rev)
+		// Among the decode pick's revision's prefill pods tied for the best score, the nearest
+		// to the decode pick first.
+		prefill := nearestTied(cy.Resolved.PD.Topology, ofRevision(pr, rev), decode)
 		dest := sameRevision(dr.Ranked, rev)
 		if len(prefill) < len(pr.Ranked) {
 			d.Trace = &picker.Trace{Steps: []string{StepPairMatchUnpaired}}
@@ -209,6 +210,22 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 		}
 	}
 	return d, nil
+}
+
+// ofRevision is the profile result with only the endpoints of revision rev; pr itself when all
+// are.
+func ofRevision(pr *picker.ProfileResult, rev string) *picker.ProfileResult {
+	ranked := sameRevision(pr.Ranked, rev)
+	if len(ranked) == len(pr.Ranked) {
+		return pr
+	}
+	out := &picker.ProfileResult{Ranked: ranked}
+	for _, se := range pr.Scored {
+		if se.Endpoint.Revision == rev {
+			out.Scored = append(out.Scored, se)
+		}
+	}
+	return out
 }
 
 // sameRevision keeps the endpoints of eps (in order) whose Revision is rev; eps itself when

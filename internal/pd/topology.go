@@ -224,7 +224,7 @@ type snapshotTopology = atomic.Pointer[topologyMemo]
 // each side on its own: topology only breaks the prefill side's tie). The ranking is
 // returned as it is when nothing ties or every candidate is equally near.
 func nearestTied(t config.TopologyLabels, pr *picker.ProfileResult, decode *pool.Endpoint) []*pool.Endpoint {
-	if t.Len() == 0 || len(pr.Scored) < 2 {
+	if t.Len() == 0 || len(pr.Scored) < 2 || len(pr.Ranked) == 0 {
 		return pr.Ranked
 	}
 	top := math.NaN()
