@@ -287,12 +287,15 @@ func ReportProof(w io.Writer, st *Stack, results []Result, brk Break, transfers 
 		fmt.Fprintf(w, "  Held out of PD work from %s (pd_transfer_held in the decision trace of %d requests), after %d PD requests\n"+
 			"  reached it broken (Tandem counted %.0f recomputed on it).\n", at(heldAt), heldTraces, reached, recomputedOn[brk.Pod])
 	default:
-		fmt.Fprintf(w, "  Caught on its %s recomputed answer (Tandem holds a decode pod once %d of its last %d transfers recomputed),\n"+
-			"  at %s, %s after the break and %s after its first recomputed answer; %d PD requests had reached it broken.\n"+
-			"  Held out of PD work from then on: pd_transfer_held in the decision trace of %d requests, the first sent at %s.\n"+
+		fmt.Fprintf(w, "  Caught: held out of PD work from %s (the first request whose decision trace shows pd_transfer_held), %s after\n"+
+			"  the break; its %s recomputed answer (Tandem holds a decode pod once %d of its last %d transfers recomputed) had\n"+
+			"  ended at %s; %d PD requests had reached it broken. pd_transfer_held is in the decision trace of %d requests.\n"+
 			"  Tandem counted %.0f recomputed on it in all.\n",
-			ordinal(proof.DefaultHoldAfter), proof.DefaultHoldAfter, proof.DefaultWindow, at(caughtAt), ms(caughtAt.Sub(brk.At)),
-			ms(caughtAt.Sub(ends[0])), reached, heldTraces, at(heldAt), recomputedOn[brk.Pod])
+			at(heldAt), ms(heldAt.Sub(brk.At)), ordinal(proof.DefaultHoldAfter), proof.DefaultHoldAfter, proof.DefaultWindow,
+			at(caughtAt), reached, heldTraces, recomputedOn[brk.Pod])
+	}
+	if !heldAt.IsZero() {
+		caughtAt = heldAt // from here on, "caught" is Tandem's own evidence
 	}
 
 	// Its share of the decode work (requests a decode pod served) before the break and once held.
