@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -19,6 +20,10 @@ import (
 
 // transferMetric is the proof's counter on Tandem's /metrics.
 const transferMetric = "tandem_pd_transfer_total{"
+
+// stepPair is the decision trace step of a scored prefill/decode pair (pd.StepPair; the demo
+// reads Tandem's traces without linking its picker).
+const stepPair = "pair"
 
 // Transfer is one series of Tandem's tandem_pd_transfer_total: the PD requests of one pod
 // pair (pod names, without the namespace) with one verdict.
@@ -57,16 +62,18 @@ func findDecode(st *Stack, name string) (*Pod, error) {
 	return nil, fmt.Errorf("--broken-decode %q: the demo has no decode pod of that name (it has %s)", name, strings.Join(names, ", "))
 }
 
-// markRecomputed marks the requests the broken pod answered by computing the prompt itself:
-// a healthy demo decode pod always gets its KV from a prefill pod, so these are the PD
-// requests its broken connector recomputed.
+// markRecomputed marks the requests the broken pod answered by computing the prompt itself
+// after the break, on a PD pick (their decision trace pairs them with a prefill pod): those are
+// the PD requests its broken connector recomputed, not a whole request it was sent after a
+// failed prefill leg.
 func markRecomputed(results []Result, brk Break) {
 	if brk.Pod == "" {
 		return
 	}
 	for i := range results {
 		r := &results[i]
-		r.Recomputed = r.Err == "" && r.Pod == brk.Pod && !r.PD && r.LocalPrefill
+		r.Recomputed = r.Err == "" && r.Pod == brk.Pod && !r.PD && r.LocalPrefill && !r.Done.Before(brk.At) &&
+			slices.Contains(r.Steps, stepPair)
 	}
 }
 

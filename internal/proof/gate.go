@@ -50,6 +50,8 @@ type Gate struct {
 	held atomic.Pointer[map[string]time.Time]
 	// counts: endpoint keys (and "model\x00"+model) whose answers verified a transfer by usage.
 	counts sync.Map
+	// live is the newest pool's membership test Forget was given (under mu; nil: none yet).
+	live func(key string) bool
 }
 
 type podState struct {
@@ -124,6 +126,7 @@ func (g *Gate) SawTransfer(key, model string) {
 func (g *Gate) Forget(live func(key string) bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.live = live
 	gone := false
 	for k := range g.pods {
 		if !live(k) {
@@ -172,6 +175,9 @@ func (g *Gate) Record(key string, res Result) {
 	defer g.mu.Unlock()
 	now := g.o.Now()
 	st := g.pods[key]
+	if st == nil && g.live != nil && !g.live(key) {
+		return // a verdict that came after its pod left the pool
+	}
 	if st == nil {
 		st = &podState{}
 		g.pods[key] = st

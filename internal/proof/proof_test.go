@@ -158,6 +158,12 @@ func TestGateForgetsDepartedPods(t *testing.T) {
 	if n != 1 {
 		t.Errorf("%d pods kept, want 1", n)
 	}
+	// A verdict that comes after its pod left does not bring its state back.
+	g.Record(gone, Recomputed)
+	g.Record(gone, Recomputed)
+	if g.Held(gone) {
+		t.Error("a departed pod held again by late verdicts")
+	}
 	// The model's engine still counts transfers: a new pod of it is judged by its usage.
 	if !g.CountsTransfers("ns/decode-2:8000", "m") {
 		t.Error("forgot that the model counts transfers")
