@@ -30,3 +30,11 @@ func BenchmarkPickCascade128(b *testing.B) { benchmarkPick(b, true) }
 func BenchmarkPickPredictive128(b *testing.B) {
 	benchmarkSetup(b, func(ctx context.Context) setup { return buildPredictive(ctx, 128, 42) })
 }
+
+// BenchmarkPickPlaced128 is BenchmarkPickChain128 on pods placed on nodes in two zones:
+// topology-aware pairing weighs the pairs.
+func BenchmarkPickPlaced128(b *testing.B) {
+	benchmarkSetup(b, func(ctx context.Context) setup {
+		return buildWith(ctx, 128, 42, "", false, buildOpts{placed: true})
+	})
+}

@@ -63,7 +63,7 @@ type setup struct {
 // frozen builds the baseline cascade instead of the chain. seed fixes the pool's load and
 // the prompts, so two builds with one seed route the same traffic over the same state.
 func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) setup {
-	return buildWith(ctx, n, seed, policy, frozen, nil, false)
+	return buildWith(ctx, n, seed, policy, frozen, buildOpts{})
 }
 
 // buildPredictive is build with the pd-predictive strategy as the default: online latency
@@ -71,17 +71,25 @@ func build(ctx context.Context, n int, seed uint64, policy string, frozen bool) 
 // end), predicted TTFT and TPOT for every candidate, selective disaggregation and the
 // standard-pod decider on every pick.
 func buildPredictive(ctx context.Context, n int, seed uint64) setup {
-	return buildWith(ctx, n, seed, "", false, nil, true)
+	return buildWith(ctx, n, seed, "", false, buildOpts{predictive: true})
 }
 
 // bucketRanges are the prompt-length buckets of the bucketing runs, in tokens: roleset i
 // serves bucketRanges[i%4] (a maximum of 0 is unlimited).
 var bucketRanges = [][2]int{{0, 1023}, {1024, 2047}, {2048, 4095}, {4096, 0}}
 
-// buildWith is build with each roleset's routingConfig range set by ranges (nil: no
-// annotation) and bucketing on when ranges are given, and pd-predictive as the default
-// strategy when predictive is set.
-func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bool, ranges [][2]int, predictive bool) setup {
+// buildOpts vary build: ranges sets each roleset's routingConfig range (nil: no annotation)
+// and turns bucketing on; predictive makes pd-predictive the default strategy; placed gives
+// every pod a node of its own in one of two zones, as the Kubernetes source does (its node
+// name as kubernetes.io/hostname), so topology-aware pairing weighs the pairs.
+type buildOpts struct {
+	ranges             [][2]int
+	predictive, placed bool
+}
+
+// buildWith is build varied by o.
+func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bool, o buildOpts) setup {
+	ranges, predictive := o.ranges, o.predictive
 	rng := rand.New(rand.NewPCG(seed, 11))
 	gw := config.DefaultPD()
 	if policy != "" {
@@ -125,6 +133,10 @@ func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bo
 		}
 		labels := map[string]string{pool.LabelModelName: "bench", pool.LabelRoleName: role,
 			pool.LabelRolesetName: fmt.Sprintf("rs-%d", i/4)}
+		if o.placed {
+			labels[config.LabelHostname] = fmt.Sprintf("node-%d", i)
+			labels[config.LabelZone] = fmt.Sprintf("zone-%d", i%2)
+		}
 		var ann map[string]string
 		if ranges != nil {
 			r := ranges[(i/4)%len(ranges)]
@@ -412,7 +424,7 @@ func main() {
 	// Prompt-length bucketing against the default pick, side by side in the same way, on the
 	// same traffic: prompts of 1 to 32 KiB over rolesets bucketed at 1024, 2048 and 4096 tokens.
 	// A prompt is tokenized only while a boundary lies within what its bytes could hold.
-	bucketR, plainR := &runner{s: buildWith(ctx, 128, 44, "", false, bucketRanges, false)}, &runner{s: build(ctx, 128, 44, "", false)}
+	bucketR, plainR := &runner{s: buildWith(ctx, 128, 44, "", false, buildOpts{ranges: bucketRanges})}, &runner{s: build(ctx, 128, 44, "", false)}
 	varied := variedRequests(rand.New(rand.NewPCG(45, 1)))
 	plainR.s.reqs, bucketR.s.reqs = varied, varied
 	bucketed, plain, bratio := sideBySide(ctx, bucketR, plainR, 1000, 2000)
@@ -421,6 +433,21 @@ func main() {
 	fmt.Printf("RESULT pick_p50_us_128_varied=%.1f\n", usf(pct(plain, 0.5)))
 	fmt.Printf("RESULT pick_p50_us_128_bucketing=%.1f\n", usf(pct(bucketed, 0.5)))
 	fmt.Printf("RESULT pick_ratio_bucketing_vs_default_128=%.3f\n", bratio)
+	// Topology-aware pairing on pods placed on nodes in two zones (every pod on Kubernetes has
+	// a node) against the same pool unplaced, where the pair step runs as before.
+	for _, pr := range []bool{false, true} {
+		name := "pd"
+		if pr {
+			name = "predictive"
+		}
+		placedR := &runner{s: buildWith(ctx, 128, 42, "", false, buildOpts{predictive: pr, placed: true})}
+		unplacedR := &runner{s: buildWith(ctx, 128, 42, "", false, buildOpts{predictive: pr})}
+		placed, unplaced, tratio := sideBySide(ctx, placedR, unplacedR, 2000, 4000)
+		fmt.Printf("side by side, endpoints=128 picks=5×4000, %s: placed on nodes in two zones p50=%sµs p99=%sµs, unplaced p50=%sµs p99=%sµs, median round ratio %.3f\n",
+			name, us(pct(placed, 0.5)), us(pct(placed, 0.99)), us(pct(unplaced, 0.5)), us(pct(unplaced, 0.99)), tratio)
+		fmt.Printf("RESULT pick_ratio_topology_vs_unplaced_128_%s=%.3f\n", name, tratio)
+	}
+
 	tk, tg := tokenizeCost()
 	fmt.Printf("cl100k_base over docs/*.md and README.md: Tandem %.1fµs/KiB, tiktoken-go %.1fµs/KiB (%.0f× faster)\n", tk, tg, tg/tk)
 	fmt.Printf("RESULT tokenize_us_per_kib=%.1f\n", tk)
