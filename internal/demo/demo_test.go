@@ -134,10 +134,11 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 }
 
-// TestRunWithTandem is `make demo` in small: it builds ./cmd/epp, runs it as a process with
-// the generated endpoints file, and checks that long prompts went PD (a prefill leg fed the
-// decode pod) and short ones to the standard pod, with nothing failing.
-func TestRunWithTandem(t *testing.T) {
+// runWithTandem runs the demo on mix (prompts up to 8192 tokens, 16 output tokens) with the real
+// Tandem, ./cmd/epp built and run as a process, broken (a decode pod, "" none) broken from the
+// start, and returns its report.
+func runWithTandem(t *testing.T, mix workload.Mix, broken string) string {
+	t.Helper()
 	root, err := FindRepoRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -149,15 +150,24 @@ func TestRunWithTandem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mix.MaxPromptTokens, mix.MaxOutputTokens = 8192, 16
 	var out, progress bytes.Buffer
 	err = Run(ctx, Options{
-		Traces: traces.Embedded(), Mix: workload.Mix{Conv: 16, Code: 6, Mooncake: 6, Window: 3 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
-		TimeScale: 0.02, Listen: "127.0.0.1:0", RunEPP: ProcessEPP(bin, filepath.Join(tmp, "epp.log"), nil), Out: &out, Progress: &progress,
+		Traces: traces.Embedded(), Mix: mix, TimeScale: 0.02, Listen: "127.0.0.1:0",
+		RunEPP: ProcessEPP(bin, filepath.Join(tmp, "epp.log"), nil), Out: &out, Progress: &progress,
+		BrokenDecode: broken,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := out.String()
+	return out.String()
+}
+
+// TestRunWithTandem is `make demo` in small: it builds ./cmd/epp, runs it as a process with
+// the generated endpoints file, and checks that long prompts went PD (a prefill leg fed the
+// decode pod) and short ones to the standard pod, with nothing failing.
+func TestRunWithTandem(t *testing.T) {
+	s := runWithTandem(t, workload.Mix{Conv: 16, Code: 6, Mooncake: 6, Window: 3 * time.Second}, "")
 	t.Log(s)
 	if !strings.Contains(s, "28 requests replayed") || !strings.Contains(s, ", 0 failed.") {
 		t.Fatalf("want 28 requests and no failure")
@@ -200,27 +210,7 @@ tandem_decisions_total{outcome="pd",step="pair",strategy="pd"} 42
 // more than the pod's own account), decode-b caught and held out of PD work (its last request
 // within 5 s of its catching), and the healthy pair with 0 recomputed; every request succeeds.
 func TestDemoCatchesBrokenPair(t *testing.T) {
-	root, err := FindRepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	tmp := t.TempDir()
-	bin, err := BuildEPP(ctx, root, tmp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out, progress bytes.Buffer
-	err = Run(ctx, Options{
-		Traces: traces.Embedded(), Mix: workload.Mix{Conv: 40, Code: 12, Mooncake: 12, Window: 10 * time.Second, MaxPromptTokens: 8192, MaxOutputTokens: 16},
-		TimeScale: 0.02, Listen: "127.0.0.1:0", RunEPP: ProcessEPP(bin, filepath.Join(tmp, "epp.log"), nil), Out: &out, Progress: &progress,
-		BrokenDecode: "decode-b", BreakAt: 0,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := out.String()
+	s := runWithTandem(t, workload.Mix{Conv: 40, Code: 12, Mooncake: 12, Window: 10 * time.Second}, "decode-b")
 	t.Log(s)
 	if !strings.Contains(s, "64 requests replayed") || !strings.Contains(s, ", 0 failed.") {
 		t.Fatalf("want 64 requests and no failure")

@@ -3,7 +3,6 @@ package demo
 import (
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"sort"
 	"strings"
@@ -78,18 +77,7 @@ func markRecomputed(results []Result, brk Break) {
 }
 
 // ScrapeTransfers reads Tandem's tandem_pd_transfer_total from its metrics endpoint.
-func ScrapeTransfers(url string) ([]Transfer, error) {
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return parseTransfers(resp.Body)
-}
+func ScrapeTransfers(url string) ([]Transfer, error) { return scrape(url, parseTransfers) }
 
 func parseTransfers(r io.Reader) ([]Transfer, error) {
 	var out []Transfer

@@ -24,17 +24,21 @@ type Decision struct {
 }
 
 // ScrapeDecisions reads Tandem's decision counter from its metrics endpoint.
-func ScrapeDecisions(url string) ([]Decision, error) {
+func ScrapeDecisions(url string) ([]Decision, error) { return scrape(url, parseDecisions) }
+
+// scrape reads Tandem's metrics endpoint with parse.
+func scrape[T any](url string, parse func(io.Reader) (T, error)) (T, error) {
+	var zero T
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get(url)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+		return zero, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	return parseDecisions(resp.Body)
+	return parse(resp.Body)
 }
 
 // parseDecisions reads the decision counter's series from Prometheus text format.
