@@ -34,6 +34,8 @@ type scriptedEPP struct {
 	immediateAt string // "headers", "body", "respHeaders", "respBody"
 	abortAt     string // "body" (before the decision), "respBody" (after the response started)
 	upperResp   bool   // upper-case response body chunks
+	// answerAfter, when set, holds an immediate answer to the request headers until it closes.
+	answerAfter <-chan struct{}
 
 	mu  sync.Mutex
 	rec []record
@@ -165,6 +167,9 @@ func (e *scriptedEPP) Process(stream extprocv3.ExternalProcessor_ProcessServer) 
 				}
 			}
 			if e.immediateAt == "headers" {
+				if e.answerAfter != nil {
+					<-e.answerAfter
+				}
 				return srv.Send(immediate(typev3.StatusCode_TooManyRequests, "shed"))
 			}
 			if r.headersEOS {

@@ -60,6 +60,7 @@ type clientBody struct {
 	data         []byte
 	err          error
 	trailersSent atomic.Bool // the request body ended with a trailers message, not end_of_stream
+	read         atomic.Bool // the client's body has been read to its end (it may still be going to the EPP)
 }
 
 func newExchange(g *Gateway, w http.ResponseWriter, r *http.Request) *exchange {
@@ -264,7 +265,10 @@ func (x *exchange) route(decision *extprocv3.ProcessingResponse) bool {
 	for {
 		select {
 		case <-x.ctx.Done():
-			return false
+			if x.wroteHeader {
+				return false
+			}
+			return x.ended() // the client left, or its body could not be read: never an empty 200
 		case <-timeout:
 			return x.localReply(http.StatusGatewayTimeout, fmt.Sprintf("upstream request timeout: %s sent no response headers within %s",
 				dests[next-1], x.g.opts.UpstreamTimeout))

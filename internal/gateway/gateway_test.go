@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
@@ -530,5 +531,44 @@ func TestUnreadableBodyIsABadRequest(t *testing.T) {
 	}
 	if n := len(up.got()); n != 0 {
 		t.Errorf("the upstream got %d requests", n)
+	}
+}
+
+// TestKeepAliveAfterAnEarlyAnswer: the EPP answers a POST before its body reached the EPP, the
+// client's body having been read to its end (net/http then reads the connection in the
+// background for the next request). The next request on the same keep-alive connection is
+// served as the first was, not cut short as if its client had left (an empty 200).
+func TestKeepAliveAfterAnEarlyAnswer(t *testing.T) {
+	read := make(chan struct{})
+	var once sync.Once
+	testHookBodyRead = func(ctx context.Context) {
+		once.Do(func() { close(read) })
+		<-ctx.Done()                      // the exchange is ending (cleanup)
+		time.Sleep(20 * time.Millisecond) // and decides how to stop the body reader meanwhile
+	}
+	t.Cleanup(func() { testHookBodyRead = nil })
+	up := startUpstream(t, nil)
+	epp := &scriptedEPP{dest: up.addr, immediateAt: "headers", answerAfter: read}
+	gw := startGateway(t, Options{EPPAddr: startEPP(t, epp, nil)})
+	tr := &http.Transport{MaxConnsPerHost: 1}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	for i := range 2 {
+		reused := false
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+			GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }})
+		req := post(t, gw+"/v1/completions", `{"prompt":"x"}`).WithContext(ctx)
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || string(b) != "shed" || err != nil {
+			t.Fatalf("request %d: %d %q (%v), want the EPP's 429", i, resp.StatusCode, b, err)
+		}
+		if i == 1 && !reused {
+			t.Fatal("the second request did not reuse the connection: the test proves nothing")
+		}
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -62,6 +63,9 @@ func (x *exchange) relayBody(request bool, src io.Reader, length int64, trailer 
 	buf := make([]byte, chunkSize)
 	for {
 		n, err := src.Read(buf)
+		if err == io.EOF && request {
+			x.clientBodyRead()
+		}
 		if n > 0 {
 			chunk := bytes.Clone(buf[:n])
 			if keep != nil {
@@ -139,6 +143,7 @@ func (x *exchange) writeHeader(h fields) bool {
 	for k, vs := range h.httpHeader() {
 		x.w.Header()[k] = vs
 	}
+	x.keepAliveUnlessUploading()
 	x.w.WriteHeader(code)
 	_ = http.NewResponseController(x.w).Flush()
 	x.wroteHeader, x.status = true, code
@@ -158,6 +163,7 @@ func (x *exchange) writeImmediate(ir *extprocv3.ImmediateResponse) {
 	for k, vs := range h.httpHeader() {
 		x.w.Header()[k] = vs
 	}
+	x.keepAliveUnlessUploading()
 	x.w.WriteHeader(code)
 	_, _ = x.w.Write(ir.GetBody())
 	x.wroteHeader, x.status = true, code
@@ -173,6 +179,7 @@ func (x *exchange) fail(code int, reason string) bool {
 	}
 	x.w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	x.w.Header().Set("X-Gateway-Error", reason)
+	x.keepAliveUnlessUploading()
 	x.w.WriteHeader(code)
 	_, _ = io.WriteString(x.w, reason+"\n")
 	x.wroteHeader, x.status = true, code
@@ -339,13 +346,40 @@ func (x *exchange) complete() bool {
 }
 
 // cleanup stops everything the exchange started. A client still sending its body is cut off
-// by a read deadline so the body reader ends before the handler returns.
+// by a read deadline so the body reader ends before the handler returns. Only then: once the
+// body has been read to its end, net/http reads the connection in the background for the
+// next request, and a deadline that fires there cancels the context of every later request
+// on that connection (each would look like a client that left). A reader past the end is
+// only relaying to the EPP, which the cancelled stream unblocks.
 func (x *exchange) cleanup() {
 	x.cancel()
 	select {
 	case <-x.body.done:
 	default:
-		_ = http.NewResponseController(x.w).SetReadDeadline(time.Now())
+		if !x.body.read.Load() {
+			_ = http.NewResponseController(x.w).SetReadDeadline(time.Now())
+		}
 		<-x.body.done
+	}
+}
+
+// testHookBodyRead, when set by a test, runs in the body reader once the client's body has
+// been read to its end, before its last chunk goes to the EPP.
+var testHookBodyRead func(ctx context.Context)
+
+// clientBodyRead records that the client's body has been read to its end.
+func (x *exchange) clientBodyRead() {
+	x.body.read.Store(true)
+	if testHookBodyRead != nil {
+		testHookBodyRead(x.ctx)
+	}
+}
+
+// keepAliveUnlessUploading marks a response that starts while the client is still sending its
+// body as the last on its HTTP/1 connection (as Envoy does): the rest of the body may be cut
+// off by a read deadline (cleanup), which spoils the connection for another request.
+func (x *exchange) keepAliveUnlessUploading() {
+	if x.hasBody && !x.body.read.Load() && x.r.ProtoMajor == 1 {
+		x.w.Header().Set("Connection", "close")
 	}
 }
