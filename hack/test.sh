@@ -11,17 +11,19 @@ export TANDEM_HELM="$(hack/ensure-helm.sh)"
 export TANDEM_PROMTOOL="$(hack/ensure-promtool.sh)"
 # bench/live's test runs llm-d's vLLM simulator (built once from the Go module proxy).
 export TANDEM_LLMD_SIM="$(hack/ensure-llmd-sim.sh)"
-# bench/live's llm-d test runs llm-d's own EPP and routing sidecar (built once from the Go module
-# proxy), each simulated pod in a network namespace of its own: only where this process may make
-# namespaces (root with CAP_NET_ADMIN). Anything short of that leaves that one test skipped, and says so.
-if hack/can-netns.sh; then
-  if llmd="$(hack/ensure-llmd-epp.sh)"; then
-    export TANDEM_LLMD_EPP="$llmd/epp" TANDEM_LLMD_SIDECAR="$llmd/pd-sidecar"
+# llm-d's EPP and routing sidecar, built once from the Go module proxy. bench/live's transfer-proof
+# test runs the sidecar in front of llm-d's simulator on loopback; its llm-d test runs llm-d's EPP
+# too, each simulated pod in a network namespace of its own: only where this process may make
+# namespaces (root with CAP_NET_ADMIN). Anything short of that leaves those tests skipped, and says so.
+if llmd="$(hack/ensure-llmd-epp.sh)"; then
+  export TANDEM_LLMD_SIDECAR="$llmd/pd-sidecar"
+  if hack/can-netns.sh; then
+    export TANDEM_LLMD_EPP="$llmd/epp"
   else
-    echo "NOTE: llm-d's EPP did not build (above): bench/live's TestLLMDEPPOnRealSimulators will be skipped" >&2
+    echo "NOTE: bench/live's TestLLMDEPPOnRealSimulators will be skipped (llm-d's pods need network namespaces)" >&2
   fi
 else
-  echo "NOTE: bench/live's TestLLMDEPPOnRealSimulators will be skipped (llm-d's pods need network namespaces)" >&2
+  echo "NOTE: llm-d's EPP and sidecar did not build (above): bench/live's TestLLMDEPPOnRealSimulators and the pd-sidecar case of TestRecomputeDetectedOnLLMDSimulator will be skipped" >&2
 fi
 hack/ensure-nginx.sh >/dev/null # e2e/nginx_real_test.go runs Debian's nginx with its njs module
 staticcheck="$(hack/ensure-staticcheck.sh)"

@@ -136,7 +136,7 @@ func runTiny(t *testing.T, args ...string) ([]cell, *bytes.Buffer, *options) {
 func TestLLMDEPPOnRealSimulators(t *testing.T) {
 	epp, sidecar := os.Getenv("TANDEM_LLMD_EPP"), os.Getenv("TANDEM_LLMD_SIDECAR")
 	if epp == "" || sidecar == "" {
-		t.Skip("TANDEM_LLMD_EPP and TANDEM_LLMD_SIDECAR unset: hack/test.sh sets them from hack/ensure-llmd-epp.sh where network namespaces can be made")
+		t.Skip("TANDEM_LLMD_EPP or TANDEM_LLMD_SIDECAR unset: hack/test.sh sets them from hack/ensure-llmd-epp.sh (TANDEM_LLMD_EPP only where network namespaces can be made)")
 	}
 	needNetAdmin(t)
 	cells, out, _ := runTiny(t, "-routers", "pd-predictive,llm-d", "-llmd-epp", epp, "-llmd-sidecar", sidecar)

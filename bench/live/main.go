@@ -140,8 +140,8 @@ func parseFlags(args []string, errOut io.Writer) (*options, error) {
 			o.routers = append(o.routers, allRouters[i])
 		}
 	}
-	if (o.llmdEPP == "") != (o.sidecar == "") {
-		return nil, errors.New("-llmd-epp and -llmd-sidecar: give both (llm-d's EPP and its routing sidecar) or neither")
+	if o.llmdEPP != "" && o.sidecar == "" {
+		return nil, errors.New("-llmd-epp needs -llmd-sidecar (llm-d's routing sidecar, which its decode pods run)")
 	}
 	if o.llmdEPP != "" && (*routers == "" || strings.Contains(*routers, llmdRouter.name)) {
 		o.routers = append(o.routers, llmdRouter)
@@ -198,6 +198,9 @@ func main() {
 func run(ctx context.Context, o *options, bins binaries, w, progress io.Writer) ([]cell, error) {
 	if _, err := os.Stat(bins.sim); err != nil {
 		return nil, fmt.Errorf("-sim: %w (hack/ensure-llmd-sim.sh builds it)", err)
+	}
+	if bins.llmdEPP == "" {
+		bins.sidecar = "" // llm-d's sidecars run beside llm-d's EPP only
 	}
 	load0 := loadAverage()
 	rows, err := readWorkload(traces.Embedded(), o.workload)

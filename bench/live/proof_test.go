@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,16 +14,31 @@ import (
 	"github.com/tandem-epp/tandem/internal/demo"
 )
 
-// TestRecomputeDetectedOnLLMDSimulator runs the transfer proof against llm-d's vLLM simulator
-// in the epp hand-off: one prefill pod and two decode pods of one roleset behind Tandem and the
-// gateway. llm-d's simulator has no KV connector to break, and its usage counts only its own
-// prefix-cache hits as cached tokens, never the transferred KV; so a healthy pod's usage proves
-// nothing, and must not be taken for a recompute. The broken decode pod shows what a recompute
-// looks like from outside: its "transfer" takes as long as a local prefill of the prompt, so its
-// first token comes as late as if it had computed the prompt itself. It must be caught by timing
-// on every streamed PD request it serves, and receive at most 3 of them, while the healthy pod
-// counts no recompute.
+// TestRecomputeDetectedOnLLMDSimulator runs the transfer proof against llm-d's vLLM simulator:
+// one prefill pod and two decode pods of one roleset behind Tandem and the gateway, in the epp
+// hand-off (Tandem runs the prefill leg) and behind llm-d's own routing sidecar (pd-sidecar, on
+// the decode pods: it runs the prefill leg, Tandem sees only the decode answer). llm-d's
+// simulator has no KV connector to break, and its usage counts only its own prefix-cache hits
+// as cached tokens, never the transferred KV; so a healthy pod's usage proves nothing, and must
+// not be taken for a recompute. The broken decode pod shows what a recompute looks like from
+// outside: its "transfer" takes as long as a local prefill of the prompt, so its first token
+// comes as late as if it had computed the prompt itself. It must be caught by timing on every
+// streamed PD request it serves (behind the sidecar, every one once Tandem's models know the
+// prefill pod's time), and receive at most 3 of them, while the healthy pod counts no recompute.
 func TestRecomputeDetectedOnLLMDSimulator(t *testing.T) {
+	t.Run("epp", func(t *testing.T) { recomputeOnLLMDSimulator(t, "") })
+	t.Run("pd-sidecar", func(t *testing.T) {
+		sidecar := os.Getenv("TANDEM_LLMD_SIDECAR")
+		if sidecar == "" {
+			t.Skip("TANDEM_LLMD_SIDECAR unset: hack/test.sh sets it from hack/ensure-llmd-epp.sh (llm-d's routing sidecar, built from the Go module proxy)")
+		}
+		recomputeOnLLMDSimulator(t, sidecar)
+	})
+}
+
+// recomputeOnLLMDSimulator runs the test; sidecar is llm-d's routing sidecar binary ("": the
+// epp hand-off).
+func recomputeOnLLMDSimulator(t *testing.T, sidecar string) {
 	sim := simBinary(t)
 	root, err := demo.FindRepoRoot()
 	if err != nil {
@@ -35,7 +51,7 @@ func TestRecomputeDetectedOnLLMDSimulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins.sim = sim
+	bins.sim, bins.sidecar = sim, sidecar
 	// Prefills long enough for timing to tell (Tandem judges by timing only prefills of 200 ms
 	// or more): 300 ms + 50 µs per token. The healthy decode pod pulls KV at 200k tokens/s;
 	// the broken one at 2k tokens/s, slower than a prefill of the same prompt.
@@ -121,9 +137,16 @@ func TestRecomputeDetectedOnLLMDSimulator(t *testing.T) {
 	}
 	// Every streamed PD request the broken pod served was judged recomputed, and it served at
 	// most 3 of them: held out after 2 of its last 3, and the back-off, 30 s, outlasts the test.
+	// Behind the sidecar Tandem does not see the prefill leg: it compares the first token with
+	// the prefill pod's time, which its models learn from the engine's prefill-time histogram,
+	// scraped once a second; the first request may come before that (unknown).
+	learning := 0.0
+	if sidecar != "" {
+		learning = 1
+	}
 	streamed := brokenServed - before
-	if got := verdicts[brokenKey]["recomputed"]; streamed < 1 || got != streamed {
-		t.Errorf("the broken decode pod was judged recomputed %v times of the %.0f streamed requests it served; want every one, at least one", got, streamed)
+	if got := verdicts[brokenKey]["recomputed"]; streamed < 1 || got < 1 || got < streamed-learning {
+		t.Errorf("the broken decode pod was judged recomputed %v times of the %.0f streamed requests it served; want every one but %.0f, at least one", got, streamed, learning)
 	}
 	if streamed > 3 || brokenServed+healthyServed < n {
 		t.Errorf("the broken decode pod served %.0f streamed requests and the healthy one %.0f requests of %d; want at most 3 on the broken one", streamed, healthyServed, n)

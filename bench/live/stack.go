@@ -109,7 +109,7 @@ func (s shape) String() string {
 	return fmt.Sprintf("%dx%dp%dd+%ds", s.rolesets, s.prefill, s.decode, s.standard)
 }
 
-// pod is one simulator process (and, in a namespace, llm-d's routing sidecar in front of it)
+// pod is one simulator process (and maybe llm-d's routing sidecar in front of it)
 // and how the pool names it.
 type pod struct {
 	name, role, roleset string // role: prefill, decode or standard
@@ -133,10 +133,10 @@ const (
 
 // startPods runs one llm-d simulator per pod of the shape and waits until each answers
 // /v1/models. Without pn every pod is on 127.0.0.1 with a port of its own (the pool file names
-// each pod's port); with pn every pod is in its own network namespace on podPort, and the
-// decode and standard pods run llm-d's routing sidecar (bins.sidecar) on podPort in front of
-// the simulator, as llm-d deploys its decode pods. Every pod runs engine e but those override
-// names (by pod name).
+// each pod's port); with pn every pod is in its own network namespace on podPort. With
+// bins.sidecar the decode and standard pods run llm-d's routing sidecar on the pod's port in
+// front of the simulator, as llm-d deploys its decode pods. Every pod runs engine e but those
+// override names (by pod name).
 func startPods(ctx context.Context, dir string, bins binaries, sh shape, e engine, override map[string]engine, seed uint64, pn *podNet) ([]*pod, error) {
 	var pods []*pod
 	add := func(name, role, roleset string) { pods = append(pods, &pod{name: name, role: role, roleset: roleset}) }
@@ -152,38 +152,48 @@ func startPods(ctx context.Context, dir string, bins binaries, sh shape, e engin
 	for k := range sh.standard {
 		add(fmt.Sprintf("standard-%d", k), "standard", "")
 	}
-	var ports []int
+	sidecars := 0
+	for _, p := range pods {
+		if bins.sidecar != "" && p.wholeRequest() {
+			sidecars++
+		}
+	}
+	var ports []int // without pn: the pods' ports, then the simulators' behind sidecars
 	if pn == nil {
 		var err error
-		if ports, err = demo.FreePorts(len(pods)); err != nil {
+		if ports, err = demo.FreePorts(len(pods) + sidecars); err != nil {
 			return nil, err
 		}
 	}
+	behind := len(pods)
 	for i, p := range pods {
 		seedArgs := int64(seed)*1000 + int64(i)
 		e := e
 		if o, ok := override[p.name]; ok {
 			e = o
 		}
-		var err error
+		wrap := func(bin string, args []string) (string, []string) { return bin, args }
 		if pn == nil {
 			p.host, p.port = "127.0.0.1", ports[i]
-			p.p, err = start(dir, p.name, bins.sim, e.args(p.port, seedArgs), nil)
 		} else {
 			p.host, p.port = pn.ip(i), podPort
-			port := podPort
-			if p.wholeRequest() {
-				port = simPort
-				bin, args := pn.wrap(i, bins.sidecar, []string{"--port", strconv.Itoa(podPort), "--vllm-port", strconv.Itoa(simPort), "--secure-proxy=false"})
-				if p.sidecar, err = start(dir, p.name+"-sidecar", bin, args, nil); err != nil {
-					stopPods(pods)
-					return nil, err
-				}
-			}
-			bin, args := pn.wrap(i, bins.sim, e.args(port, seedArgs))
-			p.p, err = start(dir, p.name, bin, args, nil)
+			wrap = func(bin string, args []string) (string, []string) { return pn.wrap(i, bin, args) }
 		}
-		if err != nil {
+		port := p.port // the simulator's
+		if bins.sidecar != "" && p.wholeRequest() {
+			if port = simPort; pn == nil {
+				port, behind = ports[behind], behind+1
+			}
+			bin, args := wrap(bins.sidecar, []string{"--port", strconv.Itoa(p.port), "--vllm-port", strconv.Itoa(port), "--secure-proxy=false"})
+			var err error
+			if p.sidecar, err = start(dir, p.name+"-sidecar", bin, args, nil); err != nil {
+				stopPods(pods)
+				return nil, err
+			}
+		}
+		bin, args := wrap(bins.sim, e.args(port, seedArgs))
+		var err error
+		if p.p, err = start(dir, p.name, bin, args, nil); err != nil {
 			stopPods(pods)
 			return nil, err
 		}

@@ -237,7 +237,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 		Handoff: a.handoff, TrustClientPDFields: opts.TrustClientPDFields,
 		Client: opts.GatewayClient, Fallbacks: opts.DestinationFallbacks, DestinationOnlyHold: opts.DestinationOnlyHold,
 		Outcomes: a.outcomes, Health: a.health, Retry: gw.Retry,
-		Transfer: a.transfer, LocalPrefill: extproc.LatencyPrefill(pk.Models), TransferHeader: gw.PD.TransferHeader,
+		Transfer: a.transfer, Prefill: extproc.LatencyPrefill(pk.Models), TransferHeader: gw.PD.TransferHeader,
 		Limits: extproc.Limits{MaxStreams: opts.MaxStreams, MaxBufferedBodyBytes: opts.MaxBufferedBodyBytes,
 			RequestBodyTimeout: bodyTimeout, RequestHeadersTimeout: headersTimeout},
 	})

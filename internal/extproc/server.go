@@ -88,9 +88,9 @@ type Options struct {
 	Retry config.Retry
 	// Transfer, when set, judges every PD request's KV transfer from its decode answer
 	// (transfer.go) and holds the per decode pod state of the proof; nil judges nothing.
-	// LocalPrefill, when set, predicts a local prefill's time for the timing evidence.
-	Transfer     *proof.Gate
-	LocalPrefill LocalPrefill
+	// Prefill, when set, predicts prefill times for the timing evidence.
+	Transfer *proof.Gate
+	Prefill  PrefillTimes
 	// TransferHeader adds x-tandem-pd-transfer to PD responses whose verdict is known before
 	// their headers go out (TANDEM_PD_TRANSFER_HEADER).
 	TransferHeader bool

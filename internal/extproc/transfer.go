@@ -26,22 +26,33 @@ import (
 // verdict is known before the response headers go out: in the epp hand-off, when the decode
 // pod's whole answer arrives in its first body chunk while its headers are held.
 
-// LocalPrefill predicts how long the endpoint (by key) takes to prefill a prompt of tokens
-// itself (0: no prediction).
-type LocalPrefill func(key string, tokens int) time.Duration
+// PrefillTimes predicts prefill times for the timing evidence.
+type PrefillTimes interface {
+	// Local is how long the endpoint (by key) takes to prefill a prompt of tokens (0: no
+	// prediction).
+	Local(key string, tokens int) time.Duration
+	// Leg is how long from now until the prefill leg of the route (its outcome record's ID)
+	// on the endpoint (by key) ends.
+	Leg(route uint64, key string, tokens int) time.Duration
+}
 
-// LatencyPrefill is a LocalPrefill from the latency models' prefill service prediction.
-func LatencyPrefill(m *latency.Models) LocalPrefill {
+// LatencyPrefill is PrefillTimes from the latency models' predictions.
+func LatencyPrefill(m *latency.Models) PrefillTimes {
 	if m == nil {
 		return nil
 	}
-	return func(key string, tokens int) time.Duration {
-		_, service := m.Prefill(key, latency.Prompt{Tokens: tokens})
-		if service <= 0 {
-			return 0
-		}
-		return time.Duration(service * float64(time.Second))
-	}
+	return latencyPrefill{m}
+}
+
+type latencyPrefill struct{ m *latency.Models }
+
+func (l latencyPrefill) Local(key string, tokens int) time.Duration {
+	_, service := l.m.Prefill(key, latency.Prompt{Tokens: tokens})
+	return max(time.Duration(service*float64(time.Second)), 0)
+}
+
+func (l latencyPrefill) Leg(route uint64, key string, tokens int) time.Duration {
+	return max(time.Duration(l.m.PrefillLeg(route, key, latency.Prompt{Tokens: tokens})*float64(time.Second)), 0)
 }
 
 // ReasonTransferUnverified is the apierror reason of a request the strict transfer-proof
@@ -50,8 +61,12 @@ const ReasonTransferUnverified = "pd_transfer_unverified"
 
 // transfer is a stream's proof state.
 type transfer struct {
-	on         bool // a PD route whose decode answer is judged
-	sync       bool // the prefill leg ended before the decode leg was forwarded (timing applies)
+	on   bool // a PD route whose decode answer is judged
+	sync bool // the prefill leg ended before the decode leg was forwarded (timing applies)
+	// sidecar: the decode pod's routing sidecar runs the prefill leg once the request is
+	// forwarded, which then takes about leg (predicted) before the decode leg starts.
+	sidecar    bool
+	leg        time.Duration
 	scan       proof.Scanner
 	decodeSent time.Time
 	firstByte  time.Time
@@ -67,6 +82,10 @@ func (st *stream) startTransfer(mode string) {
 	st.xfer = transfer{on: mode != "" && st.srv.opts.Transfer != nil}
 	if st.xfer.on && mode == config.HandoffEPP && st.ho.active() && !st.ho.h.Async() {
 		st.xfer.sync = true
+	}
+	if p := st.srv.opts.Prefill; st.xfer.on && mode == config.HandoffSidecar && p != nil && st.route != nil && st.promptTokens > 0 {
+		st.xfer.sidecar = true
+		st.xfer.leg = p.Leg(st.route.ID(), st.decision.Prefill[0].Key(), st.promptTokens)
 	}
 	st.xfer.decodeSent = time.Now()
 	st.xfer.strict = st.xfer.on && st.decision.PD.TransferProof == config.TransferProofStrict
@@ -145,13 +164,17 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	gate := st.srv.opts.Transfer
 	ev := proof.Evidence{Engine: decode.Engine, CountsTransfers: gate.CountsTransfers(decode.Key(), decode.Model)}
 	ev.Usage, ev.HasUsage = x.scan.Usage()
-	if x.sync && !x.firstByte.IsZero() && x.scan.Streamed() {
+	if (x.sync || x.sidecar) && !x.firstByte.IsZero() && x.scan.Streamed() {
+		// What a local prefill of the prompt costs, from the pod that prefilled it: the leg's
+		// measured duration (epp hand-off), else its prediction there. Not the decode pod's
+		// own model: in PD it never prefills a prompt itself, and what its engine reports as
+		// prefill time is its decode legs' KV loads (or recomputes).
 		ev.DecodeFirstByte = x.firstByte.Sub(x.decodeSent)
 		local := st.prefillLeg
-		if f := st.srv.opts.LocalPrefill; f != nil && st.promptTokens > 0 {
-			local = max(local, f(decode.Key(), st.promptTokens))
+		if p := st.srv.opts.Prefill; local <= 0 && p != nil && st.promptTokens > 0 {
+			local = p.Local(st.decision.Prefill[0].Key(), st.promptTokens)
 		}
-		ev.LocalPrefill = local
+		ev.LocalPrefill, ev.PrefillLeg = local, x.leg
 	}
 	res, basis := proof.Judge(ev)
 	if res == proof.Verified && basis == proof.BasisUsage && ev.Usage.WholePrompt() {
@@ -162,7 +185,7 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	st.route.Transfer(string(res), basis)
 	if l := st.log.V(1); l.Enabled() {
 		l.Info("pd transfer judged", "result", res, "basis", basis, "decode", decode.Key(), "prefill", st.decision.Prefill[0].Key(),
-			"promptTokens", ev.Usage.Prompt, "cachedTokens", ev.Usage.Cached, "decodeFirstByte", ev.DecodeFirstByte.String(), "localPrefill", ev.LocalPrefill.String())
+			"promptTokens", ev.Usage.Prompt, "cachedTokens", ev.Usage.Cached, "decodeFirstByte", ev.DecodeFirstByte.String(), "prefillLeg", ev.PrefillLeg.String(), "localPrefill", ev.LocalPrefill.String())
 	}
 	return res, true
 }

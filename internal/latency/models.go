@@ -170,6 +170,22 @@ func (m *Models) Prefill(key string, p Prompt) (wait, service float64) {
 	return f.Wait(), f.Service(p)
 }
 
+// PrefillLeg predicts, at now, the seconds until the prefill of the route (by its outcome
+// record's ID) ends on the endpoint by key: its end as booked on the ledger, when a strategy
+// booked it there (pd-predictive), else the endpoint's predicted wait and the prompt's prefill.
+func (m *Models) PrefillLeg(id uint64, key string, p Prompt) float64 {
+	now := m.clock.Now()
+	m.mu.Lock()
+	if r := m.routes[id]; r != nil && r.charged && !r.prefillDone && r.prefillOn == key {
+		due := r.due.Add(seconds(m.podLocked(key, now).shift - r.shiftAt))
+		m.mu.Unlock()
+		return max(due.Sub(now).Seconds(), 0)
+	}
+	m.mu.Unlock()
+	wait, service := m.Prefill(key, p)
+	return wait + service
+}
+
 // waitLocked is the prefill work ahead of a prompt arriving now: this replica's ledger,
 // plus what others booked (the shared store), or, without one, the prompts the engine
 // reports waiting beyond those Tandem routed there; w is this replica's ledger (q.backlog at
@@ -270,6 +286,10 @@ func (m *Models) Charge(id uint64, c Charge) {
 		r = m.startLocked(id, c.Kind, c.Destination, c.Prompt.Tokens, now)
 	}
 	q := m.podLocked(c.Prefill, now)
+	q.booked++
+	if c.Destination != c.Prefill {
+		m.podLocked(c.Destination, now).booked++
+	}
 	r.prefillOn, r.prompt, r.service, r.ttft, r.tpot, r.charged = c.Prefill, c.Prompt, c.Service, c.TTFT, c.TPOT, true
 	r.tpotObjective, r.maxTokens = c.TPOTObjective, c.MaxTokens
 	r.distance = c.Distance - 1

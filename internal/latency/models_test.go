@@ -30,6 +30,14 @@ func newRig(o Options) *rig {
 	return r
 }
 
+// chargePD starts a PD route of a 1,000-token prompt to ns/d:1 and books its prefill of s
+// seconds on the prefill pod key's ledger.
+func (r *rig) chargePD(key string, s float64) *outcome.Tracker {
+	tr := r.rec.Start(outcome.KindPD, key, "ns/d:1", 1000)
+	r.m.Charge(tr.ID(), Charge{Kind: outcome.KindPD, Prefill: key, Destination: "ns/d:1", Prompt: Prompt{Tokens: 1000}, Service: s})
+	return tr
+}
+
 func near(got, want, tol float64) bool { return math.Abs(got-want) <= tol*math.Abs(want) }
 
 // trueService is a pod's real prefill time: 2 ms + 30 µs per uncached token + attention.
@@ -73,11 +81,7 @@ func TestPrefillModelLearnsAPod(t *testing.T) {
 func TestBusyUntilLedger(t *testing.T) {
 	r := newRig(Options{})
 	key := "ns/p:1"
-	charge := func(s float64) *outcome.Tracker {
-		tr := r.rec.Start(outcome.KindPD, key, "ns/d:1", 1000)
-		r.m.Charge(tr.ID(), Charge{Kind: outcome.KindPD, Prefill: key, Destination: "ns/d:1", Prompt: Prompt{Tokens: 1000}, Service: s})
-		return tr
-	}
+	charge := func(s float64) *outcome.Tracker { return r.chargePD(key, s) }
 	wait := func() float64 { w, _ := r.m.Prefill(key, Prompt{Tokens: 1}); return w }
 	a, b, c := charge(0.2), charge(0.3), charge(0.5)
 	if w := wait(); !near(w, 1.0, 1e-9) {
@@ -317,6 +321,52 @@ func TestHistogramFitsASidecarPrefillPod(t *testing.T) {
 	}
 }
 
+// A prefill pod no strategy books (the PD policies other than pd-predictive), its legs run by a
+// decode-side sidecar: the engine's prefill-time histogram is fitted at the mean prompt its
+// prompt-token counter reports per interval, smoothed over intervals (a prompt counted in one
+// interval may finish its prefill in the next). Once a strategy books the pod, only its own
+// charges place the fit.
+func TestHistogramFitsAnUnbookedPod(t *testing.T) {
+	var smp *metrics.Sample
+	r := newRig(Options{Samples: func(string) *metrics.Sample { return smp }})
+	p := "ns/p:1"
+	rng := rand.New(rand.NewPCG(4, 4))
+	// Each prompt is counted when it arrives; a third of them finish their prefill in the
+	// next interval.
+	counter, next := 0.0, []Prompt(nil)
+	for i := range 300 {
+		done := next
+		next = nil
+		for range 1 + rng.IntN(3) {
+			pr := Prompt{Tokens: 3000 + rng.IntN(2000)}
+			counter += float64(pr.Tokens)
+			if rng.IntN(3) == 0 {
+				next = append(next, pr)
+			} else {
+				done = append(done, pr)
+			}
+		}
+		var sum, n float64
+		for _, pr := range done {
+			sum += trueService(pr, 1)
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		smp = &metrics.Sample{PrefillTimeMean: sum / n, PrefillCount: n, HasPrefillTimeMean: true,
+			PromptTokens: counter, HasPromptTokens: true, UpdatedAt: t0.Add(time.Duration(i+1) * time.Second)}
+		r.clock.Advance(time.Second)
+		r.m.Prefill(p, Prompt{Tokens: 1}) // a pick reads the sample
+	}
+	_, cold := r.m.Prefill("ns/other:1", Prompt{Tokens: 4000})
+	for _, pr := range []Prompt{{Tokens: 3500}, {Tokens: 4500}} {
+		if _, got := r.m.Prefill(p, pr); !near(got, trueService(pr, 1), 0.1) || near(cold, trueService(pr, 1), 0.2) {
+			t.Errorf("%d tokens: predicted %.4f, true %.4f (a pod learned nothing of: %.4f)", pr.Tokens, got, trueService(pr, 1), cold)
+		}
+	}
+}
+
 // Every prediction that met its first byte is in the error summary and goes to the observer.
 func TestPredictionErrors(t *testing.T) {
 	var seen []float64
@@ -445,5 +495,28 @@ func TestFallbackServedRoute(t *testing.T) {
 	tr.End(nil)
 	if step(b) != step(idle) || step(a) != step(idle) {
 		t.Errorf("after the end: A %v, B %v, idle %v", step(a), step(b), step(idle))
+	}
+}
+
+// PrefillLeg: a booked route's leg ends when the ledger has it due (behind the work booked
+// ahead of it, moved as that work ends late); an unbooked one after the pod's wait and its
+// predicted prefill.
+func TestPrefillLeg(t *testing.T) {
+	r := newRig(Options{})
+	key := "ns/p:1"
+	charge := func(s float64) *outcome.Tracker { return r.chargePD(key, s) }
+	a, b := charge(0.2), charge(0.3)
+	if got := r.m.PrefillLeg(b.ID(), key, Prompt{Tokens: 1000}); !near(got, 0.5, 1e-9) {
+		t.Errorf("second booked: leg %.3f s, want 0.5 (0.2 ahead)", got)
+	}
+	r.clock.Advance(secs(0.3))
+	a.PrefillEnd(nil, true) // 0.1 s late: the second moves with it
+	if got := r.m.PrefillLeg(b.ID(), key, Prompt{Tokens: 1000}); !near(got, 0.3, 1e-9) {
+		t.Errorf("after the first ended 0.1 s late: leg %.3f s, want 0.3", got)
+	}
+	u := r.rec.Start(outcome.KindPD, key, "ns/d:1", 1000) // routed by a strategy that books nothing
+	wait, service := r.m.Prefill(key, Prompt{Tokens: 1000})
+	if got := r.m.PrefillLeg(u.ID(), key, Prompt{Tokens: 1000}); !near(got, wait+service, 1e-9) || service <= 0 {
+		t.Errorf("unbooked: leg %.3f s, want the wait and the prefill, %.3f + %.3f", got, wait, service)
 	}
 }

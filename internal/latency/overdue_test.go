@@ -13,11 +13,7 @@ import (
 func TestOverduePodIsPredictedBusy(t *testing.T) {
 	r := newRig(Options{})
 	key := "ns/p:1"
-	charge := func(s float64) *outcome.Tracker {
-		tr := r.rec.Start(outcome.KindPD, key, "ns/d:1", 1000)
-		r.m.Charge(tr.ID(), Charge{Kind: outcome.KindPD, Prefill: key, Destination: "ns/d:1", Prompt: Prompt{Tokens: 1000}, Service: s})
-		return tr
-	}
+	charge := func(s float64) *outcome.Tracker { return r.chargePD(key, s) }
 	wait := func() float64 { w, _ := r.m.Prefill(key, Prompt{Tokens: 1}); return w }
 	a, b := charge(0.1), charge(0.1)
 	r.clock.Advance(secs(0.15)) // a is 50 ms overdue: b still waits behind it

@@ -117,6 +117,14 @@ type pod struct {
 	directPrefill                 int // prefill ends observed by the hand-off (not inferred)
 	streamSteps                   int // decode-step fits from streams Tandem routed here
 	histPrefill                   int // scrapes that brought new prefill-time observations
+	// booked: routes a strategy booked (Charge) with the pod as their prefill or destination.
+	booked int
+	// promptTokens: the engine's prompt-token counter at the last sample (promptSeen: one
+	// was read); ewPrompts, ewPrefills: the prompt tokens and the prefills the engine reported
+	// per interval, decayed sums (a prompt counted in one interval may finish its prefill in
+	// the next: their ratio over a few intervals is the mean prompt).
+	promptTokens, ewPrompts, ewPrefills float64
+	promptSeen                          bool
 	// endsX, endsN: the prefill features of the ends since the last sample, summed;
 	// endsObserved: how many of them the prefill model was fitted on (observed or inferred).
 	endsX        [3]float64
@@ -599,11 +607,19 @@ func (q *pod) ingest(s *metrics.Sample) {
 		q.engKV = s.KVUsage * float64(s.NumGPUBlocks*s.BlockSize)
 	}
 	q.learnSlots()
+	prompts, havePrompts := 0.0, false // prompt tokens the engine processed in the interval
+	if s.HasPromptTokens {
+		if q.promptSeen && s.PromptTokens >= q.promptTokens {
+			prompts, havePrompts = s.PromptTokens-q.promptTokens, true
+		}
+		q.promptTokens, q.promptSeen = s.PromptTokens, true
+	}
 	// The engine's prefill-time histogram: the mean of the prefills it finished in the
 	// scrape interval. It is the only direct view of a prefill pod's service time when a
 	// decode-side sidecar runs the legs (Tandem then only infers their ends), so it is fitted
 	// there, at the mean uncached prompt of the pod's recent charges; with the hand-off's
-	// own observations it is not needed.
+	// own observations it is not needed. A pod no strategy books (the PD policies but
+	// pd-predictive) is fitted at the mean prompt the engine reports for the interval.
 	if s.HistogramsLifetime {
 		// The first scrape's means are over the engine's whole life (it may have been
 		// overloaded hours ago): nothing of this interval to fit or to measure, but a better
@@ -623,6 +639,13 @@ func (q *pod) ingest(s *metrics.Sample) {
 				x[i] = q.endsX[i] / q.endsN
 			}
 			fitRelative(&q.prefill, x, q.serviceAt(x), mean)
+		} else if count := prefillCount(s); q.endsN == 0 && q.booked == 0 && havePrompts && count > 0 {
+			q.ewPrompts = promptDecay*q.ewPrompts + prompts
+			q.ewPrefills = promptDecay*q.ewPrefills + count
+			if tokens := q.ewPrompts / q.ewPrefills; tokens >= 1 {
+				p := Prompt{Tokens: int(tokens)}
+				fitRelative(&q.prefill, prefillX(p), q.service(p), mean)
+			}
 		}
 	}
 	// The engine's inter-token histogram: the mean gap between the tokens of the requests it
@@ -660,10 +683,7 @@ func (q *pod) startFromLifetime(s *metrics.Sample) {
 			r.theta[i] *= f
 		}
 	}
-	count := s.PrefillCount
-	if !s.HasPrefillTimeMean {
-		count = s.TTFTCount // the engine's prefill is its TTFT less its queue time (prefillMean)
-	}
+	count := prefillCount(s)
 	if mean, ok := prefillMean(s); ok && mean > 0 && !math.IsInf(mean, 0) && q.prefill.obs == 0 && s.HasPromptTokens && count >= minLifetimeCount {
 		if tokens := s.PromptTokens / count; tokens >= 1 {
 			scale(&q.prefill, mean/q.service(Prompt{Tokens: int(tokens)}))
@@ -767,6 +787,18 @@ func prefillMean(s *metrics.Sample) (float64, bool) {
 		return mean, mean > 0
 	}
 	return 0, false
+}
+
+// promptDecay weighs the previous intervals in the engine's mean prompt (ewPrompts): about ten
+// intervals, enough to smooth prompts counted in one interval and prefilled in the next.
+const promptDecay = 0.9
+
+// prefillCount is how many prefills prefillMean's mean is over.
+func prefillCount(s *metrics.Sample) float64 {
+	if !s.HasPrefillTimeMean {
+		return s.TTFTCount // the engine's prefill is its TTFT less its queue time (prefillMean)
+	}
+	return s.PrefillCount
 }
 
 // ended notes the features of a prefill that ended since the last sample: the engine's

@@ -60,8 +60,8 @@ const (
 	recomputedShare = 0.1
 	// minPrompt: shorter prompts prove nothing (a block or less of KV).
 	minPrompt = 16
-	// timingShare: a decode first byte at least this share of the local prefill's time counts
-	// as a recompute, when that time is at least minTiming (shorter prefills drown in noise).
+	// timingShare: a decode first byte (beyond a prefill leg it includes) at least this share
+	// of the local prefill's time counts as a recompute, when that time is at least minTiming (shorter prefills drown in noise).
 	timingShare = 0.9
 	minTiming   = 200 * time.Millisecond
 )
@@ -101,10 +101,14 @@ type Evidence struct {
 	CountsTransfers bool
 	// DecodeFirstByte is the time from the decode request being forwarded to its first
 	// token, the first byte of a streamed answer (0: unknown, as for a JSON answer, whose first
-	// byte comes with its last token); LocalPrefill how long a local prefill of the prompt takes on
-	// that pod by the best estimate at hand (0: none), conservatively the larger of the
-	// latency model's prediction and the prefill leg's own duration.
+	// byte comes with its last token); LocalPrefill how long a local prefill of the prompt
+	// takes, from the pod that prefilled it: the prefill leg's measured duration, else the
+	// latency models' prediction there (0: none).
 	DecodeFirstByte, LocalPrefill time.Duration
+	// PrefillLeg is the part of DecodeFirstByte the prefill leg takes when the decode pod's
+	// routing sidecar runs it before the decode leg (the sidecar hand-off), as predicted when
+	// the request was forwarded (0 when the leg ended before it was: the epp hand-off).
+	PrefillLeg time.Duration
 }
 
 // Judge returns the verdict on a decode answer that succeeded, and what it rests on.
@@ -131,7 +135,7 @@ func Judge(e Evidence) (Result, string) {
 		}
 	}
 	if e.LocalPrefill >= minTiming && e.DecodeFirstByte > 0 &&
-		float64(e.DecodeFirstByte) >= timingShare*float64(e.LocalPrefill) {
+		float64(e.DecodeFirstByte-e.PrefillLeg) >= timingShare*float64(e.LocalPrefill) {
 		return Recomputed, BasisTiming
 	}
 	return Unknown, BasisNone

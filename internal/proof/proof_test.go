@@ -26,6 +26,8 @@ func TestJudge(t *testing.T) {
 		{"early first byte", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: time.Second}, Unknown, BasisNone},
 		{"SGLang decode pods cannot recompute", Evidence{Engine: "sglang", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Verified, BasisProtocol},
 		{"TensorRT-LLM usage proves nothing", Evidence{Engine: "trtllm", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Unknown, BasisNone},
+		{"sidecar: late beyond the prefill leg it includes", Evidence{DecodeFirstByte: 1900 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second}, Recomputed, BasisTiming},
+		{"sidecar: the prefill leg explains the wait", Evidence{DecodeFirstByte: 1200 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second}, Unknown, BasisNone},
 		{"prefill too short to tell", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: 100 * time.Millisecond}, Unknown, BasisNone},
 	} {
 		if got, basis := Judge(c.e); got != c.want || basis != c.basis {
