@@ -17,28 +17,37 @@ import (
 // TestRecomputeDetectedOnLLMDSimulator runs the transfer proof against llm-d's vLLM simulator:
 // one prefill pod and two decode pods of one roleset behind Tandem and the gateway, in the epp
 // hand-off (Tandem runs the prefill leg) and behind llm-d's own routing sidecar (pd-sidecar, on
-// the decode pods: it runs the prefill leg, Tandem sees only the decode answer). llm-d's
-// simulator has no KV connector to break, and its usage counts only its own prefix-cache hits
-// as cached tokens, never the transferred KV; so a healthy pod's usage proves nothing, and must
-// not be taken for a recompute. The broken decode pod shows what a recompute looks like from
-// outside: its "transfer" takes as long as a local prefill of the prompt, so its first token
-// comes as late as if it had computed the prompt itself. It must be caught by timing on every
-// streamed PD request it serves (behind the sidecar, every one once Tandem's models know the
-// prefill pod's time), and receive at most 3 of them, while the healthy pod counts no recompute.
+// the decode pods: it runs the prefill leg, Tandem sees only the decode answer), under each
+// policy. llm-d's simulator has no KV connector to break, and its usage counts only its own
+// prefix-cache hits as cached tokens, never the transferred KV; so a healthy pod's usage proves
+// nothing, and must not be taken for a recompute. The broken decode pod shows what a recompute
+// looks like from outside: its "transfer" takes as long as a local prefill of the prompt, so its
+// first token comes as late as if it had computed the prompt itself.
+//
+// Lenient: the broken pod is caught by timing on every streamed PD request it serves (behind
+// the sidecar, every one once Tandem's models know the prefill pod's time) and receives at most
+// 3 of them, while the healthy pod counts no recompute. Strict: no answer the broken pod served
+// reaches its client whole; in the epp hand-off the healthy pod's are verified by timing (its
+// first token comes long before a prefill could end) and served, while behind the sidecar,
+// where timing cannot verify, they are unverifiable and refused too.
 func TestRecomputeDetectedOnLLMDSimulator(t *testing.T) {
-	t.Run("epp", func(t *testing.T) { recomputeOnLLMDSimulator(t, "") })
-	t.Run("pd-sidecar", func(t *testing.T) {
-		sidecar := os.Getenv("TANDEM_LLMD_SIDECAR")
-		if sidecar == "" {
-			t.Skip("TANDEM_LLMD_SIDECAR unset: hack/test.sh sets it from hack/ensure-llmd-epp.sh (llm-d's routing sidecar, built from the Go module proxy)")
-		}
-		recomputeOnLLMDSimulator(t, sidecar)
-	})
+	sidecar := os.Getenv("TANDEM_LLMD_SIDECAR")
+	for _, c := range []struct {
+		name, sidecar string
+		strict        bool
+	}{{"epp", "", false}, {"epp-strict", "", true}, {"pd-sidecar", sidecar, false}, {"pd-sidecar-strict", sidecar, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			if strings.HasPrefix(c.name, "pd-sidecar") && sidecar == "" {
+				t.Skip("TANDEM_LLMD_SIDECAR unset: hack/test.sh sets it from hack/ensure-llmd-epp.sh (llm-d's routing sidecar, built from the Go module proxy)")
+			}
+			recomputeOnLLMDSimulator(t, c.sidecar, c.strict)
+		})
+	}
 }
 
-// recomputeOnLLMDSimulator runs the test; sidecar is llm-d's routing sidecar binary ("": the
+// recomputeOnLLMDSimulator runs one case; sidecar is llm-d's routing sidecar binary ("": the
 // epp hand-off).
-func recomputeOnLLMDSimulator(t *testing.T, sidecar string) {
+func recomputeOnLLMDSimulator(t *testing.T, sidecar string, strict bool) {
 	sim := simBinary(t)
 	root, err := demo.FindRepoRoot()
 	if err != nil {
@@ -70,7 +79,11 @@ func recomputeOnLLMDSimulator(t *testing.T, sidecar string) {
 	if err := writePool(poolFile, pods); err != nil {
 		t.Fatal(err)
 	}
-	tan, err := startTandem(ctx, dir, bins, poolFile, "proof", "pd")
+	policy := "lenient"
+	if strict {
+		policy = "strict"
+	}
+	tan, err := startTandem(ctx, dir, bins, poolFile, "proof", "pd", "TANDEM_PD_TRANSFER_PROOF="+policy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,39 +93,56 @@ func recomputeOnLLMDSimulator(t *testing.T, sidecar string) {
 		byName[p.name] = p
 	}
 	// The router's readiness request (startTandem's, one token, not streamed: no timing) may
-	// have gone to the broken pod; what it serves from here on is the test's streamed requests.
-	before, err := byName[brokenPod].served(ctx)
+	// have gone to either decode pod; what they serve from here on is the test's streamed
+	// requests.
+	brokenBefore, err := byName[brokenPod].served(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Sequential streamed requests of 1,000 prompt words (the simulator's dummy tokenizer:
-	// about a token each): a stream's first byte is its first token, what timing reads.
+	healthyBefore, err := byName[healthyPod].served(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Streamed requests of 1,000 prompt words (the simulator's dummy tokenizer: about a token
+	// each): a stream's first byte is its first token, what timing reads. whole: the client
+	// got a complete answer (200 and the stream's end).
 	prompt := strings.TrimSpace(strings.Repeat("word ", 1000))
 	const n = 24
-	send := func(i int) error {
+	send := func(i int) (whole bool, err error) {
 		body := fmt.Sprintf(`{"model":%q,"prompt":%q,"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}`, modelName, fmt.Sprintf("%d %s", i, prompt))
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, tan.url+"/v1/completions", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return err
+			return false, err
 		}
-		b, _ := io.ReadAll(resp.Body)
+		b, rerr := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("request %d: %s: %s", i, resp.Status, b)
+		whole = resp.StatusCode == http.StatusOK && rerr == nil && strings.Contains(string(b), "data: [DONE]")
+		if !whole && !strict {
+			return false, fmt.Errorf("request %d: %s (%v): %s", i, resp.Status, rerr, b)
 		}
-		return nil
+		return whole, nil
 	}
 	// Two at a time, so both decode pods get work until one is held out.
 	var brokenAt []float64 // the broken pod's served count after each pair
+	wholeAnswers := 0
 	for i := 0; i < n; i += 2 {
-		errs := make(chan error, 2)
-		go func() { errs <- send(i) }()
-		go func() { errs <- send(i + 1) }()
+		type result struct {
+			whole bool
+			err   error
+		}
+		res := make(chan result, 2)
+		for k := range 2 {
+			go func() { w, err := send(i + k); res <- result{w, err} }()
+		}
 		for range 2 {
-			if err := <-errs; err != nil {
-				t.Fatal(err)
+			r := <-res
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			if r.whole {
+				wholeAnswers++
 			}
 		}
 		served, err := byName[brokenPod].served(ctx)
@@ -129,11 +159,26 @@ func recomputeOnLLMDSimulator(t *testing.T, sidecar string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	brokenServed := brokenAt[len(brokenAt)-1]
-	t.Logf("verdicts %v; the broken pod served %.0f (after each request: %v), the healthy one %.0f", verdicts, brokenServed, brokenAt, healthyServed)
+	brokenStreamed, healthyStreamed := brokenAt[len(brokenAt)-1]-brokenBefore, healthyServed-healthyBefore
+	t.Logf("%s: verdicts %v; the broken pod served %.0f streamed requests (its count after each pair: %v), the healthy one %.0f; %d answers reached their client whole",
+		policy, verdicts, brokenStreamed, brokenAt, healthyStreamed, wholeAnswers)
 	brokenKey, healthyKey := brokenPod, healthyPod // demo.ScrapeTransfers names pods without their namespace
 	if got := verdicts[healthyKey]["recomputed"]; got != 0 {
 		t.Errorf("the healthy decode pod was judged recomputed %v times; want 0 (its usage counts no transferred tokens: that proves nothing)", got)
+	}
+	if brokenStreamed+healthyStreamed != n {
+		t.Fatalf("the decode pods served %.0f + %.0f streamed requests; want %d", brokenStreamed, healthyStreamed, n)
+	}
+	if strict {
+		want := healthyStreamed // the healthy pod's, verified by timing; none of the broken pod's
+		if sidecar != "" {
+			want = 0 // behind the sidecar timing cannot verify: unverifiable, refused
+		}
+		if float64(wholeAnswers) != want {
+			t.Errorf("strict: %d answers reached their client whole; want %.0f (the healthy pod served %.0f, the broken one %.0f)",
+				wholeAnswers, want, healthyStreamed, brokenStreamed)
+		}
+		return
 	}
 	// Every streamed PD request the broken pod served was judged recomputed, and it served at
 	// most 3 of them: held out after 2 of its last 3, and the back-off, 30 s, outlasts the test.
@@ -144,12 +189,11 @@ func recomputeOnLLMDSimulator(t *testing.T, sidecar string) {
 	if sidecar != "" {
 		learning = 1
 	}
-	streamed := brokenServed - before
-	if got := verdicts[brokenKey]["recomputed"]; streamed < 1 || got < 1 || got < streamed-learning {
-		t.Errorf("the broken decode pod was judged recomputed %v times of the %.0f streamed requests it served; want every one but %.0f, at least one", got, streamed, learning)
+	if got := verdicts[brokenKey]["recomputed"]; brokenStreamed < 1 || got < 1 || got < brokenStreamed-learning {
+		t.Errorf("the broken decode pod was judged recomputed %v times of the %.0f streamed requests it served; want every one but %.0f, at least one", got, brokenStreamed, learning)
 	}
-	if streamed > 3 || brokenServed+healthyServed < n {
-		t.Errorf("the broken decode pod served %.0f streamed requests and the healthy one %.0f requests of %d; want at most 3 on the broken one", streamed, healthyServed, n)
+	if brokenStreamed > 3 {
+		t.Errorf("the broken decode pod served %.0f streamed requests; want at most 3", brokenStreamed)
 	}
 }
 

@@ -26,7 +26,8 @@ import (
 type Result string
 
 const (
-	// Verified: the decode answer's usage shows cached tokens covering the transferred prompt.
+	// Verified: the decode answer's usage shows cached tokens covering the transferred prompt,
+	// or its first token came well before a local prefill of the prompt could have ended.
 	Verified Result = "verified"
 	// Recomputed: the usage shows (about) no cached tokens from an engine known to count
 	// transferred KV as cached, or a streamed first token came as late as a local prefill of
@@ -64,6 +65,9 @@ const (
 	// of the local prefill's time counts as a recompute, when that time is at least minTiming (shorter prefills drown in noise).
 	timingShare = 0.9
 	minTiming   = 200 * time.Millisecond
+	// fastShare: a decode first byte after a measured prefill leg within this share of the
+	// local prefill's time verifies the transfer (a recompute takes the whole of it).
+	fastShare = 0.5
 )
 
 // Usage is what the decode answer reported of its prompt.
@@ -134,9 +138,16 @@ func Judge(e Evidence) (Result, string) {
 			// Few cached tokens from an engine not known to count transfers: timing decides.
 		}
 	}
-	if e.LocalPrefill >= minTiming && e.DecodeFirstByte > 0 &&
-		float64(e.DecodeFirstByte-e.PrefillLeg) >= timingShare*float64(e.LocalPrefill) {
-		return Recomputed, BasisTiming
+	if e.LocalPrefill >= minTiming && e.DecodeFirstByte > 0 {
+		switch late := float64(e.DecodeFirstByte - e.PrefillLeg); {
+		case late >= timingShare*float64(e.LocalPrefill):
+			return Recomputed, BasisTiming
+		case e.PrefillLeg == 0 && late <= fastShare*float64(e.LocalPrefill):
+			// The first token came well before the prompt could have been computed there.
+			// Not behind a sidecar: a prefill leg predicted too long (a queue that did not
+			// form) would pass a recompute for one.
+			return Verified, BasisTiming
+		}
 	}
 	return Unknown, BasisNone
 }
