@@ -164,3 +164,45 @@ func TestStrandedKVDecodeFailed(t *testing.T) {
 		t.Errorf("tandem_pd_prefill_release_total%v = %v, want 1", sent, st.counter("tandem_pd_prefill_release_total", sent))
 	}
 }
+
+// TestSGLangSentKVIsNotReleased: SGLang answers its prefill leg only once the KV was sent, so a
+// client that leaves after that (the decode leg generating a whole answer) strands nothing:
+// no /abort_request goes to the prefill pod, and its hold counts as consumed, not released.
+func TestSGLangSentKVIsNotReleased(t *testing.T) {
+	st := newStack(t, stackOptions{engine: sim.EngineSGLang, env: eppEnv(nil)})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	done := make(chan reply, 1)
+	c := clientCase{chat: true, stream: false}
+	go func() {
+		done <- st.post(reqCtx, c.path(), c.body(), map[string]string{sim.HeaderFault: "decode-hang-after-1"})
+	}()
+	success := map[string]string{"status": "pd-prefill-request-success"}
+	if !eventually(func() bool { return st.counter("gateway_prefill_request_success_total", success) == 1 }) {
+		t.Fatal("the prefill leg never answered")
+	}
+	if s := st.prefill.Stats(); s.KVHeld != 0 {
+		t.Fatalf("the prefill pod still holds the KV after its leg answered: %+v", s)
+	}
+	cancelReq()
+	if r := <-done; r.readErr == nil {
+		t.Fatalf("the cancelled request completed: %d %s", r.status, r.body)
+	}
+	consumed := map[string]string{"namespace": "default", "pod_name": "prefill-0", "end": "consumed"}
+	if !eventually(func() bool { return st.counter("tandem_pd_stranded_kv_seconds_total", consumed) > 0 }) {
+		t.Errorf("tandem_pd_stranded_kv_seconds_total%v = 0, want the hold counted consumed", consumed)
+	}
+	st.checkReleased()
+	if rids := abortRIDs(st.prefill); len(rids) != 0 {
+		t.Errorf("the prefill pod was sent /abort_request %q for KV it had already sent", rids)
+	}
+	for _, res := range []string{"sent", "failed"} {
+		if v := st.counter("tandem_pd_prefill_release_total", map[string]string{"engine": "sglang", "result": res}); v != 0 {
+			t.Errorf("tandem_pd_prefill_release_total{result=%s} = %v, want 0", res, v)
+		}
+	}
+	if v := st.counter("tandem_pd_stranded_kv_seconds_total", map[string]string{"end": "released"}); v != 0 {
+		t.Errorf("tandem_pd_stranded_kv_seconds_total{end=released} = %v, want 0", v)
+	}
+}

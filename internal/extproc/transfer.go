@@ -28,12 +28,14 @@ import (
 
 // PrefillTimes predicts prefill times for the timing evidence.
 type PrefillTimes interface {
-	// Local is how long the endpoint (by key) takes to prefill a prompt of tokens (0: no
-	// prediction).
+	// Local is how long the endpoint (by key) takes to prefill a prompt of tokens, its queue
+	// left out; 0 while its models have learned nothing (the defaults prove nothing).
 	Local(key string, tokens int) time.Duration
-	// Leg is how long from now until the prefill leg of the route (its outcome record's ID)
-	// on the endpoint (by key) ends.
-	Leg(route uint64, key string, tokens int) time.Duration
+	// Wait is how long from now until the prefill leg of the route (its outcome record's ID)
+	// starts on the endpoint (by key).
+	Wait(route uint64, key string, tokens int) time.Duration
+	// Queued reports whether a request sent to the endpoint now waits for one of its slots.
+	Queued(key string) bool
 }
 
 // LatencyPrefill is PrefillTimes from the latency models' predictions.
@@ -47,13 +49,18 @@ func LatencyPrefill(m *latency.Models) PrefillTimes {
 type latencyPrefill struct{ m *latency.Models }
 
 func (l latencyPrefill) Local(key string, tokens int) time.Duration {
+	if !l.m.PrefillKnown(key) {
+		return 0
+	}
 	_, service := l.m.Prefill(key, latency.Prompt{Tokens: tokens})
 	return max(time.Duration(service*float64(time.Second)), 0)
 }
 
-func (l latencyPrefill) Leg(route uint64, key string, tokens int) time.Duration {
-	return max(time.Duration(l.m.PrefillLeg(route, key, latency.Prompt{Tokens: tokens})*float64(time.Second)), 0)
+func (l latencyPrefill) Wait(route uint64, key string, tokens int) time.Duration {
+	return max(time.Duration(l.m.PrefillWait(route, key, latency.Prompt{Tokens: tokens})*float64(time.Second)), 0)
 }
+
+func (l latencyPrefill) Queued(key string) bool { return l.m.Queued(key) }
 
 // ReasonTransferUnverified is the apierror reason of a request the strict transfer-proof
 // policy failed (gateway_request_model_fail_total's status label).
@@ -64,9 +71,10 @@ type transfer struct {
 	on   bool // a PD route whose decode answer is judged
 	sync bool // the prefill leg ended before the decode leg was forwarded (timing applies)
 	// sidecar: the decode pod's routing sidecar runs the prefill leg once the request is
-	// forwarded, which then takes about leg (predicted) before the decode leg starts.
+	// forwarded; it was predicted to wait legWait on the prefill pod before its prefill.
 	sidecar    bool
-	leg        time.Duration
+	legWait    time.Duration
+	queued     bool // the decode pod had requests waiting for a slot when the leg was forwarded
 	scan       proof.Scanner
 	decodeSent time.Time
 	firstByte  time.Time
@@ -83,9 +91,12 @@ func (st *stream) startTransfer(mode string) {
 	if st.xfer.on && mode == config.HandoffEPP && st.ho.active() && !st.ho.h.Async() {
 		st.xfer.sync = true
 	}
-	if p := st.srv.opts.Prefill; st.xfer.on && mode == config.HandoffSidecar && p != nil && st.route != nil && st.promptTokens > 0 {
-		st.xfer.sidecar = true
-		st.xfer.leg = p.Leg(st.route.ID(), st.decision.Prefill[0].Key(), st.promptTokens)
+	if p := st.srv.opts.Prefill; st.xfer.on && p != nil {
+		if mode == config.HandoffSidecar && st.route != nil && st.promptTokens > 0 {
+			st.xfer.sidecar = true
+			st.xfer.legWait = p.Wait(st.route.ID(), st.decision.Prefill[0].Key(), st.promptTokens)
+		}
+		st.xfer.queued = (st.xfer.sync || st.xfer.sidecar) && p.Queued(st.decision.Destination[0].Key())
 	}
 	st.xfer.decodeSent = time.Now()
 	st.xfer.strict = st.xfer.on && st.decision.PD.TransferProof == config.TransferProofStrict
@@ -164,28 +175,51 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	gate := st.srv.opts.Transfer
 	ev := proof.Evidence{Engine: decode.Engine, CountsTransfers: gate.CountsTransfers(decode.Key(), decode.Model)}
 	ev.Usage, ev.HasUsage = x.scan.Usage()
-	if (x.sync || x.sidecar) && !x.firstByte.IsZero() && x.scan.Streamed() {
+	prefill := st.decision.Prefill[0].Key()
+	if p := st.srv.opts.Prefill; (x.sync || x.sidecar) && p != nil && !x.firstByte.IsZero() && x.scan.Streamed() && st.promptTokens > 0 {
 		// What a local prefill of the prompt costs, from the pod that prefilled it: the leg's
 		// measured duration (epp hand-off), else its prediction there. Not the decode pod's
 		// own model: in PD it never prefills a prompt itself, and what its engine reports as
 		// prefill time is its decode legs' KV loads (or recomputes).
 		ev.DecodeFirstByte = x.firstByte.Sub(x.decodeSent)
-		local := st.prefillLeg
-		if p := st.srv.opts.Prefill; local <= 0 && p != nil && st.promptTokens > 0 {
-			local = p.Local(st.decision.Prefill[0].Key(), st.promptTokens)
+		ev.PrefillService = p.Local(prefill, st.promptTokens)
+		ev.LocalPrefill = st.prefillLeg
+		if ev.LocalPrefill <= 0 {
+			ev.LocalPrefill = ev.PrefillService
 		}
-		ev.LocalPrefill, ev.PrefillLeg = local, x.leg
+		ev.DecodeQueued = x.queued || p.Queued(decode.Key())
+		if x.sidecar {
+			// The leg: its predicted wait when it was forwarded, and the prefill as the models
+			// know it now (they may have learned it since).
+			ev.Sidecar = true
+			if ev.PrefillService > 0 {
+				ev.PrefillLeg = x.legWait + ev.PrefillService
+			}
+			ev.PeerLate, ev.HasPeers = gate.PeerLate(prefill, decode.Key(), func(l proof.LegSample) (float64, bool) {
+				service := p.Local(prefill, l.Tokens)
+				if service <= 0 {
+					return 0, false
+				}
+				e := proof.Evidence{DecodeFirstByte: l.FirstByte, PrefillLeg: l.Wait + service, LocalPrefill: service}
+				return e.Late(), true
+			})
+		}
 	}
 	res, basis := proof.Judge(ev)
 	if res == proof.Verified && basis == proof.BasisUsage && ev.Usage.WholePrompt() {
 		gate.SawTransfer(decode.Key(), decode.Model)
 	}
+	if ev.Sidecar && !ev.DecodeQueued {
+		gate.AddLeg(prefill, proof.LegSample{Decode: decode.Key(), Tokens: st.promptTokens, Wait: x.legWait, FirstByte: ev.DecodeFirstByte})
+	}
 	x.result = res
 	st.decision.Trace.Add("pd_transfer:" + string(res) + ":" + basis)
 	st.route.Transfer(string(res), basis)
 	if l := st.log.V(1); l.Enabled() {
-		l.Info("pd transfer judged", "result", res, "basis", basis, "decode", decode.Key(), "prefill", st.decision.Prefill[0].Key(),
-			"promptTokens", ev.Usage.Prompt, "cachedTokens", ev.Usage.Cached, "decodeFirstByte", ev.DecodeFirstByte.String(), "prefillLeg", ev.PrefillLeg.String(), "localPrefill", ev.LocalPrefill.String())
+		l.Info("pd transfer judged", "result", res, "basis", basis, "decode", decode.Key(), "prefill", prefill,
+			"promptTokens", ev.Usage.Prompt, "cachedTokens", ev.Usage.Cached, "decodeFirstByte", ev.DecodeFirstByte.String(),
+			"prefillLeg", ev.PrefillLeg.String(), "localPrefill", ev.LocalPrefill.String(), "prefillService", ev.PrefillService.String(),
+			"decodeQueued", ev.DecodeQueued, "late", ev.Late(), "peerLate", ev.PeerLate, "hasPeers", ev.HasPeers)
 	}
 	return res, true
 }

@@ -186,7 +186,13 @@ func (h *Handoff) runAsync(ctx context.Context) {
 		h.prefillDone(nil)
 		h.a.opts.Observer.PrefillDone(h.engine.Name(), "", StageBeforeResponse, time.Since(began))
 		close(h.succeeded)
-		h.startHold()
+		if h.plan.RID != "" {
+			// SGLang answered the leg once its KV was sent: the decode pod has it, and its
+			// prefill pod nothing left to release.
+			h.consume()
+		} else {
+			h.startHold()
+		}
 		return
 	}
 	if h.finished.Load() {
@@ -292,7 +298,10 @@ func (h *Handoff) abort(reason string, retry bool) {
 // DecodeFirstToken records that the decode leg's first token came (its first response body
 // chunk with a 2xx status): the decode pod took the prefill pod's KV, whose hold ends
 // "consumed", and nothing is released when the request ends. Idempotent.
-func (h *Handoff) DecodeFirstToken() {
+func (h *Handoff) DecodeFirstToken() { h.consume() }
+
+// consume ends the prefill pod's hold of the KV as consumed: the decode pod has it.
+func (h *Handoff) consume() {
 	if !h.consumed.CompareAndSwap(false, true) {
 		return
 	}

@@ -82,9 +82,10 @@ type kvEvents struct {
 
 // releasePod is a prefill pod that answers its leg and records each /abort_request's rid;
 // abortStatus is what it answers to those.
-func releasePod(t *testing.T, abortStatus int) (*httptest.Server, chan string) {
+func releasePod(t *testing.T, abortStatus int, hang bool) (*httptest.Server, chan string, chan struct{}) {
 	t.Helper()
 	rids := make(chan string, 8)
+	legs := make(chan struct{}, 8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if r.URL.Path == "/abort_request" {
@@ -92,14 +93,20 @@ func releasePod(t *testing.T, abortStatus int) (*httptest.Server, chan string) {
 			w.WriteHeader(abortStatus)
 			return
 		}
+		legs <- struct{}{}
+		if hang { // SGLang's leg, waiting for its decode pod to pull the KV
+			<-r.Context().Done()
+			return
+		}
 		_, _ = w.Write([]byte(`{"id":"x","kv_transfer_params":{"do_remote_prefill":true,"remote_block_ids":[1]}}`))
 	}))
 	t.Cleanup(srv.Close)
-	return srv, rids
+	return srv, rids, legs
 }
 
-// startKV runs a hand-off of engine to a releasePod until its prefill leg answered.
-func startKV(t *testing.T, engine string, abortStatus int) (*Handoff, *holdRecorder, chan string) {
+// startKV runs a hand-off of engine to a releasePod until its prefill leg answered, or, with
+// hang, until the leg is running (an SGLang pod answers it only once its KV was sent).
+func startKV(t *testing.T, engine string, abortStatus int, hang bool) (*Handoff, *holdRecorder, chan string) {
 	t.Helper()
 	rec := newHoldRecorder()
 	a, err := NewAdapters(config.DefaultPD(), Options{Observer: kvEvents{make(events, 32), rec}, KVHoldTimeout: time.Hour})
@@ -107,7 +114,7 @@ func startKV(t *testing.T, engine string, abortStatus int) (*Handoff, *holdRecor
 		t.Fatal(err)
 	}
 	t.Cleanup(a.Close)
-	srv, rids := releasePod(t, abortStatus)
+	srv, rids, legs := releasePod(t, abortStatus, hang)
 	dec, _ := abortServer(t)
 	h, err := a.New(context.Background(), Input{Leg: Leg{RequestID: "req-9", Path: "/v1/completions", API: request.APICompletions,
 		Body: []byte(`{"model":"m","prompt":"p"}`), Prefill: serverEndpoint(t, srv, "p0", engine, nil, nil), Decode: dec}, PD: config.DefaultPD()})
@@ -117,7 +124,11 @@ func startKV(t *testing.T, engine string, abortStatus int) (*Handoff, *holdRecor
 	if _, aerr := h.Start(context.Background()); aerr != nil {
 		t.Fatal(aerr)
 	}
-	<-h.PrefillSucceeded()
+	if hang {
+		<-legs
+	} else {
+		<-h.PrefillSucceeded()
+	}
 	return h, rec, rids
 }
 
@@ -128,10 +139,11 @@ func (r *holdRecorder) snapshot() ([]HoldEnd, []ReleaseResult) {
 }
 
 // A request that ends before its decode leg's first token releases an SGLang prefill pod's KV
-// by its rid, and counts vLLM as unsupported; one whose first token came releases nothing.
+// by its rid while its leg still waits to send it, and counts vLLM as unsupported; one whose
+// first token came, or whose SGLang leg answered (its KV was sent), releases nothing.
 func TestReleasePrefillOnEarlyEnd(t *testing.T) {
 	t.Run("sglang released", func(t *testing.T) {
-		h, rec, rids := startKV(t, pool.EngineSGLang, http.StatusOK)
+		h, rec, rids := startKV(t, pool.EngineSGLang, http.StatusOK, true)
 		h.Done()
 		waitBackground(t, h)
 		if got := <-rids; got != h.RID() {
@@ -142,7 +154,7 @@ func TestReleasePrefillOnEarlyEnd(t *testing.T) {
 		}
 	})
 	t.Run("sglang abort fails", func(t *testing.T) {
-		h, rec, rids := startKV(t, pool.EngineSGLang, http.StatusInternalServerError)
+		h, rec, rids := startKV(t, pool.EngineSGLang, http.StatusInternalServerError, true)
 		h.Done()
 		waitBackground(t, h)
 		<-rids
@@ -151,7 +163,7 @@ func TestReleasePrefillOnEarlyEnd(t *testing.T) {
 		}
 	})
 	t.Run("vllm unsupported", func(t *testing.T) {
-		h, rec, rids := startKV(t, pool.EngineVLLM, http.StatusOK)
+		h, rec, rids := startKV(t, pool.EngineVLLM, http.StatusOK, false)
 		h.Done()
 		waitBackground(t, h)
 		if ends, rel := rec.snapshot(); len(ends) != 0 || len(rel) != 1 || rel[0] != ReleaseUnsupported {
@@ -161,10 +173,19 @@ func TestReleasePrefillOnEarlyEnd(t *testing.T) {
 			t.Error("a vLLM prefill pod got an /abort_request")
 		}
 	})
-	for _, engine := range []string{pool.EngineSGLang, pool.EngineVLLM} {
-		t.Run(engine+" consumed", func(t *testing.T) {
-			h, rec, rids := startKV(t, engine, http.StatusOK)
-			h.DecodeFirstToken()
+	for _, c := range []struct {
+		name, engine string
+		hang, first  bool
+	}{
+		{"sglang consumed", pool.EngineSGLang, true, true},
+		{"sglang leg answered: KV sent", pool.EngineSGLang, false, false},
+		{"vllm consumed", pool.EngineVLLM, false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h, rec, rids := startKV(t, c.engine, http.StatusOK, c.hang)
+			if c.first {
+				h.DecodeFirstToken()
+			}
 			h.Done()
 			waitBackground(t, h)
 			if ends, rel := rec.snapshot(); len(ends) != 1 || ends[0] != HoldConsumed || len(rel) != 0 {

@@ -170,20 +170,41 @@ func (m *Models) Prefill(key string, p Prompt) (wait, service float64) {
 	return f.Wait(), f.Service(p)
 }
 
-// PrefillLeg predicts, at now, the seconds until the prefill of the route (by its outcome
-// record's ID) ends on the endpoint by key: its end as booked on the ledger, when a strategy
-// booked it there (pd-predictive), else the endpoint's predicted wait and the prompt's prefill.
-func (m *Models) PrefillLeg(id uint64, key string, p Prompt) float64 {
+// PrefillWait predicts, at now, the seconds until the prefill of the route (by its outcome
+// record's ID) starts on the endpoint by key: the work booked ahead of it on the ledger, when a
+// strategy booked it there (pd-predictive), else the endpoint's predicted wait.
+func (m *Models) PrefillWait(id uint64, key string, p Prompt) float64 {
 	now := m.clock.Now()
 	m.mu.Lock()
 	if r := m.routes[id]; r != nil && r.charged && !r.prefillDone && r.prefillOn == key {
 		due := r.due.Add(seconds(m.podLocked(key, now).shift - r.shiftAt))
 		m.mu.Unlock()
-		return max(due.Sub(now).Seconds(), 0)
+		return max(due.Sub(now).Seconds()-r.service, 0)
 	}
 	m.mu.Unlock()
-	wait, service := m.Prefill(key, p)
-	return wait + service
+	wait, _ := m.Prefill(key, p)
+	return wait
+}
+
+// PrefillKnown reports whether the endpoint's prefill model rests on something it saw (an
+// observed or fitted prefill, or its engine's lifetime metrics) rather than the defaults.
+func (m *Models) PrefillKnown(key string) bool {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.podLocked(key, now)
+	return q.prefill.obs > 0 || q.prefillScaled
+}
+
+// Queued reports whether a request sent to the endpoint now would wait for one of its slots:
+// its engine reported requests waiting at its latest scrape, or Tandem has more requests on it
+// than the engine was seen to run at once.
+func (m *Models) Queued(key string) bool {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.podLocked(key, now)
+	return q.hasEng && q.engWaiting > 0 || q.slots > 0 && float64(q.requests) > q.slots
 }
 
 // waitLocked is the prefill work ahead of a prompt arriving now: this replica's ledger,

@@ -498,25 +498,27 @@ func TestFallbackServedRoute(t *testing.T) {
 	}
 }
 
-// PrefillLeg: a booked route's leg ends when the ledger has it due (behind the work booked
-// ahead of it, moved as that work ends late); an unbooked one after the pod's wait and its
-// predicted prefill.
-func TestPrefillLeg(t *testing.T) {
+// PrefillWait: a booked route's prefill starts once the work booked ahead of it on the ledger
+// ends (moved as that work ends late); an unbooked one's after the pod's predicted wait.
+func TestPrefillWait(t *testing.T) {
 	r := newRig(Options{})
 	key := "ns/p:1"
-	charge := func(s float64) *outcome.Tracker { return r.chargePD(key, s) }
-	a, b := charge(0.2), charge(0.3)
-	if got := r.m.PrefillLeg(b.ID(), key, Prompt{Tokens: 1000}); !near(got, 0.5, 1e-9) {
-		t.Errorf("second booked: leg %.3f s, want 0.5 (0.2 ahead)", got)
+	a, b := r.chargePD(key, 0.2), r.chargePD(key, 0.3)
+	if got := r.m.PrefillWait(b.ID(), key, Prompt{Tokens: 1000}); !near(got, 0.2, 1e-9) {
+		t.Errorf("second booked: wait %.3f s, want 0.2 (the first ahead of it)", got)
 	}
 	r.clock.Advance(secs(0.3))
-	a.PrefillEnd(nil, true) // 0.1 s late: the second moves with it
-	if got := r.m.PrefillLeg(b.ID(), key, Prompt{Tokens: 1000}); !near(got, 0.3, 1e-9) {
-		t.Errorf("after the first ended 0.1 s late: leg %.3f s, want 0.3", got)
+	a.PrefillEnd(nil, true) // 0.1 s late: the second starts now
+	if got := r.m.PrefillWait(b.ID(), key, Prompt{Tokens: 1000}); got > 1e-9 {
+		t.Errorf("after the first ended: wait %.3f s, want 0", got)
+	}
+	c := r.chargePD(key, 0.1)
+	if got := r.m.PrefillWait(c.ID(), key, Prompt{Tokens: 1000}); !near(got, 0.3, 1e-9) {
+		t.Errorf("third booked behind the second: wait %.3f s, want 0.3", got)
 	}
 	u := r.rec.Start(outcome.KindPD, key, "ns/d:1", 1000) // routed by a strategy that books nothing
-	wait, service := r.m.Prefill(key, Prompt{Tokens: 1000})
-	if got := r.m.PrefillLeg(u.ID(), key, Prompt{Tokens: 1000}); !near(got, wait+service, 1e-9) || service <= 0 {
-		t.Errorf("unbooked: leg %.3f s, want the wait and the prefill, %.3f + %.3f", got, wait, service)
+	wait, _ := r.m.Prefill(key, Prompt{Tokens: 1000})
+	if got := r.m.PrefillWait(u.ID(), key, Prompt{Tokens: 1000}); !near(got, wait, 1e-9) || wait <= 0 {
+		t.Errorf("unbooked: wait %.3f s, want the pod's %.3f", got, wait)
 	}
 }

@@ -119,6 +119,8 @@ type pod struct {
 	histPrefill                   int // scrapes that brought new prefill-time observations
 	// booked: routes a strategy booked (Charge) with the pod as their prefill or destination.
 	booked int
+	// prefillScaled: the prefill model was scaled to the engine's lifetime metrics.
+	prefillScaled bool
 	// promptTokens: the engine's prompt-token counter at the last sample (promptSeen: one
 	// was read); ewPrompts, ewPrefills: the prompt tokens and the prefills the engine reported
 	// per interval, decayed sums (a prompt counted in one interval may finish its prefill in
@@ -687,6 +689,7 @@ func (q *pod) startFromLifetime(s *metrics.Sample) {
 	if mean, ok := prefillMean(s); ok && mean > 0 && !math.IsInf(mean, 0) && q.prefill.obs == 0 && s.HasPromptTokens && count >= minLifetimeCount {
 		if tokens := s.PromptTokens / count; tokens >= 1 {
 			scale(&q.prefill, mean/q.service(Prompt{Tokens: int(tokens)}))
+			q.prefillScaled = true
 		}
 	}
 	if q.step.obs == 0 && s.HasInterTokenMean && s.InterTokenCount >= minLifetimeCount && s.InterTokenMean > 0 && !math.IsInf(s.InterTokenMean, 0) {

@@ -1,6 +1,7 @@
 package proof
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,7 +53,27 @@ type Gate struct {
 	counts sync.Map
 	// live is the newest pool's membership test Forget was given (under mu; nil: none yet).
 	live func(key string) bool
+	// legs: per prefill pod, its recent requests behind a decode-side sidecar, newest last
+	// (under mu).
+	legs map[string][]LegSample
 }
+
+// LegSample is one request behind a decode-side sidecar: its decode pod, its prompt, the wait
+// predicted on the prefill pod when it was forwarded, and its first token's time from then.
+// How late that was (Evidence.Late) is worked out when it is read, with what the models know
+// of the prefill pod then.
+type LegSample struct {
+	Decode          string
+	Tokens          int
+	Wait, FirstByte time.Duration
+	at              time.Time
+}
+
+// Peer lateness: the samples kept per prefill pod, and how long one counts.
+const (
+	maxLegSamples = 32
+	legWindow     = 30 * time.Second
+)
 
 type podState struct {
 	recent  []Result // the last verified or recomputed verdicts, oldest first
@@ -78,7 +99,7 @@ func NewGate(o GateOptions) *Gate {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	g := &Gate{o: o, pods: map[string]*podState{}}
+	g := &Gate{o: o, pods: map[string]*podState{}, legs: map[string][]LegSample{}}
 	g.held.Store(&map[string]time.Time{})
 	return g
 }
@@ -133,6 +154,13 @@ func (g *Gate) Forget(live func(key string) bool) {
 			delete(g.pods, k)
 			gone = true
 		}
+	}
+	for p, ls := range g.legs {
+		if !live(p) {
+			delete(g.legs, p)
+			continue
+		}
+		g.legs[p] = slices.DeleteFunc(ls, func(l LegSample) bool { return !live(l.Decode) })
 	}
 	g.counts.Range(func(k, _ any) bool {
 		if key := k.(string); !strings.HasPrefix(key, "model\x00") && !live(key) {
@@ -216,6 +244,55 @@ func (g *Gate) Record(key string, res Result) {
 	g.o.Logger.Info("WARNING: decode pod keeps recomputing the prompt instead of using the transferred KV (broken KV connector, wrong KV port or version skew?); it receives no work until a trial request verifies",
 		"decode", key, "recomputed", n, "of", len(st.recent), "for", st.backoff.String())
 	g.publishLocked()
+}
+
+// AddLeg records a request from the prefill pod behind a decode-side sidecar.
+func (g *Gate) AddLeg(prefill string, l LegSample) {
+	if g == nil || prefill == "" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.live != nil && !g.live(prefill) {
+		return
+	}
+	l.at = g.o.Now()
+	ls := append(g.legs[prefill], l)
+	if len(ls) > maxLegSamples {
+		ls = slices.Delete(ls, 0, len(ls)-maxLegSamples)
+	}
+	g.legs[prefill] = ls
+}
+
+// PeerLate is the median lateness (late: false when it cannot be told) of the prefill pod's
+// requests to decode pods other than decode within the last legWindow; false with none.
+func (g *Gate) PeerLate(prefill, decode string, late func(LegSample) (float64, bool)) (float64, bool) {
+	if g == nil {
+		return 0, false
+	}
+	g.mu.Lock()
+	since := g.o.Now().Add(-legWindow)
+	var peers []LegSample
+	for _, l := range g.legs[prefill] {
+		if l.Decode != decode && l.at.After(since) {
+			peers = append(peers, l)
+		}
+	}
+	g.mu.Unlock()
+	var xs []float64
+	for _, l := range peers {
+		if x, ok := late(l); ok {
+			xs = append(xs, x)
+		}
+	}
+	if len(xs) == 0 {
+		return 0, false
+	}
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2, true
+	}
+	return xs[len(xs)/2], true
 }
 
 func (g *Gate) publishLocked() {

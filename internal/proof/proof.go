@@ -65,9 +65,12 @@ const (
 	// of the local prefill's time counts as a recompute, when that time is at least minTiming (shorter prefills drown in noise).
 	timingShare = 0.9
 	minTiming   = 200 * time.Millisecond
-	// fastShare: a decode first byte after a measured prefill leg within this share of the
-	// local prefill's time verifies the transfer (a recompute takes the whole of it).
+	// fastShare: a decode first byte after a measured prefill leg within this share of a
+	// prefill's service time verifies the transfer (the epp hand-off).
 	fastShare = 0.5
+	// sidecarFloor: behind a sidecar a recompute is also at least this late on its own (a
+	// leg predicted far too long makes every pod's lateness negative).
+	sidecarFloor = 0.45
 )
 
 // Usage is what the decode answer reported of its prompt.
@@ -109,10 +112,30 @@ type Evidence struct {
 	// takes, from the pod that prefilled it: the prefill leg's measured duration, else the
 	// latency models' prediction there (0: none).
 	DecodeFirstByte, LocalPrefill time.Duration
-	// PrefillLeg is the part of DecodeFirstByte the prefill leg takes when the decode pod's
-	// routing sidecar runs it before the decode leg (the sidecar hand-off), as predicted when
-	// the request was forwarded (0 when the leg ended before it was: the epp hand-off).
+	// PrefillService is the prefill pod's predicted prefill of the prompt, its queue left out
+	// (0: its model has learned nothing yet).
+	PrefillService time.Duration
+	// DecodeQueued: the decode pod had requests waiting for a slot when the decode leg was
+	// forwarded or judged; its first token then waited too, and timing cannot refute.
+	DecodeQueued bool
+	// Sidecar: a decode-side routing sidecar ran the prefill leg once the request was forwarded
+	// (the sidecar hand-off): DecodeFirstByte includes the leg, PrefillLeg predicts it, and
+	// PeerLate (when HasPeers) is how late the first tokens of the prefill pod's recent requests
+	// to other decode pods came (Late). Load on the prefill pod delays every decode pod's first
+	// token alike; a recompute, one decode pod's.
+	Sidecar    bool
 	PrefillLeg time.Duration
+	PeerLate   float64
+	HasPeers   bool
+}
+
+// Late is how late the first token came beyond the prefill leg it includes, in local
+// prefills (0 when timing does not apply: no first token timed, or no local prefill known).
+func (e Evidence) Late() float64 {
+	if e.DecodeFirstByte <= 0 || e.LocalPrefill <= 0 {
+		return 0
+	}
+	return float64(e.DecodeFirstByte-e.PrefillLeg) / float64(e.LocalPrefill)
 }
 
 // Judge returns the verdict on a decode answer that succeeded, and what it rests on.
@@ -138,16 +161,23 @@ func Judge(e Evidence) (Result, string) {
 			// Few cached tokens from an engine not known to count transfers: timing decides.
 		}
 	}
-	if e.LocalPrefill >= minTiming && e.DecodeFirstByte > 0 {
-		switch late := float64(e.DecodeFirstByte - e.PrefillLeg); {
-		case late >= timingShare*float64(e.LocalPrefill):
+	if e.LocalPrefill < minTiming || e.DecodeFirstByte <= 0 {
+		return Unknown, BasisNone
+	}
+	late := e.Late()
+	switch {
+	case e.Sidecar:
+		// Later than the prefill pod's other decode pods see, by most of a prefill.
+		if e.HasPeers && !e.DecodeQueued && late >= sidecarFloor && late-e.PeerLate >= timingShare {
 			return Recomputed, BasisTiming
-		case e.PrefillLeg == 0 && late <= fastShare*float64(e.LocalPrefill):
-			// The first token came well before the prompt could have been computed there.
-			// Not behind a sidecar: a prefill leg predicted too long (a queue that did not
-			// form) would pass a recompute for one.
-			return Verified, BasisTiming
 		}
+	case !e.DecodeQueued && late >= timingShare:
+		return Recomputed, BasisTiming
+	case e.PrefillService >= minTiming && float64(e.DecodeFirstByte) <= fastShare*float64(min(e.LocalPrefill, e.PrefillService)):
+		// The first token came well before the prompt could have been computed there: a
+		// recompute takes a whole prefill (its service: a queue on the prefill pod lengthens
+		// the leg, not a prefill).
+		return Verified, BasisTiming
 	}
 	return Unknown, BasisNone
 }
@@ -246,16 +276,31 @@ func (s *Scanner) Usage() (Usage, bool) {
 	return s.usage, s.found
 }
 
-// usageOf reads an answer's (or a chunk's) usage: the OpenAI usage object, else SGLang's
-// meta_info.
+// usageOf reads an answer's (or a chunk's) usage: the OpenAI usage object (chat and
+// completions: prompt_tokens and prompt_tokens_details; Responses: input_tokens and
+// input_tokens_details, of the answer or, streamed, of its response.completed event's
+// response), else SGLang's meta_info. Messages' usage (Anthropic's input_tokens, which leave
+// cached tokens out) is not read.
 func usageOf(b []byte) (Usage, bool) {
 	if !gjson.ValidBytes(b) {
 		return Usage{}, false
 	}
-	if u := gjson.GetBytes(b, "usage"); u.IsObject() {
-		out := Usage{Prompt: int(u.Get("prompt_tokens").Int())}
-		if c := u.Get("prompt_tokens_details.cached_tokens"); c.Exists() && c.Type == gjson.Number {
-			out.Cached, out.Details = int(c.Int()), true
+	for _, path := range []string{"usage", "response.usage"} {
+		u := gjson.GetBytes(b, path)
+		if !u.IsObject() {
+			continue
+		}
+		prompt, cached := u.Get("prompt_tokens"), u.Get("prompt_tokens_details.cached_tokens")
+		if !prompt.Exists() {
+			// Responses; Messages' usage has input_tokens too, never input_tokens_details.
+			prompt, cached = u.Get("input_tokens"), u.Get("input_tokens_details.cached_tokens")
+			if !u.Get("input_tokens_details").IsObject() {
+				return Usage{}, false
+			}
+		}
+		out := Usage{Prompt: int(prompt.Int())}
+		if cached.Exists() && cached.Type == gjson.Number {
+			out.Cached, out.Details = int(cached.Int()), true
 		}
 		return out, out.Prompt > 0
 	}

@@ -1,6 +1,7 @@
 package proof
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -23,13 +24,18 @@ func TestJudge(t *testing.T) {
 		{"half cached", Evidence{HasUsage: true, Usage: Usage{Prompt: 100, Cached: 50, Details: true}}, Unknown, BasisUsage},
 		{"prompt too short", Evidence{HasUsage: true, Usage: Usage{Prompt: 8, Cached: 0, Details: true}}, Unknown, BasisNone},
 		{"late first byte", Evidence{DecodeFirstByte: 950 * time.Millisecond, LocalPrefill: time.Second}, Recomputed, BasisTiming},
-		{"early first byte", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: time.Second}, Verified, BasisTiming},
-		{"first byte neither early nor late", Evidence{DecodeFirstByte: 600 * time.Millisecond, LocalPrefill: time.Second}, Unknown, BasisNone},
-		{"sidecar: early first byte beyond a predicted leg", Evidence{DecodeFirstByte: 1100 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second}, Unknown, BasisNone},
+		{"early first byte", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: time.Second, PrefillService: time.Second}, Verified, BasisTiming},
+		{"early first byte, the prefill pod's model untrained", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: time.Second}, Unknown, BasisNone},
+		{"early against a leg that queued, not against a prefill", Evidence{DecodeFirstByte: 400 * time.Millisecond, LocalPrefill: 2 * time.Second, PrefillService: 500 * time.Millisecond}, Unknown, BasisNone},
+		{"first byte neither early nor late", Evidence{DecodeFirstByte: 600 * time.Millisecond, LocalPrefill: time.Second, PrefillService: time.Second}, Unknown, BasisNone},
+		{"late, but the decode pod had a queue", Evidence{DecodeFirstByte: 950 * time.Millisecond, LocalPrefill: time.Second, DecodeQueued: true}, Unknown, BasisNone},
+		{"sidecar: later than the other decode pods by a prefill", Evidence{Sidecar: true, DecodeFirstByte: 1900 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second, HasPeers: true, PeerLate: 0}, Recomputed, BasisTiming},
+		{"sidecar: late like the other decode pods (load on the prefill pod)", Evidence{Sidecar: true, DecodeFirstByte: 1900 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second, HasPeers: true, PeerLate: 0.8}, Unknown, BasisNone},
+		{"sidecar: late, no other decode pod to compare with", Evidence{Sidecar: true, DecodeFirstByte: 1900 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second}, Unknown, BasisNone},
+		{"sidecar: the leg predicted far too long for every pod", Evidence{Sidecar: true, DecodeFirstByte: 1200 * time.Millisecond, PrefillLeg: 3 * time.Second, LocalPrefill: time.Second, HasPeers: true, PeerLate: -2}, Unknown, BasisNone},
+		{"sidecar: early never verifies", Evidence{Sidecar: true, DecodeFirstByte: 1050 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second, PrefillService: time.Second, HasPeers: true}, Unknown, BasisNone},
 		{"SGLang decode pods cannot recompute", Evidence{Engine: "sglang", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Verified, BasisProtocol},
 		{"TensorRT-LLM usage proves nothing", Evidence{Engine: "trtllm", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Unknown, BasisNone},
-		{"sidecar: late beyond the prefill leg it includes", Evidence{DecodeFirstByte: 1900 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second}, Recomputed, BasisTiming},
-		{"sidecar: the prefill leg explains the wait", Evidence{DecodeFirstByte: 1200 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second}, Unknown, BasisNone},
 		{"prefill too short to tell", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: 100 * time.Millisecond}, Unknown, BasisNone},
 	} {
 		if got, basis := Judge(c.e); got != c.want || basis != c.basis {
@@ -78,6 +84,21 @@ func TestScannerJSON(t *testing.T) {
 	g.Write([]byte(`{"text":"x","meta_info":{"prompt_tokens":64,"cached_tokens":60}}`))
 	if u, ok := g.Usage(); !ok || u.Cached != 60 || !u.Details {
 		t.Fatalf("SGLang meta_info: %+v %v", u, ok)
+	}
+	var r Scanner // the Responses API
+	r.Write([]byte(`{"id":"resp_1","object":"response","usage":{"input_tokens":300,"input_tokens_details":{"cached_tokens":296},"output_tokens":4}}`))
+	if u, ok := r.Usage(); !ok || u.Prompt != 300 || u.Cached != 296 || !u.Details {
+		t.Fatalf("Responses usage: %+v %v", u, ok)
+	}
+	var rs Scanner // streamed: the usage is the response.completed event's response's
+	rs.Write([]byte("event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":300,\"input_tokens_details\":{\"cached_tokens\":0},\"output_tokens\":4}}}\n\n"))
+	if u, ok := rs.Usage(); !ok || u.Prompt != 300 || u.Cached != 0 || !u.Details {
+		t.Fatalf("streamed Responses usage: %+v %v", u, ok)
+	}
+	var m Scanner // Messages: Anthropic's input_tokens leave cached tokens out: not read
+	m.Write([]byte(`{"type":"message","usage":{"input_tokens":300,"output_tokens":4}}`))
+	if u, ok := m.Usage(); ok {
+		t.Fatalf("Messages usage read: %+v", u)
 	}
 	var none Scanner
 	none.Write([]byte(`{"error":{"message":"x"}}`))
@@ -189,5 +210,50 @@ func TestWholePrompt(t *testing.T) {
 		if got := c.u.WholePrompt(); got != c.want {
 			t.Errorf("%+v: WholePrompt %v, want %v", c.u, got, c.want)
 		}
+	}
+}
+
+// The peer lateness behind a sidecar: the median of the prefill pod's recent requests to other
+// decode pods within the window, worked out when read; departed pods forgotten.
+func TestGatePeerLate(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	g := NewGate(GateOptions{Now: c.now})
+	const p, d0, d1, d2 = "ns/prefill-0:8000", "ns/decode-0:8000", "ns/decode-1:8000", "ns/decode-2:8000"
+	local := time.Duration(0) // the prefill pod's time as the models know it when read
+	late := func(l LegSample) (float64, bool) {
+		if local == 0 {
+			return 0, false
+		}
+		return float64(l.FirstByte-l.Wait-local) / float64(local), true
+	}
+	add := func(d string, firstByte time.Duration) {
+		g.AddLeg(p, LegSample{Decode: d, Tokens: 1000, Wait: 0, FirstByte: firstByte})
+	}
+	add(d0, 2*time.Second)
+	if _, ok := g.PeerLate(p, d0, late); ok {
+		t.Fatal("a pod's own samples are no baseline")
+	}
+	add(d1, 1100*time.Millisecond)
+	add(d2, 1300*time.Millisecond)
+	add(d1, 1200*time.Millisecond)
+	if _, ok := g.PeerLate(p, d0, late); ok {
+		t.Fatal("a baseline before the prefill pod's time is known")
+	}
+	local = time.Second // learned since: the samples taken before count
+	if got, ok := g.PeerLate(p, d0, late); !ok || math.Abs(got-0.2) > 1e-9 {
+		t.Fatalf("decode-0's peers: %v %v, want the median 0.2 of 0.1, 0.3, 0.2", got, ok)
+	}
+	if got, ok := g.PeerLate(p, d1, late); !ok || math.Abs(got-0.65) > 1e-9 {
+		t.Fatalf("decode-1's peers: %v %v, want the median 0.65 of 1.0 and 0.3", got, ok)
+	}
+	c.t = c.t.Add(legWindow + time.Second)
+	if _, ok := g.PeerLate(p, d0, late); ok {
+		t.Fatal("samples older than the window still count")
+	}
+	add(d1, 1100*time.Millisecond)
+	add(d2, 1900*time.Millisecond)
+	g.Forget(func(key string) bool { return key != d2 })
+	if got, ok := g.PeerLate(p, d0, late); !ok || math.Abs(got-0.1) > 1e-9 {
+		t.Fatalf("decode-0's peers once decode-2 left: %v %v, want decode-1's 0.1 alone", got, ok)
 	}
 }
