@@ -262,3 +262,29 @@ func TestSGLangTransfersVerifiedByProtocol(t *testing.T) {
 			st.counter("tandem_pd_transfer_total", map[string]string{"result": "unknown"}))
 	}
 }
+
+// TestSGLangDecodeWithoutTheKVNotVerified: an SGLang pod labelled decode that does not take the
+// KV (started without --disaggregation-mode decode, or its connector broken) computes the
+// prompt itself and answers 200, while the prefill leg waits for a decode peer that never
+// comes. Its answer is no proof: not verified.
+func TestSGLangDecodeWithoutTheKVNotVerified(t *testing.T) {
+	st := newStack(t, stackOptions{engine: sim.EngineSGLang, env: eppEnv(nil)})
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	c := clientCase{chat: true, stream: true}
+	if r := st.post(ctx, c.path(), c.body(), map[string]string{sim.HeaderFault: "decode-recompute"}); r.status != http.StatusOK || r.readErr != nil {
+		t.Fatalf("%d %v %s", r.status, r.readErr, r.body)
+	}
+	var judged float64
+	if !eventually(func() bool {
+		judged = st.counter("tandem_pd_transfer_total", map[string]string{"result": "unknown"}) +
+			st.counter("tandem_pd_transfer_total", map[string]string{"result": "recomputed"})
+		return judged == 1
+	}) {
+		t.Fatalf("the transfer was not judged unknown or recomputed (verified %v)", st.counter("tandem_pd_transfer_total", map[string]string{"result": "verified"}))
+	}
+	if v := st.counter("tandem_pd_transfer_total", map[string]string{"result": "verified"}); v != 0 {
+		t.Errorf("a decode answer computed without the KV was verified %v times", v)
+	}
+}
+

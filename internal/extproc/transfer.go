@@ -174,6 +174,9 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	}
 	gate := st.srv.opts.Transfer
 	ev := proof.Evidence{Engine: decode.Engine, CountsTransfers: gate.CountsTransfers(decode.Key(), decode.Model)}
+	if decode.Engine == pool.EngineSGLang && st.ho.active() && st.ho.h.Async() {
+		ev.PrefillUnsent, ev.PrefillFailed = st.sglangLegUnsent()
+	}
 	ev.Usage, ev.HasUsage = x.scan.Usage()
 	prefill := st.decision.Prefill[0].Key()
 	if p := st.srv.opts.Prefill; (x.sync || x.sidecar) && p != nil && !x.firstByte.IsZero() && x.scan.Streamed() && st.promptTokens > 0 {
@@ -222,6 +225,28 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 			"decodeQueued", ev.DecodeQueued, "late", ev.Late(), "peerLate", ev.PeerLate, "hasPeers", ev.HasPeers)
 	}
 	return res, true
+}
+
+// sglangLegGrace is how long a judge waits for an SGLang prefill leg's answer after its decode
+// answer ended: the leg answers once the KV was sent, and its answer may come a moment after a
+// short decode answer.
+const sglangLegGrace = 250 * time.Millisecond
+
+// sglangLegUnsent reports whether the SGLang prefill leg Tandem ran had not answered when the
+// decode answer ended (waiting sglangLegGrace for it), and whether it failed.
+func (st *stream) sglangLegUnsent() (unsent, failed bool) {
+	h := st.ho.h
+	if h.PrefillFailed() {
+		return true, true
+	}
+	t := time.NewTimer(sglangLegGrace)
+	defer t.Stop()
+	select {
+	case <-h.PrefillSucceeded():
+		return false, false
+	case <-t.C:
+		return true, h.PrefillFailed()
+	}
 }
 
 // servedEndpoint is the destination the gateway reported serving, if any.

@@ -246,6 +246,10 @@ func (h *Handoff) Failed() <-chan *apierror.Error {
 // PrefillSucceeded is closed once the prefill leg succeeded: arm the decode watchdog then.
 func (h *Handoff) PrefillSucceeded() <-chan struct{} { return h.succeeded }
 
+// PrefillFailed reports that the prefill leg failed on its own (not because the request ended),
+// whether or not that failed the request.
+func (h *Handoff) PrefillFailed() bool { return h.prefillFailed.Load() }
+
 // DecodeResponded records that the decode leg started responding. From then on no abort retry is
 // sent and SGLang prefill failures no longer fail the request.
 func (h *Handoff) DecodeResponded() {

@@ -35,6 +35,8 @@ func TestJudge(t *testing.T) {
 		{"sidecar: the leg predicted far too long for every pod", Evidence{Sidecar: true, DecodeFirstByte: 1200 * time.Millisecond, PrefillLeg: 3 * time.Second, LocalPrefill: time.Second, HasPeers: true, PeerLate: -2}, Unknown, BasisNone},
 		{"sidecar: early never verifies", Evidence{Sidecar: true, DecodeFirstByte: 1050 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second, PrefillService: time.Second, HasPeers: true}, Unknown, BasisNone},
 		{"SGLang decode pods cannot recompute", Evidence{Engine: "sglang", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Verified, BasisProtocol},
+		{"SGLang: the prefill leg had not sent the KV", Evidence{Engine: "sglang", PrefillUnsent: true}, Unknown, BasisProtocol},
+		{"SGLang: the prefill leg failed, the decode pod answered anyway", Evidence{Engine: "sglang", PrefillUnsent: true, PrefillFailed: true}, Recomputed, BasisProtocol},
 		{"TensorRT-LLM usage proves nothing", Evidence{Engine: "trtllm", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Unknown, BasisNone},
 		{"prefill too short to tell", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: 100 * time.Millisecond}, Unknown, BasisNone},
 	} {
