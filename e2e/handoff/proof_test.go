@@ -287,4 +287,3 @@ func TestSGLangDecodeWithoutTheKVNotVerified(t *testing.T) {
 		t.Errorf("a decode answer computed without the KV was verified %v times", v)
 	}
 }
-
