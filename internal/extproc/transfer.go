@@ -173,7 +173,7 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 		return "", false
 	}
 	gate := st.srv.opts.Transfer
-	ev := proof.Evidence{Engine: decode.Engine, CountsTransfers: gate.CountsTransfers(decode.Key(), decode.Model)}
+	ev := proof.Evidence{Engine: decode.Engine, CountsTransfers: gate.CountsTransfers(decode.Key(), proof.EngineGroup(decode.Model, decode.Revision))}
 	if decode.Engine == pool.EngineSGLang && st.ho.active() && st.ho.h.Async() {
 		ev.PrefillUnsent, ev.PrefillFailed = st.sglangLegUnsent()
 	}
@@ -210,7 +210,7 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	}
 	res, basis := proof.Judge(ev)
 	if res == proof.Verified && basis == proof.BasisUsage && ev.Usage.WholePrompt() {
-		gate.SawTransfer(decode.Key(), decode.Model)
+		gate.SawTransfer(decode.Key(), proof.EngineGroup(decode.Model, decode.Revision))
 	}
 	if ev.Sidecar && !ev.DecodeQueued {
 		gate.AddLeg(prefill, proof.LegSample{Decode: decode.Key(), Tokens: st.promptTokens, Wait: x.legWait, FirstByte: ev.DecodeFirstByte})

@@ -115,10 +115,11 @@ func (g *Gate) Held(key string) bool {
 	return ok && g.o.Now().Before(until)
 }
 
-// CountsTransfers reports whether the endpoint, or another pod serving the same model, has
-// reported a PD transfer's KV among its cached tokens (SawTransfer): pods of one model are
-// taken to run one engine with one set of flags, so a pod broken from its start, which never
-// verifies, is still judged by its usage.
+// CountsTransfers reports whether the endpoint, or another pod of the same group, has
+// reported a PD transfer's KV among its cached tokens (SawTransfer): pods of one group (one
+// model and revision, EngineGroup) are taken to run one engine with one set of flags, so a pod
+// broken from its start, which never verifies, is still judged by its usage; a new revision,
+// which may run another engine or other flags, earns it anew.
 func (g *Gate) CountsTransfers(key, model string) bool {
 	if g == nil {
 		return false
@@ -128,6 +129,15 @@ func (g *Gate) CountsTransfers(key, model string) bool {
 		_, ok = g.counts.Load("model\x00" + model)
 	}
 	return ok
+}
+
+// EngineGroup is the group CountsTransfers and SawTransfer take for an endpoint of the model
+// whose pair-match labels read revision (pool.Endpoint.Revision).
+func EngineGroup(model, revision string) string {
+	if revision == "" {
+		return model
+	}
+	return model + "@" + revision
 }
 
 // SawTransfer records that the endpoint's answer counted its PD transfer's KV as cached

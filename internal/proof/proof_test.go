@@ -259,3 +259,20 @@ func TestGatePeerLate(t *testing.T) {
 		t.Fatalf("decode-0's peers once decode-2 left: %v %v, want decode-1's 0.1 alone", got, ok)
 	}
 }
+
+// Whether an engine counts transferred KV as cached is known per model and revision: a new
+// revision (another engine build, other flags) earns it anew.
+func TestCountsTransfersPerRevision(t *testing.T) {
+	g := NewGate(GateOptions{})
+	a, b := EngineGroup("m", "rev=a"), EngineGroup("m", "rev=b")
+	g.SawTransfer("ns/decode-0:8000", a)
+	if !g.CountsTransfers("ns/decode-1:8000", a) {
+		t.Error("another pod of the same revision: not known to count transfers")
+	}
+	if g.CountsTransfers("ns/decode-2:8000", b) || g.CountsTransfers("ns/decode-2:8000", EngineGroup("m2", "rev=a")) {
+		t.Error("a pod of another revision or model taken to count transfers")
+	}
+	if EngineGroup("m", "") != "m" {
+		t.Errorf("EngineGroup without a revision = %q, want the model", EngineGroup("m", ""))
+	}
+}
