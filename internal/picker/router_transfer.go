@@ -35,7 +35,9 @@ func (r *Router) pickProven(cands []*pool.Endpoint, pick func([]*pool.Endpoint) 
 		}
 	}
 	if len(held) == 0 {
-		return r.pickHealthy(cands, pick)
+		d, err := r.pickHealthy(cands, pick)
+		r.trialStarted(d)
+		return d, err
 	}
 	var d *Decision
 	var err error
@@ -50,6 +52,7 @@ func (r *Router) pickProven(cands []*pool.Endpoint, pick func([]*pool.Endpoint) 
 	if err != nil {
 		return nil, err
 	}
+	r.trialStarted(d)
 	if d.Trace == nil {
 		d.Trace = &Trace{Candidates: len(cands)}
 	}
@@ -60,6 +63,14 @@ func (r *Router) pickProven(cands []*pool.Endpoint, pick func([]*pool.Endpoint) 
 		d.Trace.Add(StepTransferReadmits)
 	}
 	return d, nil
+}
+
+// trialStarted tells the gate which decode pod a PD decision chose: one on trial (its back-off
+// over) takes no more PD work until this request's verdict comes.
+func (r *Router) trialStarted(d *Decision) {
+	if r.transfer != nil && d != nil && d.Outcome == OutcomePD && len(d.Destination) > 0 {
+		r.transfer.TrialStarted(d.Destination[0].Key())
+	}
 }
 
 // TransferGate is the gate a router's picks honour (nil: none).

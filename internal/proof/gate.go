@@ -14,9 +14,10 @@ import (
 
 // The lenient policy: a decode pod whose PD transfers keep recomputing (HoldAfter of its last
 // Window verdicts) is held out of every pick, as an unhealthy pair member: its requests go to
-// other pairs or the standard path. After the back-off it is a candidate again, on trial, until
-// a verdict comes back: verified returns it, recomputed holds it again for twice as long (at
-// most MaxBackoff). Unknown verdicts change nothing.
+// other pairs or the standard path. After the back-off it is a candidate again, on trial: the
+// first request picked for it is its trial (TrialStarted), and it is held again until that
+// request's verdict comes back (at most trialWait): verified returns it, recomputed holds it
+// again for twice as long (at most MaxBackoff). Unknown verdicts change nothing.
 
 // Defaults of GateOptions.
 const (
@@ -78,9 +79,16 @@ const (
 type podState struct {
 	recent  []Result // the last verified or recomputed verdicts, oldest first
 	held    bool
-	until   time.Time
+	until   time.Time // the back-off's end: from then on, on trial
 	backoff time.Duration
+	// trialUntil: a trial request was picked; the pod is held until its verdict comes, or
+	// until then (trialWait after the pick), when another may be.
+	trialUntil time.Time
 }
+
+// trialWait is how long a held pod's trial request may take to be judged before another
+// request is let through as a trial (its verdict may never come: an unknown one, a failure).
+const trialWait = time.Minute
 
 // NewGate returns a gate with o's settings.
 func NewGate(o GateOptions) *Gate {
@@ -183,6 +191,26 @@ func (g *Gate) Forget(live func(key string) bool) {
 	}
 }
 
+// TrialStarted records that a pick chose the decode endpoint while it was on trial (held, its
+// back-off over): it is held again until that request's verdict comes (at most trialWait), so
+// one request, not its full share, tries it. Call it after every pick with the chosen decode
+// endpoint; it is cheap for one not held.
+func (g *Gate) TrialStarted(key string) {
+	if g == nil {
+		return
+	}
+	if _, ok := (*g.held.Load())[key]; !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.o.Now()
+	if st := g.pods[key]; st != nil && st.held && !now.Before(st.until) && !now.Before(st.trialUntil) {
+		st.trialUntil = now.Add(trialWait)
+		g.publishLocked()
+	}
+}
+
 // Observe implements outcome.Reader: the verdict of every ended PD route.
 func (g *Gate) Observe(e *outcome.Event) {
 	r := &e.Route
@@ -193,7 +221,7 @@ func (g *Gate) Observe(e *outcome.Event) {
 	if g.o.Observer != nil {
 		g.o.Observer.Transfer(Result(r.Transfer), podOf(r.Prefill), podOf(decode))
 	}
-	g.Record(decode, Result(r.Transfer))
+	g.RecordPicked(decode, Result(r.Transfer), r.Picked)
 }
 
 // podOf is the "namespace/name" of an endpoint key "namespace/name:port".
@@ -204,8 +232,12 @@ func podOf(key string) string {
 	return key
 }
 
-// Record takes one verdict on a decode endpoint's transfer.
-func (g *Gate) Record(key string, res Result) {
+// Record takes one verdict on a decode endpoint's transfer, of a request picked now.
+func (g *Gate) Record(key string, res Result) { g.RecordPicked(key, res, time.Time{}) }
+
+// RecordPicked takes one verdict on a decode endpoint's transfer, of a request picked at
+// picked (zero: now). Only a request picked once the back-off was over is a held pod's trial.
+func (g *Gate) RecordPicked(key string, res Result, picked time.Time) {
 	if res != Verified && res != Recomputed {
 		return
 	}
@@ -220,18 +252,21 @@ func (g *Gate) Record(key string, res Result) {
 		st = &podState{}
 		g.pods[key] = st
 	}
+	if picked.IsZero() {
+		picked = now
+	}
 	if st.held {
-		if now.Before(st.until) {
-			return // a request picked before the hold: its verdict is no trial
+		if picked.Before(st.until) {
+			return // a request picked before the back-off ended: its verdict is no trial
 		}
 		if res == Verified {
-			st.held, st.recent, st.backoff = false, nil, 0
+			st.held, st.recent, st.backoff, st.trialUntil = false, nil, 0, time.Time{}
 			g.o.Logger.Info("decode pod verified its KV transfer again; it receives PD work again", "decode", key)
 			g.publishLocked()
 			return
 		}
 		st.backoff = min(2*st.backoff, g.o.MaxBackoff)
-		st.until = now.Add(st.backoff)
+		st.until, st.trialUntil = now.Add(st.backoff), time.Time{}
 		g.o.Logger.Info("decode pod recomputed the prompt on its trial request; held out again", "decode", key, "for", st.backoff.String())
 		g.publishLocked()
 		return
@@ -310,6 +345,9 @@ func (g *Gate) publishLocked() {
 	for k, st := range g.pods {
 		if st.held {
 			m[k] = st.until
+			if st.trialUntil.After(st.until) {
+				m[k] = st.trialUntil
+			}
 		}
 	}
 	g.held.Store(&m)

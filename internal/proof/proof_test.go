@@ -276,3 +276,41 @@ func TestCountsTransfersPerRevision(t *testing.T) {
 		t.Errorf("EngineGroup without a revision = %q, want the model", EngineGroup("m", ""))
 	}
 }
+
+// A held pod's trial is one request: the first picked after the back-off; until its verdict
+// comes (at most trialWait) the pod is held again. A request picked before the back-off ended
+// is no trial, whenever its verdict comes.
+func TestGateTrialIsOneRequest(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	g := NewGate(GateOptions{Now: c.now, Backoff: 10 * time.Second})
+	const d = "ns/decode-0:8000"
+	g.Record(d, Recomputed)
+	g.Record(d, Recomputed)
+	early := c.t.Add(5 * time.Second) // a readmitted request, picked while it was held
+	c.t = c.t.Add(11 * time.Second)
+	if g.Held(d) {
+		t.Fatal("still held after its back-off")
+	}
+	g.RecordPicked(d, Verified, early)
+	if g.Held(d) {
+		t.Fatal("setup: an ignored verdict changed the hold")
+	}
+	g.TrialStarted(d)
+	if !g.Held(d) {
+		t.Fatal("a second request let through while the trial runs")
+	}
+	g.TrialStarted("ns/decode-1:8000") // a pod not held: nothing
+	c.t = c.t.Add(trialWait + time.Second)
+	if g.Held(d) {
+		t.Fatal("the trial's verdict never came, and no other request may try")
+	}
+	g.TrialStarted(d)
+	g.Record(d, Verified) // the second trial verifies
+	if g.Held(d) {
+		t.Fatal("a verified trial should return the pod")
+	}
+	g.TrialStarted(d) // a pod no longer held: nothing
+	if g.Held(d) {
+		t.Fatal("TrialStarted held a pod that is not held")
+	}
+}
