@@ -49,10 +49,10 @@ func LatencyPrefill(m *latency.Models) PrefillTimes {
 type latencyPrefill struct{ m *latency.Models }
 
 func (l latencyPrefill) Local(key string, tokens int) time.Duration {
-	if !l.m.PrefillKnown(key) {
+	service, ok := l.m.ProofPrefill(key, latency.Prompt{Tokens: tokens})
+	if !ok {
 		return 0
 	}
-	_, service := l.m.Prefill(key, latency.Prompt{Tokens: tokens})
 	return max(time.Duration(service*float64(time.Second)), 0)
 }
 
@@ -175,7 +175,7 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	gate := st.srv.opts.Transfer
 	ev := proof.Evidence{Engine: decode.Engine, CountsTransfers: gate.CountsTransfers(decode.Key(), proof.EngineGroup(decode.Model, decode.Revision))}
 	if decode.Engine == pool.EngineSGLang && st.ho.active() && st.ho.h.Async() {
-		ev.PrefillUnsent, ev.PrefillFailed = st.sglangLegUnsent()
+		ev.PrefillUnsent = st.sglangLegUnsent()
 	}
 	ev.Usage, ev.HasUsage = x.scan.Usage()
 	prefill := st.decision.Prefill[0].Key()
@@ -227,25 +227,31 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	return res, true
 }
 
-// sglangLegGrace is how long a judge waits for an SGLang prefill leg's answer after its decode
-// answer ended: the leg answers once the KV was sent, and its answer may come a moment after a
-// short decode answer.
-const sglangLegGrace = 250 * time.Millisecond
+// sglangLegGrace is how long strict judging waits for an SGLang prefill leg's answer after its
+// decode answer ended: the leg answers once the KV was sent, and that answer may come a moment
+// after a short decode answer. Lenient judging does not hold the answer's end for it: a leg not
+// answered yet makes the verdict unknown, which changes nothing.
+const sglangLegGrace = 2 * time.Second
 
-// sglangLegUnsent reports whether the SGLang prefill leg Tandem ran had not answered when the
-// decode answer ended (waiting sglangLegGrace for it), and whether it failed.
-func (st *stream) sglangLegUnsent() (unsent, failed bool) {
+// sglangLegUnsent reports whether the SGLang prefill leg Tandem ran had not answered (sent the
+// KV) when the decode answer ended.
+func (st *stream) sglangLegUnsent() bool {
 	h := st.ho.h
-	if h.PrefillFailed() {
-		return true, true
+	select {
+	case <-h.PrefillSucceeded():
+		return false
+	default:
+	}
+	if !st.xfer.strict || h.PrefillFailed() {
+		return true
 	}
 	t := time.NewTimer(sglangLegGrace)
 	defer t.Stop()
 	select {
 	case <-h.PrefillSucceeded():
-		return false, false
+		return false
 	case <-t.C:
-		return true, h.PrefillFailed()
+		return true
 	}
 }
 

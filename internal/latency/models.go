@@ -186,14 +186,22 @@ func (m *Models) PrefillWait(id uint64, key string, p Prompt) float64 {
 	return wait
 }
 
-// PrefillKnown reports whether the endpoint's prefill model rests on something it saw (an
-// observed or fitted prefill, or its engine's lifetime metrics) rather than the defaults.
-func (m *Models) PrefillKnown(key string) bool {
+// ProofPrefill predicts the prefill seconds of p on the endpoint for the transfer proof: from
+// its prefill model when that rests on something it saw (an observed or fitted prefill, or its
+// engine's lifetime metrics), else, for a pod no strategy books, from its engine's prefill-time
+// histogram (engPrefill); false when neither has learned anything (the defaults prove nothing).
+func (m *Models) ProofPrefill(key string, p Prompt) (float64, bool) {
 	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	q := m.podLocked(key, now)
-	return q.prefill.obs > 0 || q.prefillScaled
+	switch {
+	case q.prefill.obs > 0 || q.prefillScaled:
+		return q.service(p), true
+	case q.engPrefill.obs > 0:
+		return q.engService(prefillX(p)), true
+	}
+	return 0, false
 }
 
 // Queued reports whether a request sent to the endpoint now would wait for one of its slots:

@@ -322,14 +322,17 @@ func TestHistogramFitsASidecarPrefillPod(t *testing.T) {
 }
 
 // A prefill pod no strategy books (the PD policies other than pd-predictive), its legs run by a
-// decode-side sidecar: the engine's prefill-time histogram is fitted at the mean prompt its
-// prompt-token counter reports per interval, smoothed over intervals (a prompt counted in one
-// interval may finish its prefill in the next). Once a strategy books the pod, only its own
-// charges place the fit.
+// decode-side sidecar: for the transfer proof, the engine's prefill-time histogram is fitted at
+// the mean prompt its prompt-token counter reports, over intervals (a prompt counted in one
+// interval may finish its prefill in the next). The picks' own model is left as it was: on a
+// decode pod that histogram is its KV loads.
 func TestHistogramFitsAnUnbookedPod(t *testing.T) {
 	var smp *metrics.Sample
 	r := newRig(Options{Samples: func(string) *metrics.Sample { return smp }})
 	p := "ns/p:1"
+	if _, ok := r.m.ProofPrefill(p, Prompt{Tokens: 4000}); ok {
+		t.Fatal("a pod nothing was learned about has a proof prefill")
+	}
 	rng := rand.New(rand.NewPCG(4, 4))
 	// Each prompt is counted when it arrives; a third of them finish their prefill in the
 	// next interval.
@@ -361,9 +364,13 @@ func TestHistogramFitsAnUnbookedPod(t *testing.T) {
 	}
 	_, cold := r.m.Prefill("ns/other:1", Prompt{Tokens: 4000})
 	for _, pr := range []Prompt{{Tokens: 3500}, {Tokens: 4500}} {
-		if _, got := r.m.Prefill(p, pr); !near(got, trueService(pr, 1), 0.1) || near(cold, trueService(pr, 1), 0.2) {
-			t.Errorf("%d tokens: predicted %.4f, true %.4f (a pod learned nothing of: %.4f)", pr.Tokens, got, trueService(pr, 1), cold)
+		got, ok := r.m.ProofPrefill(p, pr)
+		if !ok || !near(got, trueService(pr, 1), 0.1) || near(cold, trueService(pr, 1), 0.2) {
+			t.Errorf("%d tokens: proof prefill %.4f (%v), true %.4f (a pod learned nothing of: %.4f)", pr.Tokens, got, ok, trueService(pr, 1), cold)
 		}
+	}
+	if _, picks := r.m.Prefill(p, Prompt{Tokens: 4000}); picks != cold {
+		t.Errorf("the picks' prefill model moved (%.4f, was %.4f): only the proof's may", picks, cold)
 	}
 }
 

@@ -119,12 +119,17 @@ type pod struct {
 	histPrefill                   int // scrapes that brought new prefill-time observations
 	// booked: routes a strategy booked (Charge) with the pod as their prefill or destination.
 	booked int
+	// engPrefill is the prefill model of a pod no strategy books, fitted on its engine's
+	// prefill-time histogram at the engine's mean prompt. Only the transfer proof reads it
+	// (Models.ProofPrefill): on a decode pod that histogram is its decode legs' KV loads, so it
+	// must not reach the predictions picks and the advisor use.
+	engPrefill rls
 	// prefillScaled: the prefill model was scaled to the engine's lifetime metrics.
 	prefillScaled bool
 	// promptTokens: the engine's prompt-token counter at the last sample (promptSeen: one
 	// was read); ewPrompts, ewPrefills: the prompt tokens and the prefills the engine reported
-	// per interval, decayed sums (a prompt counted in one interval may finish its prefill in
-	// the next: their ratio over a few intervals is the mean prompt).
+	// in the intervals that saw prefills end, decayed sums (a prompt counted in one interval
+	// may finish its prefill in the next: their ratio over a few intervals is the mean prompt).
 	promptTokens, ewPrompts, ewPrefills float64
 	promptSeen                          bool
 	// endsX, endsN: the prefill features of the ends since the last sample, summed;
@@ -192,9 +197,10 @@ type pod struct {
 }
 
 func newPod(d Defaults, now time.Time) *pod {
+	prefill := newRLS([]float64{d.PrefillBase, d.PrefillPerToken * tokScale, d.PrefillQuadratic * tok2Scale},
+		[]float64{4e-4, 0.25, 0.04})
 	return &pod{
-		prefill: newRLS([]float64{d.PrefillBase, d.PrefillPerToken * tokScale, d.PrefillQuadratic * tok2Scale},
-			[]float64{4e-4, 0.25, 0.04}),
+		prefill: prefill, engPrefill: prefill,
 		handover: newRLS([]float64{d.HandoverBase, d.HandoverPerToken * tokScale}, []float64{4e-4, 0.01}),
 		step: newRLS([]float64{d.StepBase, d.StepPerRequest * reqScale, d.StepPerKVToken * kvScale},
 			[]float64{1e-4, 1e-4, 0.01}),
@@ -206,10 +212,16 @@ func newPod(d Defaults, now time.Time) *pod {
 // non-negative (a fit may wander below zero between observations).
 func (q *pod) service(p Prompt) float64 { return q.serviceAt(prefillX(p)) }
 
-func (q *pod) serviceAt(x [3]float64) float64 {
+func (q *pod) serviceAt(x [3]float64) float64 { return serviceOf(&q.prefill, x) }
+
+// engService is engPrefill's prediction at x.
+func (q *pod) engService(x [3]float64) float64 { return serviceOf(&q.engPrefill, x) }
+
+// serviceOf is a prefill model's prediction at x, each coefficient kept non-negative.
+func serviceOf(r *rls, x [3]float64) float64 {
 	s := 0.0
 	for i := 0; i < 3; i++ {
-		s += max(q.prefill.theta[i], 0) * x[i]
+		s += max(r.theta[i], 0) * x[i]
 	}
 	return max(s, minService)
 }
@@ -609,7 +621,7 @@ func (q *pod) ingest(s *metrics.Sample) {
 		q.engKV = s.KVUsage * float64(s.NumGPUBlocks*s.BlockSize)
 	}
 	q.learnSlots()
-	prompts, havePrompts := 0.0, false // prompt tokens the engine processed in the interval
+	prompts, havePrompts := 0.0, false // prompt tokens the engine took in the interval
 	if s.HasPromptTokens {
 		if q.promptSeen && s.PromptTokens >= q.promptTokens {
 			prompts, havePrompts = s.PromptTokens-q.promptTokens, true
@@ -621,7 +633,7 @@ func (q *pod) ingest(s *metrics.Sample) {
 	// decode-side sidecar runs the legs (Tandem then only infers their ends), so it is fitted
 	// there, at the mean uncached prompt of the pod's recent charges; with the hand-off's
 	// own observations it is not needed. A pod no strategy books (the PD policies but
-	// pd-predictive) is fitted at the mean prompt the engine reports for the interval.
+	// pd-predictive) has its engPrefill fitted at the mean prompt the engine reports.
 	if s.HistogramsLifetime {
 		// The first scrape's means are over the engine's whole life (it may have been
 		// overloaded hours ago): nothing of this interval to fit or to measure, but a better
@@ -641,12 +653,13 @@ func (q *pod) ingest(s *metrics.Sample) {
 				x[i] = q.endsX[i] / q.endsN
 			}
 			fitRelative(&q.prefill, x, q.serviceAt(x), mean)
-		} else if count := prefillCount(s); q.endsN == 0 && q.booked == 0 && havePrompts && count > 0 {
+		}
+		if count := prefillCount(s); q.booked == 0 && havePrompts && count > 0 {
 			q.ewPrompts = promptDecay*q.ewPrompts + prompts
 			q.ewPrefills = promptDecay*q.ewPrefills + count
 			if tokens := q.ewPrompts / q.ewPrefills; tokens >= 1 {
-				p := Prompt{Tokens: int(tokens)}
-				fitRelative(&q.prefill, prefillX(p), q.service(p), mean)
+				x := prefillX(Prompt{Tokens: int(tokens)})
+				fitRelative(&q.engPrefill, x, q.engService(x), mean)
 			}
 		}
 	}

@@ -17,7 +17,8 @@ import (
 // other pairs or the standard path. After the back-off it is a candidate again, on trial: the
 // first request picked for it is its trial (TrialStarted), and it is held again until that
 // request's verdict comes back (at most trialWait): verified returns it, recomputed holds it
-// again for twice as long (at most MaxBackoff). Unknown verdicts change nothing.
+// again for twice as long (at most MaxBackoff), and an unknown one (or none) lets the next
+// request try. Unknown verdicts change nothing else.
 
 // Defaults of GateOptions.
 const (
@@ -73,7 +74,7 @@ type LegSample struct {
 // Peer lateness: the samples kept per prefill pod, and how long one counts.
 const (
 	maxLegSamples = 32
-	legWindow     = 30 * time.Second
+	legWindow     = 5 * time.Second // the load a request met is the load of its neighbours
 )
 
 type podState struct {
@@ -211,13 +212,33 @@ func (g *Gate) TrialStarted(key string) {
 	}
 }
 
+// trialUndecided takes a held pod's request whose transfer was judged neither way: when it
+// was the trial (picked once the back-off was over), another request may try.
+func (g *Gate) trialUndecided(key string, picked time.Time) {
+	if _, ok := (*g.held.Load())[key]; !ok {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st := g.pods[key]; st != nil && st.held && !st.trialUntil.IsZero() && !picked.Before(st.until) {
+		st.trialUntil = time.Time{}
+		g.publishLocked()
+	}
+}
+
 // Observe implements outcome.Reader: the verdict of every ended PD route.
 func (g *Gate) Observe(e *outcome.Event) {
 	r := &e.Route
-	if e.Phase != outcome.PhaseEnd || r.Kind != outcome.KindPD || r.Transfer == "" {
+	if e.Phase != outcome.PhaseEnd || r.Kind != outcome.KindPD {
 		return
 	}
 	decode := r.ServedBy()
+	if res := Result(r.Transfer); res != Verified && res != Recomputed {
+		g.trialUndecided(decode, r.Picked) // unknown, or never judged (a failure)
+		if r.Transfer == "" {
+			return
+		}
+	}
 	if g.o.Observer != nil {
 		g.o.Observer.Transfer(Result(r.Transfer), podOf(r.Prefill), podOf(decode))
 	}

@@ -91,9 +91,10 @@ func (u Usage) WholePrompt() bool { return u.Details && u.Prompt > 0 && u.Cached
 // Evidence is what is known of one PD request's decode leg.
 type Evidence struct {
 	// PrefillUnsent: the prefill leg Tandem ran on an SGLang pod, which answers only once it
-	// sent the KV, had not answered when the decode answer ended (PrefillFailed: it failed):
-	// the decode pod had no KV from it.
-	PrefillUnsent, PrefillFailed bool
+	// sent the KV, had not answered when the decode answer ended (or failed): the decode
+	// answer proves nothing (a pod not in decode mode computes the prompt itself; a leg that
+	// failed after sending the KV leaves a healthy answer: neither can be told).
+	PrefillUnsent bool
 	// Engine of the decode pod: vLLM's usage counts the transferred KV as cached tokens;
 	// SGLang's counts the prefill pod's prefix-cache hits instead (it proves nothing of the
 	// transfer, but its decode pods cannot recompute); TensorRT-LLM's is not read. "" is taken
@@ -145,11 +146,7 @@ func (e Evidence) Late() float64 {
 // Judge returns the verdict on a decode answer that succeeded, and what it rests on.
 func Judge(e Evidence) (Result, string) {
 	if e.Engine == engineSGLang {
-		switch {
-		case e.PrefillFailed:
-			// A decode pod answered without the KV: one not in decode mode computed the prompt.
-			return Recomputed, BasisProtocol
-		case e.PrefillUnsent:
+		if e.PrefillUnsent {
 			return Unknown, BasisProtocol
 		}
 		return Verified, BasisProtocol

@@ -36,7 +36,6 @@ func TestJudge(t *testing.T) {
 		{"sidecar: early never verifies", Evidence{Sidecar: true, DecodeFirstByte: 1050 * time.Millisecond, PrefillLeg: time.Second, LocalPrefill: time.Second, PrefillService: time.Second, HasPeers: true}, Unknown, BasisNone},
 		{"SGLang decode pods cannot recompute", Evidence{Engine: "sglang", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Verified, BasisProtocol},
 		{"SGLang: the prefill leg had not sent the KV", Evidence{Engine: "sglang", PrefillUnsent: true}, Unknown, BasisProtocol},
-		{"SGLang: the prefill leg failed, the decode pod answered anyway", Evidence{Engine: "sglang", PrefillUnsent: true, PrefillFailed: true}, Recomputed, BasisProtocol},
 		{"TensorRT-LLM usage proves nothing", Evidence{Engine: "trtllm", HasUsage: true, Usage: Usage{Prompt: 100, Details: true}}, Unknown, BasisNone},
 		{"prefill too short to tell", Evidence{DecodeFirstByte: 100 * time.Millisecond, LocalPrefill: 100 * time.Millisecond}, Unknown, BasisNone},
 	} {
@@ -300,6 +299,15 @@ func TestGateTrialIsOneRequest(t *testing.T) {
 		t.Fatal("a second request let through while the trial runs")
 	}
 	g.TrialStarted("ns/decode-1:8000") // a pod not held: nothing
+	g.Observe(&outcome.Event{Phase: outcome.PhaseEnd, Route: outcome.Route{Kind: outcome.KindPD, Destination: d, Transfer: string(Unknown), Picked: early}})
+	if !g.Held(d) {
+		t.Fatal("an undecided request picked before the back-off ended freed the trial")
+	}
+	g.Observe(&outcome.Event{Phase: outcome.PhaseEnd, Route: outcome.Route{Kind: outcome.KindPD, Destination: d, Transfer: string(Unknown), Picked: c.t}})
+	if g.Held(d) {
+		t.Fatal("the trial was judged unknown, and no other request may try")
+	}
+	g.TrialStarted(d) // the next request tries
 	c.t = c.t.Add(trialWait + time.Second)
 	if g.Held(d) {
 		t.Fatal("the trial's verdict never came, and no other request may try")
