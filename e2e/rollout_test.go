@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,9 +96,11 @@ func TestRolloutNeverPairsRevisions(t *testing.T) {
 		mu.Unlock()
 		return rq
 	}
-	// Background traffic throughout the update, two clients in a loop.
+	// Background traffic throughout the update, two clients in a loop; done counts each
+	// client's finished requests.
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var done [2]atomic.Int64
 	for w := 0; w < 2; w++ {
 		wg.Add(1)
 		go func() {
@@ -109,8 +112,26 @@ func TestRolloutNeverPairsRevisions(t *testing.T) {
 				default:
 				}
 				send(fmt.Sprintf("bg%d", w), i)
+				done[w].Add(1)
 			}
 		}()
+	}
+	// settle waits until each background client has finished the request it had in flight:
+	// every request after that was picked from the pool as it is now.
+	settle := func(what string) {
+		t.Helper()
+		var at [2]int64
+		for w := range done {
+			at[w] = done[w].Load()
+		}
+		eventually(t, what+": the background requests in flight to finish", func() (bool, string) {
+			for w := range done {
+				if done[w].Load() <= at[w] {
+					return false, fmt.Sprintf("client %d still on its request", w)
+				}
+			}
+			return true, ""
+		})
 	}
 	defer func() { close(stop); wg.Wait() }()
 
@@ -119,6 +140,7 @@ func TestRolloutNeverPairsRevisions(t *testing.T) {
 	phase := func(what string, unpaired ...string) {
 		t.Helper()
 		waitPool()
+		settle(what)
 		before := map[string]int{}
 		for _, n := range unpaired {
 			before[n] = countReceived(pods[n])
