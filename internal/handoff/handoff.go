@@ -105,8 +105,8 @@ func (h *Handoff) Start(ctx context.Context) ([]byte, *apierror.Error) {
 		return nil, f.APIError()
 	}
 	h.a.opts.Observer.PrefillDone(h.engine.Name(), "", StageBeforeResponse, time.Since(began))
-	close(h.succeeded)
 	h.startHold()
+	close(h.succeeded)
 	return body, nil
 }
 
@@ -185,7 +185,8 @@ func (h *Handoff) runAsync(ctx context.Context) {
 	if f == nil {
 		h.prefillDone(nil)
 		h.a.opts.Observer.PrefillDone(h.engine.Name(), "", StageBeforeResponse, time.Since(began))
-		close(h.succeeded)
+		// The hold ends (or starts) before succeeded is closed: whoever waits on it and ends
+		// the request sees the KV's state as it is.
 		if h.plan.RID != "" {
 			// SGLang answered the leg once its KV was sent: the decode pod has it, and its
 			// prefill pod nothing left to release.
@@ -193,6 +194,7 @@ func (h *Handoff) runAsync(ctx context.Context) {
 		} else {
 			h.startHold()
 		}
+		close(h.succeeded)
 		return
 	}
 	if h.finished.Load() {
