@@ -227,11 +227,15 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 	return res, true
 }
 
-// sglangLegGrace is how long strict judging waits for an SGLang prefill leg's answer after its
-// decode answer ended: the leg answers once the KV was sent, and that answer may come a moment
-// after a short decode answer. Lenient judging does not hold the answer's end for it: a leg not
-// answered yet makes the verdict unknown, which changes nothing.
-const sglangLegGrace = 2 * time.Second
+// sglangLegGrace is how long judging waits for an SGLang prefill leg's answer after its decode
+// answer ended: the leg answers once the KV was sent, and that answer may come a moment after a
+// short decode answer (they race on two connections). Strict waits long, since its verdict
+// decides whether the answer is served; lenient holds the answer's end only briefly, since a
+// leg not answered by then only makes the verdict unknown.
+const (
+	sglangLegGrace        = 2 * time.Second
+	sglangLenientLegGrace = 100 * time.Millisecond
+)
 
 // sglangLegUnsent reports whether the SGLang prefill leg Tandem ran had not answered (sent the
 // KV) when the decode answer ended.
@@ -242,10 +246,14 @@ func (st *stream) sglangLegUnsent() bool {
 		return false
 	default:
 	}
-	if !st.xfer.strict || h.PrefillFailed() {
+	if h.PrefillFailed() {
 		return true
 	}
-	t := time.NewTimer(sglangLegGrace)
+	grace := sglangLenientLegGrace
+	if st.xfer.strict {
+		grace = sglangLegGrace
+	}
+	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
 	case <-h.PrefillSucceeded():
