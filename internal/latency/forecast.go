@@ -77,7 +77,7 @@ func (m *Models) readLocked(f *Forecast, key string, q *pod, now time.Time) {
 	f.valid, f.backlog, f.wait = true, backlog, m.waitLocked(backlog, key, q, now)
 	f.n, f.kv = max(float64(q.requests), q.engRunning), max(q.kv, q.engKV)
 	f.rho, f.h, f.arrivals = q.rhoAtNow(now), max(q.decodeSecs, minDecodeSecs), q.arrivalRate(now)
-	f.stallRoom = q.stallRoom()
+	f.stallRoom = q.slack.room()
 	for i := range f.prefill {
 		f.prefill[i] = max(q.prefill.theta[i], 0)
 		f.step[i] = max(q.step.theta[i], 0)

@@ -177,7 +177,7 @@ func (m *Models) PrefillWait(id uint64, key string, p Prompt) float64 {
 	now := m.clock.Now()
 	m.mu.Lock()
 	if r := m.routes[id]; r != nil && r.charged && !r.prefillDone && r.prefillOn == key {
-		due := r.due.Add(seconds(m.podLocked(key, now).shift - r.shiftAt))
+		due := r.due.Add(seconds(m.podLocked(key, now).ledger.shift - r.shiftAt))
 		m.mu.Unlock()
 		return max(due.Sub(now).Seconds()-r.service, 0)
 	}
@@ -212,7 +212,7 @@ func (m *Models) Queued(key string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	q := m.podLocked(key, now)
-	return q.hasEng && q.engWaiting > 0 || q.slots > 0 && float64(q.requests) > q.slots
+	return q.hasEng && q.engWaiting > 0 || q.slots.n > 0 && float64(q.requests) > q.slots.n
 }
 
 // waitLocked is the prefill work ahead of a prompt arriving now: this replica's ledger,
@@ -240,10 +240,10 @@ func (m *Models) waitLocked(w float64, key string, q *pod, now time.Time) float6
 func (m *Models) unseenLocked(q *pod, now time.Time) float64 {
 	unknown := q.unknownWaiting()
 	if unknown == 0 { // the usual case: spare the pick the prefill prediction
-		return q.unseenWait
+		return q.queue.unseenWait
 	}
 	count := unknown*q.service(Prompt{Tokens: int(q.uncached)}) - max(now.Sub(q.sampleAt).Seconds(), 0)
-	return math.Max(count, q.unseenWait)
+	return math.Max(count, q.queue.unseenWait)
 }
 
 // Handover is Forecast(key).Handover.
@@ -322,10 +322,9 @@ func (m *Models) Charge(id uint64, c Charge) {
 	r.prefillOn, r.prompt, r.service, r.ttft, r.tpot, r.charged = c.Prefill, c.Prompt, c.Service, c.TTFT, c.TPOT, true
 	r.tpotObjective, r.maxTokens = c.TPOTObjective, c.MaxTokens
 	r.distance = c.Distance - 1
-	q.knownSum += q.backlog(now)
-	q.knownN++
-	r.unseenHist = !m.noEngine && q.hasEng && q.unseenWait > 0
-	r.due, r.shiftAt = q.charge(now, c.Service)
+	q.queue.booked(q.backlog(now))
+	r.unseenHist = !m.noEngine && q.hasEng && q.queue.unseenWait > 0
+	r.due, r.shiftAt = q.ledger.charge(now, c.Service)
 	r.ahead = max(r.due.Sub(now).Seconds()-c.Service, 0)
 	r.grace = 0
 	if c.Kind == outcome.KindPD && q.directPrefill == 0 {
@@ -334,10 +333,10 @@ func (m *Models) Charge(id uint64, c Charge) {
 		d := m.podLocked(c.Destination, now)
 		r.grace = d.handoverSeconds(c.Prompt.Tokens) + d.stepSeconds(max(float64(d.requests), d.engRunning), max(d.kv, d.engKV))
 	}
-	q.outstanding = append(q.outstanding, r)
+	q.ledger.outstanding = append(q.ledger.outstanding, r)
 	if c.Kind == outcome.KindWhole {
 		// The prompt stalls the decodes on its pod for about its prefill beyond one step.
-		q.stallCum += math.Max(c.Service-q.stepSeconds(math.Max(float64(q.requests), q.engRunning), math.Max(q.kv, q.engKV)), 0)
+		q.slack.stall(math.Max(c.Service-q.stepSeconds(math.Max(float64(q.requests), q.engRunning), math.Max(q.kv, q.engKV)), 0))
 	}
 	m.podLocked(c.Destination, now).willDecode(r.life, c.TPOTObjective, c.TPOT, c.MaxTokens)
 	q.arrived(now)
@@ -398,7 +397,7 @@ func (m *Models) prefillEndLocked(rt *outcome.Route) string {
 	t := rt.PrefillEnd
 	q := m.podLocked(r.prefillOn, t)
 	if rt.PrefillErr != nil {
-		q.drop(t, r.due, r.shiftAt, r.service)
+		q.ledger.drop(t, r.due, r.shiftAt, r.service)
 		return r.prefillOn
 	}
 	adjust, fit := 0.0, fitObserved
@@ -409,7 +408,7 @@ func (m *Models) prefillEndLocked(rt *outcome.Route) string {
 		// for one of its iterations.
 		r.destBacklog = d.backlog(t) + m.tpotLocked(r.dest, d, t, r.tokens, 0)
 		r.legDue = t.Add(seconds(r.destBacklog + d.handoverSeconds(r.tokens)))
-		d.legs = append(d.legs, r)
+		d.ledger.legs = append(d.ledger.legs, r)
 	} else {
 		// Inferred from the decode pod's answer: the hand-over is part of it.
 		adjust, fit = d.handoverSeconds(r.tokens)+m.tpotLocked(r.dest, d, t, r.tokens, 0), fitInferred
@@ -446,7 +445,7 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 	case r.kind == outcome.KindWhole && r.charged && !r.prefillDone && !served:
 		// The prompt never ran where it was booked: give the booking back, as for a failure.
 		r.prefillDone = true
-		m.podLocked(r.prefillOn, t).drop(t, r.due, r.shiftAt, r.service)
+		m.podLocked(r.prefillOn, t).ledger.drop(t, r.due, r.shiftAt, r.service)
 		changed = r.prefillOn
 	case r.kind == outcome.KindWhole && r.charged && !r.prefillDone:
 		r.prefillDone = true
@@ -460,7 +459,7 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 		d.fitHandover(r.tokens, obs)
 	}
 	if r.kind == outcome.KindPD && served {
-		d.ownQueued++ // the decode leg left the destination's queue (the engine counts its wait)
+		d.queue.ownQueued++ // the decode leg left the destination's queue (the engine counts its wait)
 	}
 	if r.ttft > 0 && served { // a prediction for the destination meets only its own outcome
 		obs := rt.TTFT()
@@ -478,10 +477,10 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 	}
 	r.cumAtFirst, r.nAtFirst, r.kvFirst = d.cumWork, float64(d.requests), d.kv
 	// The request streams from here on: the pod's progress now includes it.
-	if d.streams == 0 {
-		d.progressAt = t
+	if d.silence.streams == 0 {
+		d.silence.progressAt = t
 	}
-	d.streams++
+	d.silence.streams++
 	d.progress(t, 0)
 	r.lastChunk = t
 	return changed
@@ -514,13 +513,13 @@ func (m *Models) endLocked(rt *outcome.Route) string {
 	changed := ""
 	if r.charged && !r.prefillDone {
 		q := m.podLocked(r.prefillOn, t)
-		q.drop(t, r.due, r.shiftAt, r.service)
+		q.ledger.drop(t, r.due, r.shiftAt, r.service)
 		changed = r.prefillOn
 	}
 	if r.firstByte.IsZero() {
 		d.pending = max(d.pending-1, 0)
 	} else {
-		d.streams = max(d.streams-1, 0)
+		d.silence.streams = max(d.silence.streams-1, 0)
 	}
 	if rt.Err == nil && !r.firstByte.IsZero() && rt.Chunks >= 3 && rt.ServedBy() == r.dest {
 		dur := rt.LastChunk.Sub(r.firstByte).Seconds()
@@ -577,11 +576,11 @@ func (m *Models) Forget(live func(key string) bool) {
 			delete(m.routes, id)
 			r.life.gone = true
 			if d := m.pods[r.dest]; d != nil && !r.firstByte.IsZero() {
-				d.streams = max(d.streams-1, 0)
+				d.silence.streams = max(d.silence.streams-1, 0)
 			}
 			if q := m.pods[r.prefillOn]; q != nil && r.charged && !r.prefillDone {
 				r.prefillDone = true
-				q.drop(now, r.due, r.shiftAt, r.service)
+				q.ledger.drop(now, r.due, r.shiftAt, r.service)
 			}
 		}
 	}
@@ -658,7 +657,7 @@ func (m *Models) Local(key string, now time.Time) (backlog float64, charges int)
 	if q == nil {
 		return 0, 0
 	}
-	return q.backlog(now), q.charges
+	return q.backlog(now), q.ledger.charges
 }
 
 // Keys lists the endpoints with a model.

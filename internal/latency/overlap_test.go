@@ -178,7 +178,7 @@ func TestOvertakeJudgedAfterAFailedHead(t *testing.T) {
 	short2.Chunk(1)
 	r.clock.Advance(secs(0.5))
 	long2.Chunk(1)
-	if n := r.m.pods[key].overtakes; n != 1 {
+	if n := r.m.pods[key].overlapEst.overtakes; n != 1 {
 		t.Errorf("overtakes %d, want 1 (the second, judged when the prompt it overtook ended)", n)
 	}
 }

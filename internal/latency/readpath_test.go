@@ -57,7 +57,7 @@ func TestStallBudgetsOfEndedRequestsAreDropped(t *testing.T) {
 		tr.End(nil)
 	}
 	r.m.mu.Lock()
-	n := len(r.m.pods[d].slack)
+	n := len(r.m.pods[d].slack.budgets)
 	r.m.mu.Unlock()
 	if n > 64 {
 		t.Fatalf("%d stall budgets kept for 1 decoding request after 5000 ended", n)
