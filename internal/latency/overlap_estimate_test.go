@@ -5,39 +5,42 @@ import (
 	"time"
 )
 
-// The overlap estimate alone, fed iterations whose last end came observed = s + k·ahead after
-// the first pick: the regression finds k exactly once the gate is open (enough iterations with
-// work ahead, enough overtakes), and 1 otherwise.
+// The overlap estimate alone, fed iterations whose last end came observed = c·(s + k·ahead)
+// after the first pick (c: how slow the pod is against its prefill model): the regression finds
+// k exactly, whatever c, once the gate is open (enough iterations with work ahead, enough
+// overtakes), and 1 otherwise.
 func TestOverlapEstimateShare(t *testing.T) {
 	// Prompts of 0.1–0.4 s behind 0–0.9 s of work, varied apart from each other.
-	feed := func(o *overlapEstimate, k float64, n int, aheadOf func(s float64, i int) float64) {
+	feed := func(o *overlapEstimate, c, k float64, n int, aheadOf func(s float64, i int) float64) {
 		for i := range n {
 			s := 0.1 + 0.1*float64(i%4)
 			ahead := aheadOf(s, i)
-			o.learn(s, ahead, s+k*ahead)
+			o.learn(s, ahead, c*(s+k*ahead))
 		}
 	}
 	varied := func(_ float64, i int) float64 { return 0.1 * float64(i%10) }
 	open := func(o *overlapEstimate) { o.overtakes, o.overtaken = minOvertakes, minOvertaken }
 	cases := []struct {
 		name  string
-		k     float64
+		c, k  float64
 		n     int
 		ahead func(float64, int) float64
 		gate  bool
 		want  float64
 	}{
-		{"a queue waits for all the work ahead", 1, 20, varied, true, 1},
-		{"an engine prefilling two at once waits for half", 0.5, 20, varied, true, 0.5},
-		{"one prefilling many waits for a fifth", 0.2, 20, varied, true, 0.2},
-		{"no overtakes seen: taken for a queue", 0.5, 20, varied, false, 1},
-		{"too few iterations with work ahead (7 of 8)", 0.5, 8, varied, true, 1},
-		{"work ahead in proportion to the prompt: k not told apart", 0.5, 20, func(s float64, _ int) float64 { return 2 * s }, true, 1},
+		{"a queue waits for all the work ahead", 1, 1, 20, varied, true, 1},
+		{"an engine prefilling two at once waits for half", 1, 0.5, 20, varied, true, 0.5},
+		{"one prefilling many waits for a fifth", 1, 0.2, 20, varied, true, 0.2},
+		{"a pod 1.5× slower than its prefill model still waits for half", 1.5, 0.5, 20, varied, true, 0.5},
+		{"a queue 2× slower than its model is still a queue", 2, 1, 20, varied, true, 1},
+		{"no overtakes seen: taken for a queue", 1, 0.5, 20, varied, false, 1},
+		{"too few iterations with work ahead (7 of 8)", 1, 0.5, 8, varied, true, 1},
+		{"work ahead in proportion to the prompt: k not told apart", 1, 0.5, 20, func(s float64, _ int) float64 { return 2 * s }, true, 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var o overlapEstimate
-			feed(&o, c.k, c.n, c.ahead)
+			feed(&o, c.c, c.k, c.n, c.ahead)
 			if c.gate {
 				open(&o)
 			}
