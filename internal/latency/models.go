@@ -477,10 +477,7 @@ func (m *Models) firstByteLocked(rt *outcome.Route) string {
 	}
 	r.cumAtFirst, r.nAtFirst, r.kvFirst = d.cumWork, float64(d.requests), d.kv
 	// The request streams from here on: the pod's progress now includes it.
-	if d.silence.streams == 0 {
-		d.silence.progressAt = t
-	}
-	d.silence.streams++
+	d.silence.started(t)
 	d.progress(t, 0)
 	r.lastChunk = t
 	return changed
@@ -519,7 +516,7 @@ func (m *Models) endLocked(rt *outcome.Route) string {
 	if r.firstByte.IsZero() {
 		d.pending = max(d.pending-1, 0)
 	} else {
-		d.silence.streams = max(d.silence.streams-1, 0)
+		d.silence.ended()
 	}
 	if rt.Err == nil && !r.firstByte.IsZero() && rt.Chunks >= 3 && rt.ServedBy() == r.dest {
 		dur := rt.LastChunk.Sub(r.firstByte).Seconds()
@@ -576,7 +573,7 @@ func (m *Models) Forget(live func(key string) bool) {
 			delete(m.routes, id)
 			r.life.gone = true
 			if d := m.pods[r.dest]; d != nil && !r.firstByte.IsZero() {
-				d.silence.streams = max(d.silence.streams-1, 0)
+				d.silence.ended()
 			}
 			if q := m.pods[r.prefillOn]; q != nil && r.charged && !r.prefillDone {
 				r.prefillDone = true

@@ -32,6 +32,17 @@ const (
 	minGapSample = 50 * time.Microsecond // closer chunks are one write split (not a gap)
 )
 
+// started counts a stream that answers from t on: a pod that had none makes progress from t.
+func (s *silence) started(t time.Time) {
+	if s.streams == 0 {
+		s.progressAt = t
+	}
+	s.streams++
+}
+
+// ended counts a stream that ended.
+func (s *silence) ended() { s.streams = max(s.streams-1, 0) }
+
 // limit is how long the pod's streams may be silent before the pod is taken for stalled: two
 // usual gaps, or the usual gap and four of its deviations when they vary more (+Inf before
 // enough gaps were seen).

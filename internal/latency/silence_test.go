@@ -64,3 +64,21 @@ func TestSilence(t *testing.T) {
 		t.Errorf("a gap holding a prefill end was learned (%d gaps)", s.gapN)
 	}
 }
+
+// A pod's progress starts with its first stream, not with a later one; ends never count
+// below zero.
+func TestSilenceStreams(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var s silence
+	s.started(t0)
+	s.started(t0.Add(time.Second))
+	if s.streams != 2 || s.progressAt != t0 {
+		t.Errorf("%d streams, progress at %v, want 2 from t0", s.streams, s.progressAt.Sub(t0))
+	}
+	for range 3 {
+		s.ended()
+	}
+	if s.streams != 0 {
+		t.Errorf("%d streams after more ends than starts, want 0", s.streams)
+	}
+}
