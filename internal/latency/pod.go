@@ -169,10 +169,6 @@ func (q *pod) arrived(now time.Time) {
 	q.arrivalsAt = now
 }
 
-// charge books s seconds of prefill work at now behind what is booked already and returns
-// when it is predicted to end, and the ledger's shift then. Behind overdue work it is booked
-// where the ledger stands, past or not: it starts once that work ends, and the late end
-
 // addWork records prefill seconds finished at now (the load estimate and its integral).
 func (q *pod) addWork(now time.Time, secs float64) {
 	if secs <= 0 {
