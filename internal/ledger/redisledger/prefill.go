@@ -1,8 +1,11 @@
 package redisledger
 
 import (
-	"sync"
+	"context"
+	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tandem-epp/tandem/internal/latency"
 )
@@ -28,98 +31,45 @@ return 1`
 
 func (s *Shared) prefillKey(endpoint string) string { return s.o.KeyPrefix + "pf:" + endpoint }
 
-// prefillShare is the bookkeeping of the shared prefill work: which endpoints changed since
-// the last publish, which hold a field of ours in Redis, which the models asked about.
-type prefillShare struct {
-	mu      sync.Mutex
-	dirty   map[string]struct{}
-	mine    map[string]bool      // endpoints where Redis holds our field
-	watched map[string]time.Time // endpoint → last asked about
-}
-
-func (p *prefillShare) init() {
-	p.dirty, p.mine, p.watched = map[string]struct{}{}, map[string]bool{}, map[string]time.Time{}
-}
-
-func (p *prefillShare) markDirty(keys ...string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.dirty == nil {
-		return
-	}
-	for _, k := range keys {
-		p.dirty[k] = struct{}{}
-	}
-}
-
-// takeDirty returns the endpoints to publish: the changed ones, and with all every endpoint
-// with a model that has work booked or still holds our field (so drained work is deleted
-// and Redis is rebuilt after a restart).
-func (p *prefillShare) takeDirty(all bool, m *latency.Models) []string {
-	if m == nil {
-		return nil
-	}
-	p.mu.Lock()
-	out := make([]string, 0, len(p.dirty))
-	for k := range p.dirty {
-		out = append(out, k)
-	}
-	clear(p.dirty)
-	mine := make(map[string]bool, len(p.mine))
-	for k, v := range p.mine {
-		mine[k] = v
-	}
-	p.mu.Unlock()
-	if !all {
-		return out
-	}
-	seen := make(map[string]bool, len(out))
-	for _, k := range out {
-		seen[k] = true
-	}
+// bookedEndpoints lists the endpoints with prefill work booked by this replica (a full publish
+// writes them whether they changed or not).
+func (s *Shared) bookedEndpoints() []string {
+	m := s.o.Latency
 	now := m.Now()
+	var out []string
 	for _, k := range m.Keys() {
-		if seen[k] {
-			continue
-		}
-		if backlog, _ := m.Local(k, now); backlog > 0 || mine[k] {
+		if backlog, _ := m.Local(k, now); backlog > 0 {
 			out = append(out, k)
 		}
 	}
 	return out
 }
 
-// published records whether Redis now holds our field for the endpoint.
-func (p *prefillShare) published(k string, held bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if held {
-		p.mine[k] = true
-	} else {
-		delete(p.mine, k)
-	}
-}
-
-func (p *prefillShare) watch(k string, now time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.watched != nil {
-		p.watched[k] = now
-	}
-}
-
-// watchedKeys lists the endpoints asked about within watchTTL, forgetting the others.
-func (p *prefillShare) watchedKeys(now time.Time) []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make([]string, 0, len(p.watched))
-	for k, seen := range p.watched {
-		if now.Sub(seen) > watchTTL {
-			delete(p.watched, k)
-			continue
+// queuePrefillWrites adds to pipe this replica's busy-until on each endpoint, an HDEL where its
+// work drained. A script, not HSET: busy-until is on Redis's clock.
+func (s *Shared) queuePrefillWrites(ctx context.Context, pipe redis.Pipeliner, endpoints []string, ttlMs int64) {
+	now := s.o.Clock.Now()
+	s.pf.queueWrites(ctx, pipe, s.o.ReplicaID, endpoints, func(key, k string) bool {
+		backlog, _ := s.o.Latency.Local(k, now)
+		if backlog <= 0 {
+			return false
 		}
-		out = append(out, k)
-	}
+		pipe.Eval(ctx, prefillScript, []string{key}, s.o.ReplicaID, strconv.FormatFloat(backlog, 'f', 6, 64), ttlMs)
+		return true
+	})
+}
+
+// applyPrefillReads lists, per endpoint, each other live replica's booked seconds still ahead
+// (a drained one, busy-until in the past, is well formed but adds nothing).
+func (s *Shared) applyPrefillReads(rd *read, endpoints []string, cmds []*redis.MapStringStringCmd) map[string][]float64 {
+	out := make(map[string][]float64, len(endpoints))
+	s.pf.applyReads(rd, endpoints, cmds, RejectedPrefillBusyUntil, func(k, val string) bool {
+		ahead, ok := parseBusyUntil(val, rd.rsec)
+		if ok && ahead > 0 {
+			out[k] = append(out[k], ahead)
+		}
+		return ok
+	})
 	return out
 }
 
@@ -131,17 +81,14 @@ func (s *Shared) markPrefillDirty(endpoint string) {
 // WatchPrefill makes the next reads include these endpoints' shared prefill work (a
 // prediction does it for every endpoint it reads).
 func (s *Shared) WatchPrefill(endpoints ...string) {
-	now := s.o.Clock.Now()
-	for _, k := range endpoints {
-		s.pf.watch(k, now)
-	}
+	s.pf.watch(s.o.Clock.Now(), endpoints...)
 }
 
 // PrefillBacklog is the other live replicas' booked prefill seconds still ahead on the
 // endpoint at now, as of the last successful read (each replica's drained by the time since
 // the read). Zero when Redis is not answering or the read is older than the liveness window.
 func (s *Shared) PrefillBacklog(endpoint string, now time.Time) float64 {
-	s.pf.watch(endpoint, now)
+	s.pf.watch(now, endpoint)
 	v := s.view.Load()
 	if v == nil || now.Sub(v.at) > s.o.Liveness {
 		return 0

@@ -150,22 +150,17 @@ type Shared struct {
 	o       Options
 	rdb     *redis.Client
 	dec     *ledger.Decode // nil: the decode ledger stays local (signals only)
+	pods    *sharedKeys[ledger.Pod]
 	signals []*signalState
+	pf      *sharedKeys[string] // Options.Latency's booked prefill work; nil without it
 
-	dirtyMu sync.Mutex
-	dirty   map[ledger.Pod]struct{}
-	kick    chan struct{}
-
-	watchMu sync.Mutex
-	watched map[ledger.Pod]time.Time
+	kick chan struct{}
 
 	view    atomic.Pointer[view]
 	healthy atomic.Bool
 
 	pruneMu sync.Mutex
 	prune   map[string][]string // key → dead replicas' fields to delete
-
-	pf prefillShare // Options.Latency's booked prefill work
 }
 
 type view struct {
@@ -192,23 +187,24 @@ func New(o Options, dec *ledger.Decode, signals ...Signal) (*Shared, error) {
 		host, _, _ := net.SplitHostPort(o.Addr)
 		ro.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, InsecureSkipVerify: o.TLSSkipVerify} //nolint:gosec // opt-in flag
 	}
-	s := &Shared{o: o, rdb: redis.NewClient(ro), dec: dec, dirty: map[ledger.Pod]struct{}{}, kick: make(chan struct{}, 1),
-		watched: map[ledger.Pod]time.Time{}, prune: map[string][]string{}}
+	s := &Shared{o: o, rdb: redis.NewClient(ro), dec: dec, kick: make(chan struct{}, 1), prune: map[string][]string{}}
+	s.pods = newSharedKeys(s.podKey)
 	s.healthy.Store(true)
 	if dec != nil {
 		dec.OnChange(s.markDirty)
 		dec.SetRemote(s)
 	}
 	for _, sig := range signals {
-		st := &signalState{Signal: sig, dirty: map[string]struct{}{}, held: map[string]bool{}}
+		st := &signalState{Signal: sig}
+		st.keys = newSharedKeys(func(key string) string { return s.signalKey(sig, key) })
 		sig.OnChange(func(key string) {
-			st.markDirty(key)
+			st.keys.markDirty(key)
 			s.kickPublish()
 		})
 		s.signals = append(s.signals, st)
 	}
 	if o.Latency != nil {
-		s.pf.init()
+		s.pf = newSharedKeys(s.prefillKey)
 		o.Latency.OnCharge(s.markPrefillDirty)
 		o.Latency.SetRemote(prefillRemote{s})
 	}
@@ -236,9 +232,7 @@ func (s *Shared) Close() error {
 }
 
 func (s *Shared) markDirty(p ledger.Pod) {
-	s.dirtyMu.Lock()
-	s.dirty[p] = struct{}{}
-	s.dirtyMu.Unlock()
+	s.pods.markDirty(p)
 	s.kickPublish()
 }
 
@@ -266,9 +260,7 @@ func (s *Shared) replicasKey() string        { return s.o.KeyPrefix + "replicas"
 // reads to include p.
 func (s *Shared) Remote(p ledger.Pod) ledger.RemoteLoad {
 	now := s.o.Clock.Now()
-	s.watchMu.Lock()
-	s.watched[p] = now
-	s.watchMu.Unlock()
+	s.pods.watch(now, p)
 	v := s.view.Load()
 	if v == nil || now.Sub(v.at) > s.o.Liveness {
 		return ledger.RemoteLoad{}
@@ -282,12 +274,7 @@ func (s *Shared) Remote(p ledger.Pod) ledger.RemoteLoad {
 
 // Watch makes the next reads include these pods (Remote does it for every pod it scores).
 func (s *Shared) Watch(pods ...ledger.Pod) {
-	now := s.o.Clock.Now()
-	s.watchMu.Lock()
-	for _, p := range pods {
-		s.watched[p] = now
-	}
-	s.watchMu.Unlock()
+	s.pods.watch(s.o.Clock.Now(), pods...)
 }
 
 // heartbeatScript renews this replica's heartbeat at Redis's own time, brings heartbeats
@@ -346,31 +333,15 @@ func (s *Shared) health(err error, what string) {
 // dropped (local scoring) and the error returned.
 func (s *Shared) Refresh(ctx context.Context) error {
 	now := s.o.Clock.Now()
-	s.watchMu.Lock()
-	pods := make([]ledger.Pod, 0, len(s.watched))
-	for p, seen := range s.watched {
-		if now.Sub(seen) > watchTTL {
-			delete(s.watched, p)
-			continue
-		}
-		pods = append(pods, p)
-	}
-	s.watchMu.Unlock()
+	pods, pfKeys := s.pods.watchedKeys(now), s.pf.watchedKeys(now)
 
 	ctx, cancel := context.WithTimeout(ctx, s.o.ReadTimeout)
 	defer cancel()
 	pipe := s.rdb.Pipeline()
 	lcmd := pipe.Eval(ctx, liveScript, []string{s.replicasKey()}, s.o.Liveness.Milliseconds(), s.o.MaxReplicas)
-	hcmds := make([]*redis.MapStringStringCmd, len(pods))
-	for i, p := range pods {
-		hcmds[i] = pipe.HGetAll(ctx, s.podKey(p))
-	}
+	podCmds := s.pods.queueReads(ctx, pipe, pods)
 	sigKeys, sigCmds := s.queueSignalReads(ctx, pipe)
-	pfKeys := s.pf.watchedKeys(now)
-	pfCmds := make([]*redis.MapStringStringCmd, len(pfKeys))
-	for i, k := range pfKeys {
-		pfCmds[i] = pipe.HGetAll(ctx, s.prefillKey(k))
-	}
+	pfCmds := s.pf.queueReads(ctx, pipe, pfKeys)
 	_, err := pipe.Exec(ctx)
 	if err != nil && !errors.Is(err, redis.Nil) {
 		s.dropRemote()
@@ -386,65 +357,36 @@ func (s *Shared) Refresh(ctx context.Context) error {
 	s.health(nil, "read")
 	s.reject(RejectedHeartbeat, reps.future)
 	s.reject(RejectedReplicas, reps.unread)
-	live := reps.live
-	// A field whose replica is not among the live ones read is pruned only when every live
-	// replica was read: past MaxReplicas, its replica may be live but unread.
-	prune := func(key, field string) {
-		if reps.unread == 0 {
-			s.queuePrune(key, field)
-		}
-	}
-	rsec := float64(reps.now.UnixNano()) / 1e9
-	out := make(map[ledger.Pod]ledger.RemoteLoad, len(pods))
-	for i, p := range pods {
-		var acc ledger.RemoteLoad
-		for field, val := range hcmds[i].Val() {
-			if field == s.o.ReplicaID {
-				continue
-			}
-			if !live[field] {
-				prune(s.podKey(p), field)
-				continue
-			}
-			tokens, count, sumAt, ok := parseValue(val)
-			elapsed := float64(count)*rsec - sumAt
-			if !ok || elapsed > float64(count)*maxRequestAge {
-				s.reject(RejectedDecodeCharge, 1)
-				s.queuePrune(s.podKey(p), field)
-				continue
-			}
-			acc.Tokens += tokens
-			acc.Count += count
-			acc.Elapsed += max(elapsed, 0)
-		}
-		if acc.Count > 0 || acc.Tokens > 0 {
-			out[p] = acc
-		}
-	}
-	pf := make(map[string][]float64, len(pfKeys))
-	for i, k := range pfKeys {
-		for field, val := range pfCmds[i].Val() {
-			if field == s.o.ReplicaID {
-				continue
-			}
-			if !live[field] {
-				prune(s.prefillKey(k), field)
-				continue
-			}
-			ahead, ok := parseBusyUntil(val, rsec)
-			if !ok {
-				s.reject(RejectedPrefillBusyUntil, 1)
-				s.queuePrune(s.prefillKey(k), field)
-				continue
-			}
-			if ahead > 0 {
-				pf[k] = append(pf[k], ahead)
-			}
-		}
-	}
-	s.view.Store(&view{at: now, pods: out, prefill: pf})
-	s.applySignalReads(sigKeys, sigCmds, live, prune)
+	rd := &read{s: s, reps: reps, rsec: float64(reps.now.UnixNano()) / 1e9}
+	s.view.Store(&view{at: now, pods: s.applyDecodeReads(rd, pods, podCmds), prefill: s.applyPrefillReads(rd, pfKeys, pfCmds)})
+	s.applySignalReads(rd, sigKeys, sigCmds)
 	return nil
+}
+
+// applyDecodeReads sums the other live replicas' charges per pod. Unlike the other kinds, a
+// charge is bounded against Redis's now (its requests' age, from sumAt), so parseValue alone
+// cannot accept it.
+func (s *Shared) applyDecodeReads(rd *read, pods []ledger.Pod, cmds []*redis.MapStringStringCmd) map[ledger.Pod]ledger.RemoteLoad {
+	out := make(map[ledger.Pod]ledger.RemoteLoad, len(pods))
+	s.pods.applyReads(rd, pods, cmds, RejectedDecodeCharge, func(p ledger.Pod, val string) bool {
+		tokens, count, sumAt, ok := parseValue(val)
+		elapsed := float64(count)*rd.rsec - sumAt
+		if !ok || elapsed > float64(count)*maxRequestAge {
+			return false
+		}
+		acc := out[p]
+		acc.Tokens += tokens
+		acc.Count += count
+		acc.Elapsed += max(elapsed, 0)
+		out[p] = acc
+		return true
+	})
+	for p, acc := range out {
+		if acc.Count == 0 && acc.Tokens == 0 {
+			delete(out, p) // nothing outstanding: no elapsed time either
+		}
+	}
+	return out
 }
 
 // reject counts n values of a kind refused on a read.
@@ -486,28 +428,17 @@ const maxRequestAge = 24 * 3600
 const maxLedgerTokens = 1e12
 
 // Publish writes the pods whose ledger changed since the last publish (all pods the ledger
-// holds when all is set) and renews the heartbeat, in one pipeline. Pods that fail to
-// publish stay dirty and go out with the next attempt.
+// holds, or where Redis holds our field, when all is set), the signals' and the prefill work's
+// changes likewise, and renews the heartbeat, in one pipeline. Keys that fail to publish stay
+// dirty and go out with the next attempt.
 func (s *Shared) Publish(ctx context.Context, all bool) error {
-	s.dirtyMu.Lock()
-	pods := make([]ledger.Pod, 0, len(s.dirty))
-	for p := range s.dirty {
-		pods = append(pods, p)
+	var ledgerPods func() []ledger.Pod
+	if s.dec != nil {
+		ledgerPods = s.dec.Pods
 	}
-	clear(s.dirty)
-	s.dirtyMu.Unlock()
-	if all && s.dec != nil {
-		seen := make(map[ledger.Pod]bool, len(pods))
-		for _, p := range pods {
-			seen[p] = true
-		}
-		for _, p := range s.dec.Pods() {
-			if !seen[p] {
-				pods = append(pods, p)
-			}
-		}
-	}
-	pfKeys := s.pf.takeDirty(all, s.o.Latency)
+	pods := s.pods.takeDirty(all, ledgerPods)
+	sigKeys := s.takeSignalsDirty(all)
+	pfKeys := s.pf.takeDirty(all, s.bookedEndpoints)
 	s.pruneMu.Lock()
 	prune := s.prune
 	s.prune = map[string][]string{}
@@ -519,52 +450,29 @@ func (s *Shared) Publish(ctx context.Context, all bool) error {
 	pipe := s.rdb.Pipeline()
 	pipe.Eval(ctx, heartbeatScript, []string{s.replicasKey()}, s.o.ReplicaID, ttlMs, (10 * s.o.Liveness).Milliseconds(),
 		s.o.HeartbeatSkew.Milliseconds())
-	for _, p := range pods {
-		key := s.podKey(p)
+	// A script, not HSET: sumAt must be computed on Redis's clock.
+	s.pods.queueWrites(ctx, pipe, s.o.ReplicaID, pods, func(key string, p ledger.Pod) bool {
 		tokens, count, elapsed := s.dec.Local(p)
 		if count == 0 && tokens == 0 {
-			pipe.HDel(ctx, key, s.o.ReplicaID)
-			continue
+			return false
 		}
 		pipe.Eval(ctx, publishScript, []string{key}, s.o.ReplicaID,
 			strconv.FormatFloat(tokens, 'f', -1, 64), count, strconv.FormatFloat(elapsed, 'f', 6, 64), ttlMs)
-	}
-	written, deleted := s.queueSignalWrites(ctx, pipe, all, ttlMs)
-	now := s.o.Clock.Now()
-	for _, k := range pfKeys {
-		key := s.prefillKey(k)
-		if backlog, _ := s.o.Latency.Local(k, now); backlog > 0 {
-			pipe.Eval(ctx, prefillScript, []string{key}, s.o.ReplicaID, strconv.FormatFloat(backlog, 'f', 6, 64), ttlMs)
-			s.pf.published(k, true)
-		} else {
-			pipe.HDel(ctx, key, s.o.ReplicaID)
-			s.pf.published(k, false)
-		}
-	}
+		return true
+	})
+	s.queueSignalWrites(ctx, pipe, sigKeys, ttlMs)
+	s.queuePrefillWrites(ctx, pipe, pfKeys, ttlMs)
 	for key, fields := range prune {
 		pipe.HDel(ctx, key, fields...)
 	}
 	_, err := pipe.Exec(ctx)
 	s.health(err, "publish")
-	if err == nil {
-		for i, st := range s.signals {
-			for _, k := range deleted[i] {
-				delete(st.held, k)
-			}
-		}
+	s.pods.published(pods, err)
+	for i, st := range s.signals {
+		st.keys.published(sigKeys[i], err)
 	}
+	s.pf.published(pfKeys, err)
 	if err != nil {
-		s.dirtyMu.Lock()
-		for _, p := range pods {
-			s.dirty[p] = struct{}{}
-		}
-		s.dirtyMu.Unlock()
-		for i, st := range s.signals {
-			for _, k := range append(written[i], deleted[i]...) {
-				st.markDirty(k)
-			}
-		}
-		s.pf.markDirty(pfKeys...)
 		return fmt.Errorf("shared decode ledger publish: %w", err)
 	}
 	return nil

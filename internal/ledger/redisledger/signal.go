@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -37,20 +36,11 @@ type Signal interface {
 // signalState is a Signal with its publishing bookkeeping.
 type signalState struct {
 	Signal
-	mu    sync.Mutex
-	dirty map[string]struct{}
-	// held are the keys this replica has a field for (only Publish touches it).
-	held map[string]bool
+	keys *sharedKeys[string]
 }
 
 func (s *Shared) signalKey(sig Signal, key string) string {
 	return s.o.KeyPrefix + sig.Name() + ":" + key
-}
-
-func (st *signalState) markDirty(key string) {
-	st.mu.Lock()
-	st.dirty[key] = struct{}{}
-	st.mu.Unlock()
 }
 
 func zero(v []float64) bool {
@@ -89,94 +79,73 @@ func parseVector(s string) ([]float64, bool) {
 }
 
 // queueSignalReads adds one HGETALL per key of every signal to pipe, and returns the keys read.
+// Unlike the decode ledger and the prefill work, a signal reads every key it has, not those
+// asked about: its readers (least_request, the fast paths) look at the whole pool.
 func (s *Shared) queueSignalReads(ctx context.Context, pipe redis.Pipeliner) ([][]string, [][]*redis.MapStringStringCmd) {
 	keys := make([][]string, len(s.signals))
 	out := make([][]*redis.MapStringStringCmd, len(s.signals))
 	for i, st := range s.signals {
 		keys[i] = st.Keys()
-		cmds := make([]*redis.MapStringStringCmd, len(keys[i]))
-		for j, k := range keys[i] {
-			cmds[j] = pipe.HGetAll(ctx, s.signalKey(st, k))
-		}
-		out[i] = cmds
+		out[i] = st.keys.queueReads(ctx, pipe, keys[i])
 	}
 	return keys, out
 }
 
 // applySignalReads sums the other live replicas' values per key and hands them to each signal.
-// prune deletes a field whose replica is not live.
-func (s *Shared) applySignalReads(keys [][]string, cmds [][]*redis.MapStringStringCmd, live map[string]bool, prune func(key, field string)) {
+func (s *Shared) applySignalReads(rd *read, keys [][]string, cmds [][]*redis.MapStringStringCmd) {
 	for i, st := range s.signals {
 		sums := map[string][]float64{}
-		for j, k := range keys[i] {
-			for field, val := range cmds[i][j].Val() {
-				if field == s.o.ReplicaID {
-					continue
-				}
-				if !live[field] {
-					prune(s.signalKey(st, k), field)
-					continue
-				}
-				v, ok := parseVector(val)
-				if !ok {
-					s.reject(RejectedSignal, 1)
-					s.queuePrune(s.signalKey(st, k), field)
-					continue
-				}
-				acc := sums[k]
-				if len(acc) < len(v) {
-					acc = append(acc, make([]float64, len(v)-len(acc))...)
-				}
-				for n, x := range v {
-					acc[n] += x
-				}
-				sums[k] = acc
+		st.keys.applyReads(rd, keys[i], cmds[i], RejectedSignal, func(k, val string) bool {
+			v, ok := parseVector(val)
+			if !ok {
+				return false
 			}
-		}
+			acc := sums[k]
+			if len(acc) < len(v) {
+				acc = append(acc, make([]float64, len(v)-len(acc))...)
+			}
+			for n, x := range v {
+				acc[n] += x
+			}
+			sums[k] = acc
+			return true
+		})
 		st.SetRemote(sums)
 	}
 }
 
-// queueSignalWrites adds to pipe this replica's changed values (every non-zero one when all is
-// set) and returns, per signal, the keys written and the keys whose field it deletes (held until
-// the pipeline succeeded; both are published again if it fails).
-func (s *Shared) queueSignalWrites(ctx context.Context, pipe redis.Pipeliner, all bool, ttlMs int64) (written, deleted [][]string) {
-	written, deleted = make([][]string, len(s.signals)), make([][]string, len(s.signals))
+// takeSignalsDirty returns, per signal, the keys to publish: the changed ones, and with all
+// every non-zero one and every one holding our field.
+func (s *Shared) takeSignalsDirty(all bool) [][]string {
+	out := make([][]string, len(s.signals))
 	for i, st := range s.signals {
-		st.mu.Lock()
-		keys := make(map[string]struct{}, len(st.dirty))
-		for k := range st.dirty {
-			keys[k] = struct{}{}
-		}
-		clear(st.dirty)
-		st.mu.Unlock()
-		if all {
-			for k := range st.held {
-				keys[k] = struct{}{}
-			}
+		out[i] = st.keys.takeDirty(all, func() []string {
+			var nonZero []string
 			for _, k := range st.Keys() {
 				if !zero(st.Local(k)) {
-					keys[k] = struct{}{}
+					nonZero = append(nonZero, k)
 				}
 			}
-		}
-		for k := range keys {
+			return nonZero
+		})
+	}
+	return out
+}
+
+// queueSignalWrites adds to pipe this replica's values of the keys, per signal. Plain HSET and
+// PEXPIRE, no script: a signal's value needs no clock of Redis's.
+func (s *Shared) queueSignalWrites(ctx context.Context, pipe redis.Pipeliner, keys [][]string, ttlMs int64) {
+	for i, st := range s.signals {
+		st.keys.queueWrites(ctx, pipe, s.o.ReplicaID, keys[i], func(key, k string) bool {
 			v := st.Local(k)
-			key := s.signalKey(st, k)
 			if zero(v) {
-				if st.held[k] {
-					pipe.HDel(ctx, key, s.o.ReplicaID)
-					deleted[i] = append(deleted[i], k)
-				}
-				continue
+				return false
 			}
 			pipe.HSet(ctx, key, s.o.ReplicaID, formatValue(v))
 			pipe.PExpire(ctx, key, time.Duration(ttlMs)*time.Millisecond)
-			st.held[k] = true
-			written[i] = append(written[i], k)
-		}
+			return true
+		})
 	}
-	return written, deleted
 }
 
 // RequestCounts shares a replica's request-count signals per endpoint: requests running on it
