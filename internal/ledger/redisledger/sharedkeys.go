@@ -157,7 +157,8 @@ func (sk *sharedKeys[K]) applyReads(rd *read, keys []K, cmds []*redis.MapStringS
 				continue
 			}
 			if !rd.reps.live[field] {
-				// past MaxReplicas, the field's replica may be live but unread
+				// Pruned only when every live replica was read: past MaxReplicas, the field's
+				// replica may be live but unread.
 				if rd.reps.unread == 0 {
 					rd.s.queuePrune(sk.redisKey(k), field)
 				}
