@@ -104,7 +104,9 @@ func (sk *sharedKeys[K]) takeDirty(all bool, candidates func() []K) []K {
 
 // queueWrites adds to pipe this replica's value of every key: write queues it under the key's
 // Redis key and reports true, or reports false, queueing nothing, when the value is zero; the
-// field is then deleted (a replica writes absolute values, and no value is no field).
+// field is then deleted (a replica writes absolute values, and no value is no field), whether
+// or not mine says Redis holds it: a restored Redis or a lost reply may hold it behind our back,
+// and deleting a field that is not there changes nothing.
 func (sk *sharedKeys[K]) queueWrites(ctx context.Context, pipe redis.Pipeliner, replica string, keys []K,
 	write func(key string, k K) bool) {
 	if sk == nil {
