@@ -101,3 +101,31 @@ func (sel selection) filter(snap *pool.Snapshot) []*pool.Endpoint {
 	}
 	return out
 }
+
+// ofModel narrows cands to the pods labelled with the request's model (model.aibrix.ai/name),
+// when any is: a pool may hold pods of several models, and a pod answers only its own. A model
+// no pod is labelled with (a LoRA adapter, pods without the label) may go to any candidate, as
+// in a GIE pool. cands is returned as it is, without a copy, when every pod is of the model.
+func ofModel(cands []*pool.Endpoint, model string) []*pool.Endpoint {
+	if model == "" {
+		return cands
+	}
+	same, other := 0, 0
+	for _, e := range cands {
+		if e.Model == model {
+			same++
+		} else {
+			other++
+		}
+	}
+	if same == 0 || other == 0 {
+		return cands
+	}
+	out := make([]*pool.Endpoint, 0, same)
+	for _, e := range cands {
+		if e.Model == model {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -7,7 +7,10 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/tandem-epp/tandem/conformance/envoy"
+	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
 	"github.com/tandem-epp/tandem/internal/wire"
 )
 
@@ -145,5 +148,41 @@ func TestChunkedBody(t *testing.T) {
 		if !slices.Equal(sizes, tc.sizes) {
 			t.Errorf("size %d: chunks %v, want %v", tc.size, sizes, tc.sizes)
 		}
+	}
+}
+
+// A request reaches only the pods labelled with its model when the pool has any, through a
+// real ext_proc stream; a model no pod is labelled with (an adapter) may reach every pod.
+func TestCandidatesOfTheRequestsModel(t *testing.T) {
+	model := func(m string) map[string]string { return map[string]string{pool.LabelModelName: m} }
+	store := pool.NewStore()
+	store.Publish(pool.Info{Name: "p"}, []*pool.Endpoint{
+		pool.NewEndpoint("ns", "a1", "10.0.0.1", 8000, 0, model("model-a"), nil),
+		pool.NewEndpoint("ns", "b1", "10.0.0.2", 8000, 0, model("model-b"), nil),
+		pool.NewEndpoint("ns", "a2", "10.0.0.3", 8000, 0, model("model-a"), nil),
+	}, true)
+	var seen [][]string
+	sched := &stubScheduler{decide: func(_ *request.Request, cands []*pool.Endpoint) (*picker.Decision, error) {
+		seen = append(seen, hostPorts(cands))
+		return &picker.Decision{Strategy: "stub", Outcome: picker.OutcomeSingle, Destination: cands[:1]}, nil
+	}}
+	c := serve(t, NewServer(store, sched, Options{}))
+	for _, m := range []string{"model-a", "model-b", "an-adapter"} {
+		body := []byte(`{"model":"` + m + `","messages":[{"role":"user","content":"hi"}]}`)
+		s, _, err := c.Route(testCtx(t), envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: body})
+		if err != nil {
+			t.Fatal(m, err)
+		}
+		if _, err := s.Respond(envoy.Response{Status: 200, Chunks: [][]byte{[]byte("x")}}); err != nil {
+			t.Fatal(m, err)
+		}
+	}
+	want := [][]string{{"10.0.0.1:8000", "10.0.0.3:8000"}, {"10.0.0.2:8000"}, {"10.0.0.1:8000", "10.0.0.3:8000", "10.0.0.2:8000"}}
+	if !slices.EqualFunc(seen, want, slices.Equal) {
+		t.Errorf("candidates per request %v, want %v", seen, want)
+	}
+	// One model's pods: the snapshot's own slice, no copy.
+	if one := store.Load().Endpoints[:1]; &ofModel(one, "model-a")[0] != &one[0] {
+		t.Error("a pool of the request's model alone was copied")
 	}
 }

@@ -312,8 +312,9 @@ func (st *stream) refuse(e *apierror.Error) (bool, error) {
 	return true, st.send(errorAnswer(e))
 }
 
-// candidates is the part of the pool this request may reach.
-func (st *stream) candidates(snap *pool.Snapshot) ([]*pool.Endpoint, *apierror.Error) {
+// candidates is the part of the pool this request for model may reach: the gateway's subset
+// hint (or the test header), then the pods of the model (ofModel).
+func (st *stream) candidates(snap *pool.Snapshot, model string) ([]*pool.Endpoint, *apierror.Error) {
 	if len(snap.Endpoints) == 0 {
 		return nil, apierror.Unavailable("no_endpoint",
 			"the inference pool has no ready endpoints; check the pool's selector and that its pods are Ready")
@@ -327,7 +328,7 @@ func (st *stream) candidates(snap *pool.Snapshot) ([]*pool.Endpoint, *apierror.E
 		return nil, apierror.Unavailable("subset_empty",
 			"no endpoint of the inference pool is in %s: %q", what, strings.Join(sel.entries, ","))
 	}
-	return cands, nil
+	return ofModel(cands, model), nil
 }
 
 // decide answers the complete request: parse, pick, hand-off, answer. hasBody says body chunks
@@ -411,7 +412,7 @@ func (st *stream) parse(hasBody bool) (*request.Request, *apierror.Error) {
 // failed prefill pod).
 func (st *stream) pick(req *request.Request, exclude map[*pool.Endpoint]bool) (*picker.Decision, []*pool.Endpoint, *apierror.Error) {
 	snap := st.srv.store.Load()
-	cands, aerr := st.candidates(snap)
+	cands, aerr := st.candidates(snap, req.Model)
 	if aerr != nil {
 		return nil, nil, aerr
 	}
