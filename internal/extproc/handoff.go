@@ -125,23 +125,17 @@ func declaresSidecar(decode *pool.Endpoint) bool {
 }
 
 // startHandoff runs the "epp" hand-off of a PD decision up to the decode body: it checks that
-// the model's pods agree on one engine, prepares both legs and starts the prefill leg on the
+// the pair's two pods agree on one engine (the model's standard pods may run another), prepares both legs and starts the prefill leg on the
 // stream's context (the client going away cancels it). Sync engines return after the prefill
 // leg; async ones at once, reporting a failure later on st.ho.failed.
-func (st *stream) startHandoff(req *request.Request, d *picker.Decision, cands []*pool.Endpoint) ([]byte, *apierror.Error) {
+func (st *stream) startHandoff(req *request.Request, d *picker.Decision) ([]byte, *apierror.Error) {
 	adapters := st.srv.opts.Handoff
 	if adapters == nil {
 		return nil, apierror.Unavailable("pd_handoff_unavailable",
 			"the request's profile asks for the epp prefill/decode hand-off but this server runs without one; set TANDEM_PD_HANDOFF=sidecar or routingConfig.handoff: sidecar, or start Tandem with the hand-off enabled")
 	}
 	prefill, decode := d.Prefill[0], d.Destination[0]
-	pods := []*pool.Endpoint{prefill, decode}
-	for _, e := range cands {
-		if e.Model == req.Model && e != prefill && e != decode {
-			pods = append(pods, e)
-		}
-	}
-	if _, err := handoff.EngineOf(pods); err != nil {
+	if _, err := handoff.EngineOf([]*pool.Endpoint{prefill, decode}); err != nil {
 		return nil, apierror.From(err)
 	}
 	in := handoff.Input{

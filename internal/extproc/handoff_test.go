@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -185,4 +186,43 @@ func TestGenerationFirstPrefillFailureAfterTheResponseStartedResetsTheStream(t *
 	if _, dones, err := lc.snapshot(); dones != 1 || err == nil {
 		t.Errorf("lifecycle Done called %d times with %v, want once with the failure", dones, err)
 	}
+}
+
+// A pair that agrees on its engine is handed off whatever engine the model's other pods run: a
+// standard pod of another engine serves whole requests and takes no part in the hand-off.
+func TestStandardPodOfAnotherEngineDoesNotBlockThePair(t *testing.T) {
+	adapters, err := handoff.NewAdapters(config.DefaultPD(), handoff.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adapters.Close()
+	engine := func(e string) map[string]string {
+		return map[string]string{pool.LabelEngine: e, pool.LabelModelName: gjson.Get(chatBody, "model").Str}
+	}
+	store := pool.NewStore()
+	// Ports nothing listens on: the prefill leg is refused at once, past the engine check.
+	store.Publish(pool.Info{Name: "p"}, []*pool.Endpoint{
+		pool.NewEndpoint("ns", "a", "127.0.0.1", 1, 0, engine("vllm"), nil),
+		pool.NewEndpoint("ns", "b", "127.0.0.1", 2, 0, engine("vllm"), nil),
+		pool.NewEndpoint("ns", "c", "127.0.0.1", 3, 0, engine("sglang"), nil),
+	}, true)
+	c := serve(t, NewServer(store, pdPair(&recLifecycle{}, config.HandoffEPP), Options{Handoff: adapters}))
+	s, err := c.Open(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)}
+	if err := s.SendRequest(req); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.ReadRoute(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Immediate == nil || r.Immediate.Details == "tandem_engine_mismatch" ||
+		!strings.Contains(gjson.GetBytes(r.Immediate.Body, "error.message").Str, "prefill") {
+		t.Fatalf("answer %+v: want the prefill leg tried (and refused), not an engine mismatch", r.Immediate)
+	}
+	_ = s.CloseSend()
+	_, _ = s.Recv()
 }

@@ -450,7 +450,7 @@ func (st *stream) handOff(req *request.Request, d *picker.Decision, cands []*poo
 		return body, nil
 	}
 	st.body = body
-	decodeBody, aerr := st.startHandoff(req, d, cands)
+	decodeBody, aerr := st.startHandoff(req, d)
 	if aerr != nil {
 		return nil, aerr
 	}

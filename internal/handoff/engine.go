@@ -69,7 +69,7 @@ func EngineOf(endpoints []*pool.Endpoint) (string, error) {
 		}
 		if ep.Engine != first.Engine {
 			return "", apierror.Unavailable("engine_mismatch",
-				"pods of one model must run one engine for prefill/decode routing: %s has %s=%q, %s has %q; fix the %s labels",
+				"a prefill/decode pair must run one engine: %s has %s=%q, %s has %q; fix the %s labels",
 				first.PodKey(), pool.LabelEngine, first.Engine, ep.PodKey(), ep.Engine, pool.LabelEngine)
 		}
 	}
