@@ -250,8 +250,13 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 	if o.RedisPassword == "" {
 		o.RedisPassword = getenv("REDIS_PASSWORD")
 	}
-	if !o.RedisTLS && getenv("TANDEM_REDIS_TLS") == "true" {
-		o.RedisTLS = true
+	if raw := strings.TrimSpace(getenv("TANDEM_REDIS_TLS")); raw != "" && !o.RedisTLS {
+		tls, err := strconv.ParseBool(raw)
+		if err != nil {
+			// A typo must not send the password in plain text.
+			return nil, fmt.Errorf("TANDEM_REDIS_TLS=%q: want true or false (or pass --redis-tls)", raw)
+		}
+		o.RedisTLS = tls
 	}
 	return o, o.validate()
 }

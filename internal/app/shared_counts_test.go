@@ -267,3 +267,22 @@ func TestRedisAddressPrecedence(t *testing.T) {
 		t.Errorf("REDIS_PORT=\"63 79\": %v, want an error naming REDIS_PORT", err)
 	}
 }
+
+// TANDEM_REDIS_TLS takes every boolean spelling; anything else stops Tandem naming the
+// variable, since a typo would otherwise send the Redis password in plain text.
+func TestRedisTLSFromTheEnvironment(t *testing.T) {
+	for raw, want := range map[string]bool{"true": true, "1": true, "TRUE": true, "false": false, "0": false, "": false} {
+		o, err := ParseFlags([]string{"--endpoints-file=x"}, io.Discard, func(k string) string {
+			return map[string]string{"TANDEM_REDIS_TLS": raw}[k]
+		})
+		if err != nil || o.RedisTLS != want {
+			t.Errorf("TANDEM_REDIS_TLS=%q: tls %v, %v; want %v", raw, o != nil && o.RedisTLS, err, want)
+		}
+	}
+	_, err := ParseFlags([]string{"--endpoints-file=x"}, io.Discard, func(k string) string {
+		return map[string]string{"TANDEM_REDIS_TLS": "maybe"}[k]
+	})
+	if err == nil || !strings.Contains(err.Error(), "TANDEM_REDIS_TLS") {
+		t.Errorf("TANDEM_REDIS_TLS=maybe: %v, want an error naming it", err)
+	}
+}

@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
-	"github.com/tandem-epp/tandem/internal/suggest"
+	"slices"
 	"strings"
+
+	"github.com/tandem-epp/tandem/internal/suggest"
 )
 
 // Problem is one invalid setting: where it was written, the value, and the rule it breaks.
@@ -119,6 +121,10 @@ func (g *Gateway) crossCheck() Errors {
 	return errs
 }
 
+// FlagEnv are the TANDEM_* variables cmd/epp reads as the defaults of its flags (--redis-addr,
+// --redis-password, --redis-tls), beside the gateway settings of Vars.
+var FlagEnv = []string{"TANDEM_REDIS_ADDR", "TANDEM_REDIS_PASSWORD", "TANDEM_REDIS_TLS"}
+
 // UnknownEnv lists AIBRIX_* and TANDEM_* variables in environ ("NAME=value" entries, as
 // os.Environ returns them) that Tandem does not read, so a misspelt name is noticed.
 func UnknownEnv(environ []string) []Warning {
@@ -128,7 +134,7 @@ func UnknownEnv(environ []string) []Warning {
 		if !strings.HasPrefix(name, "AIBRIX_") && !strings.HasPrefix(name, "TANDEM_") {
 			continue
 		}
-		if _, ok := VarByName(name); !ok {
+		if _, ok := VarByName(name); !ok && !slices.Contains(FlagEnv, name) {
 			msg := "not a setting Tandem reads; check the spelling in docs/configuration.md"
 			if s := suggest.Nearest(name, varNames()); s != "" {
 				msg = "not a setting Tandem reads; did you mean " + s + "? (docs/configuration.md lists them)"

@@ -350,7 +350,8 @@ func TestBucketServeNeedsBucketing(t *testing.T) {
 }
 
 func TestUnknownEnv(t *testing.T) {
-	got := UnknownEnv([]string{"PATH=/bin", "AIBRIX_PROMPT_LENGTH_BUCKETING=true", "AIBRIX_PROMPT_LENGTH_BUCKETNG=true", "TANDEM_PD_HANDOF=epp"})
+	got := UnknownEnv([]string{"PATH=/bin", "AIBRIX_PROMPT_LENGTH_BUCKETING=true", "AIBRIX_PROMPT_LENGTH_BUCKETNG=true", "TANDEM_PD_HANDOF=epp",
+		"TANDEM_REDIS_ADDR=redis:6379", "TANDEM_REDIS_PASSWORD=x", "TANDEM_REDIS_TLS=true"}) // the last three: cmd/epp's flags
 	if len(got) != 2 || got[0].Field != "AIBRIX_PROMPT_LENGTH_BUCKETNG" || got[1].Field != "TANDEM_PD_HANDOF" {
 		t.Fatalf("got %v", got)
 	}
