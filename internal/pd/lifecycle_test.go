@@ -118,9 +118,13 @@ func TestDecodePodGoesAwayMidTraffic(t *testing.T) {
 	h := newHarness(t, gateway(func(g *config.PD) { g.PrefillScorePolicy = PolicyLeastRequest }), pods...)
 	dAKey := h.key("dA")
 	var inflight []*picker.Decision
-	for i := range 8 {
+	started := map[string]bool{}
+	for range 8 {
 		d := h.mustPick(prompt("x", 8))
-		if i%2 == 0 { // the others' decodes have not started: pending on their decode pod
+		// The first request to each decode pod starts decoding; the later ones' decodes have not
+		// started: pending on their decode pod (whatever order the picks alternate in).
+		if dst := first(d.Destination); !started[dst] {
+			started[dst] = true
 			d.Lifecycle.ResponseHeaders(200, "")
 		}
 		inflight = append(inflight, d)
