@@ -106,6 +106,11 @@ func TestEPPHandoffFailures(t *testing.T) {
 				if !eventually(func() bool { return st.counter(fc.metric, fc.labels) == 1 }) {
 					t.Errorf("%s%v = %v, want 1", fc.metric, fc.labels, st.counter(fc.metric, fc.labels))
 				}
+				// One failed request is one failure, whatever a retry tried in between (a re-pick
+				// that finds no other pair is not a second failed request).
+				if n := st.counter("gateway_request_model_fail_total", nil); n != 1 {
+					t.Errorf("gateway_request_model_fail_total (every label) = %v, want 1", n)
+				}
 				if v.engine == sim.EngineSGLang {
 					// The rid is on both legs; the decode leg may not have reached its pod when a
 					// prefill failure ended the request.

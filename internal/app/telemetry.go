@@ -121,8 +121,10 @@ func (s *observedScheduler) Schedule(ctx context.Context, req *request.Request, 
 	declared, named := s.modelOf(snap, req.Model)
 	d, err := s.inner.Schedule(ctx, req, snap, cands)
 	if err != nil {
-		ae := apierror.From(err)
-		s.m.RequestModelFail(s.m.ModelLabel(req.Model, declared), "gateway_req_body_fail", "", ae.Status)
+		if !picker.IsRetry(ctx) { // a retry's failed pick leaves the request with its first failure, counted once
+			ae := apierror.From(err)
+			s.m.RequestModelFail(s.m.ModelLabel(req.Model, declared), "gateway_req_body_fail", "", ae.Status)
+		}
 		return nil, err
 	}
 	if len(d.Prefill) > 0 && len(d.Destination) > 0 {

@@ -422,7 +422,11 @@ func (st *stream) pick(req *request.Request, exclude map[*pool.Endpoint]bool) (*
 			return nil, nil, apierror.Unavailable("no_endpoint", "no candidate is left once the failed prefill pod is excluded")
 		}
 	}
-	d, err := st.srv.sched.Schedule(st.ctx, req, snap, cands)
+	ctx := st.ctx
+	if len(exclude) > 0 {
+		ctx = picker.WithRetry(ctx)
+	}
+	d, err := st.srv.sched.Schedule(ctx, req, snap, cands)
 	if err == nil && (d == nil || len(d.Destination) == 0) {
 		if d != nil && d.Lifecycle != nil {
 			d.Lifecycle.Done(ErrStreamEnded)

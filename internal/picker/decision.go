@@ -16,6 +16,17 @@ type Scheduler interface {
 	Schedule(ctx context.Context, req *request.Request, snap *pool.Snapshot, candidates []*pool.Endpoint) (*Decision, error)
 }
 
+// retryKey marks a Schedule call's context as a retry's pick.
+type retryKey struct{}
+
+// WithRetry marks ctx as that of a retry's pick (a request whose first attempt failed and
+// may be tried again elsewhere): its failure is not the request's, which ends with the first
+// attempt's error, so it must not be counted as one.
+func WithRetry(ctx context.Context) context.Context { return context.WithValue(ctx, retryKey{}, true) }
+
+// IsRetry reports whether ctx is a retry's pick (WithRetry).
+func IsRetry(ctx context.Context) bool { return ctx.Value(retryKey{}) != nil }
+
 // Outcome says which kind of target a decision chose.
 type Outcome string
 
