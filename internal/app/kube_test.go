@@ -93,6 +93,10 @@ func TestBadAnnotationGetsAKubernetesEvent(t *testing.T) {
 		}
 		for _, e := range list.Items {
 			if e.Regarding.Name == "standard-0" && e.Reason == "BadRoutingConfig" && strings.Contains(e.Note, "prefillScorePolicy") {
+				// What applies is what Tandem does: the bad field is dropped, the rest kept.
+				if !strings.Contains(e.Note, "the field is left out, the rest of the annotation applies") || strings.Contains(e.Note, "last good") {
+					t.Fatalf("event note %q misstates what applies", e.Note)
+				}
 				return
 			}
 		}

@@ -37,18 +37,24 @@ func newTelemetry(reg prometheus.Registerer, log logr.Logger) (*tel, error) {
 	return &tel{m: m, log: log}, nil
 }
 
-// annotationReporter logs a bad model.aibrix.ai/config annotation and counts it; routing goes on
-// with the pod's last good value (or the defaults).
+// annotationReporter logs a bad model.aibrix.ai/config annotation and counts it. A bad field is
+// left out and the rest of the annotation applies; an annotation that is not usable at all
+// (field is the annotation itself) says in its problem what applies instead: the pod's last
+// good config, else the gateway defaults.
 func (t *tel) annotationReporter() config.Reporter {
 	return config.ReporterFunc(func(podKey, field, value string, err error) {
 		ns, name := splitPodKey(podKey)
 		t.m.PodConfigError(ns, name, "annotation")
+		what, consequence := pool.AnnotationConfig+" field "+field, "; the field is left out, the rest of the annotation applies"
+		if field == pool.AnnotationConfig {
+			what, consequence = pool.AnnotationConfig, "" // err says what applies instead
+		}
 		// A configuration mistake, not a failure of Tandem: a warning line without a stack trace.
-		t.log.Info("WARNING: bad pod annotation model.aibrix.ai/config; the pod's last good routing config (or the gateway defaults) applies",
+		t.log.Info("WARNING: bad pod annotation "+pool.AnnotationConfig+consequence,
 			"pod", podKey, "field", field, "value", value, "problem", err.Error())
 		if t.podWarning != nil {
 			t.podWarning(ns, name, "BadRoutingConfig",
-				fmt.Sprintf("model.aibrix.ai/config field %s=%q: %v; Tandem keeps the pod's last good routing config", field, value, err))
+				fmt.Sprintf("%s=%q: %v%s", what, value, err, consequence))
 		}
 	})
 }
