@@ -2,9 +2,12 @@ package pool
 
 import (
 	"fmt"
-	"github.com/tandem-epp/tandem/internal/suggest"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
+
+	"github.com/tandem-epp/tandem/internal/suggest"
 )
 
 // Role label values that make a standard pod on purpose (the seed's example is "all", llm-d's
@@ -13,7 +16,9 @@ import (
 var standardRoleValues = []string{"all", "standard", "combined", "both", "prefill-decode"}
 
 // Lint lists what in a pool's pods is probably a mistake though it routes: a role label value
-// Tandem does not know (the pod silently becomes a standard pod), a roleset with prefill pods
+// Tandem does not know (the pod silently becomes a standard pod), an engine label value it does
+// not know or an SGLang bootstrap-port annotation that is no port (every PD request of the pod
+// fails), a roleset with prefill pods
 // but no decode pod or the other way round (it can never serve a PD pair), and pods the
 // pair-match labels leave unpaired (their roleset has both sides, but not of their revision).
 // Each line names the pods and the values Tandem knows. The result is sorted, so a caller can
@@ -25,8 +30,10 @@ func Lint(endpoints []*Endpoint) []string {
 		pod := e.PodKey()
 		if !seenPod[pod] {
 			seenPod[pod] = true
-			if w := roleValueWarning(pod, e.Labels); w != "" {
-				out = append(out, w)
+			for _, w := range []string{roleValueWarning(pod, e.Labels), engineWarning(pod, e), bootstrapPortWarning(pod, e)} {
+				if w != "" {
+					out = append(out, w)
+				}
 			}
 		}
 	}
@@ -92,6 +99,38 @@ func roleValueWarning(pod string, labels map[string]string) string {
 	}
 	return fmt.Sprintf("pod %s: %s=%q is not a role Tandem knows%s, so the pod is a standard pod; known values: prefill, decode, or %s (or no label) for a standard pod",
 		pod, label, v, hint, strings.Join(standardRoleValues, ", "))
+}
+
+// engines are the model.aibrix.ai/engine values Tandem knows.
+var engines = []string{EngineVLLM, EngineSGLang, EngineTRTLLM}
+
+// engineWarning says when a pod's engine label holds a value Tandem does not know: its metrics
+// are read as vLLM's and the EPP hand-off has no adapter for it.
+func engineWarning(pod string, e *Endpoint) string {
+	v := e.Labels[LabelEngine]
+	if v == "" || slices.Contains(engines, v) {
+		return ""
+	}
+	hint := ""
+	if r := suggest.Nearest(strings.ToLower(strings.TrimSpace(v)), engines); r != "" {
+		hint = fmt.Sprintf(" (did you mean %q?)", r)
+	}
+	return fmt.Sprintf("pod %s: %s=%q is not an engine Tandem knows%s: its metrics are read as vLLM's and the epp hand-off refuses its prefill/decode requests (503); known values: %s",
+		pod, LabelEngine, v, hint, strings.Join(engines, ", "))
+}
+
+// bootstrapPortWarning says when a pod's SGLang bootstrap-port annotation is no port number:
+// every epp hand-off with the pod as its SGLang prefill pod fails.
+func bootstrapPortWarning(pod string, e *Endpoint) string {
+	v, ok := e.Annotations[AnnotationSGLangBootstrapPort]
+	if !ok {
+		return ""
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 65535 {
+		return ""
+	}
+	return fmt.Sprintf("pod %s: annotation %s=%q is not a port number (1-65535), so every prefill/decode request the pod prefills fails (503); fix it, or remove it for the default bootstrap port",
+		pod, AnnotationSGLangBootstrapPort, v)
 }
 
 func sortedKeys(m map[string]bool) []string {

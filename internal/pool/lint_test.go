@@ -31,3 +31,25 @@ func TestLintNamesRoleTyposAndOneSidedRolesets(t *testing.T) {
 		t.Errorf("implicit roleset: %q", got)
 	}
 }
+
+// An engine label Tandem does not know, and an SGLang bootstrap port that is no port, are named
+// with what they break; known values and good ports say nothing.
+func TestLintNamesBadEnginesAndBootstrapPorts(t *testing.T) {
+	ep := func(name string, labels, annotations map[string]string) *Endpoint {
+		labels[LabelRoleName], labels[LabelRolesetName] = "standard", "rs"
+		return NewEndpoint("ns", name, "10.0.0.1", 8000, 0, labels, annotations)
+	}
+	got := Lint([]*Endpoint{
+		ep("upper", map[string]string{LabelEngine: "VLLM"}, nil),
+		ep("ok", map[string]string{LabelEngine: "sglang"}, map[string]string{AnnotationSGLangBootstrapPort: "8998"}),
+		ep("port", map[string]string{LabelEngine: "sglang"}, map[string]string{AnnotationSGLangBootstrapPort: "abc"}),
+		ep("none", map[string]string{}, nil),
+	})
+	want := []string{
+		`pod ns/port: annotation model.aibrix.ai/sglang-bootstrap-port="abc" is not a port number (1-65535), so every prefill/decode request the pod prefills fails (503); fix it, or remove it for the default bootstrap port`,
+		`pod ns/upper: model.aibrix.ai/engine="VLLM" is not an engine Tandem knows (did you mean "vllm"?): its metrics are read as vLLM's and the epp hand-off refuses its prefill/decode requests (503); known values: vllm, sglang, trtllm`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Lint:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
