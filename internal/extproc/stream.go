@@ -316,6 +316,10 @@ func (st *stream) refuse(e *apierror.Error) (bool, error) {
 // hint (or the test header), then the pods of the model (ofModel).
 func (st *stream) candidates(snap *pool.Snapshot, model string) ([]*pool.Endpoint, *apierror.Error) {
 	if len(snap.Endpoints) == 0 {
+		if !snap.Synced {
+			return nil, apierror.Unavailable("no_endpoint",
+				"the inference pool has not been read (yet): check that the InferencePool exists in the namespace Tandem watches (Tandem's log says when it is not found)")
+		}
 		return nil, apierror.Unavailable("no_endpoint",
 			"the inference pool has no ready endpoints; check the pool's selector and that its pods are Ready")
 	}

@@ -56,10 +56,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 	infv1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -171,10 +173,15 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	toPool := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: r.key}}
 	})
+	// One reconcile at start whatever the watches bring: a pool that does not exist, in a
+	// namespace without pods, raises no event, and its absence would never be reported.
+	start := make(chan event.GenericEvent, 1)
+	start <- event.GenericEvent{Object: &infv1.InferencePool{}}
 	err = builder.ControllerManagedBy(mgr).
 		Named("tandem-inferencepool").
 		Watches(&infv1.InferencePool{}, toPool).
 		Watches(&corev1.Pod{}, toPool).
+		WatchesRawSource(source.Channel(start, toPool)).
 		Complete(r)
 	if meta.IsNoMatchError(err) {
 		// As above, found only when the watch is made.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -441,4 +442,33 @@ func describe(s *pool.Snapshot) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// A pool that does not exist, in a namespace without pods, raises no watch event: Tandem still
+// says at start that it is missing.
+func TestMissingPoolIsReported(t *testing.T) {
+	env := testenv.Start(t)
+	ns := env.Namespace(t, "nopool")
+	said := make(chan string, 16)
+	log := funcr.New(func(prefix, args string) {
+		select {
+		case said <- args:
+		default:
+		}
+	}, funcr.Options{})
+	h := h0(t, env, ns, pool.NewStore())
+	h.run(func(ctx context.Context) error {
+		return Start(ctx, env.Config, Options{PoolName: "pool", PoolNamespace: ns, Store: h.store, Logger: log})
+	})
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case line := <-said:
+			if strings.Contains(line, "InferencePool not found") {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no \"InferencePool not found\" line within 30 s of starting on a missing pool")
+		}
+	}
 }
