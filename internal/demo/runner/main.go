@@ -61,12 +61,18 @@ func run(args []string) error {
 			return err
 		}
 	}
-	logPath := filepath.Join(os.TempDir(), "tandem-demo-epp.log")
+	// A directory of its own per run (kept: the logs are for reading afterwards), so two demos
+	// never write one file and nothing else's file or link is written through.
+	logDir, err := os.MkdirTemp("", "tandem-demo-logs-")
+	if err != nil {
+		return err
+	}
+	logPath := filepath.Join(logDir, "epp.log")
 	fmt.Fprintf(os.Stderr, "Tandem's log: %s\n", logPath)
 	env := f.EPPEnv()
 	var engineCheck demo.EPPRunner
 	if f.EngineCheck {
-		engineCheck = demo.ProcessEPP(bin, filepath.Join(os.TempDir(), "tandem-demo-engines-epp.log"), env)
+		engineCheck = demo.ProcessEPP(bin, filepath.Join(logDir, "engines-epp.log"), env)
 	}
 	return demo.Run(ctx, demo.Options{
 		Requests: reqs, Mix: f.Mix, TimeScale: f.TimeScale, Listen: f.Listen, Stay: f.Stay,
