@@ -23,7 +23,7 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			n, ok := jsonInt(raw)
 			if !ok {
-				return "must be a whole number"
+				return "must be a whole number (a JSON number, not a string)"
 			}
 			rc.PromptLenBucketMinLength = max(n, 0)
 			return ""
@@ -32,7 +32,10 @@ var rcFields = []rcField{
 		"Longest prompt (tokens, inclusive) this pod serves when bucketing is on. A minimum above the maximum makes the pod match no prompt.",
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			n, ok := jsonInt(raw)
-			if !ok || n < 0 {
+			if !ok {
+				return "must be a whole number (a JSON number, not a string): 0 (unlimited) or positive"
+			}
+			if n < 0 {
 				return "must be 0 (unlimited) or positive"
 			}
 			rc.PromptLenBucketMaxLength = n

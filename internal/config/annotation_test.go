@@ -126,7 +126,7 @@ func TestAnnotationFieldProblems(t *testing.T) {
 		{"wrong types", `{"profiles":{"default":{"routingConfig":{"combined":"yes","promptLenBucketMaxLength":"2048","bucketServe":1}}}}`,
 			[]string{`profiles.default.routingConfig.bucketServe=1: must be true or false`,
 				`profiles.default.routingConfig.combined="yes": must be true or false`,
-				`profiles.default.routingConfig.promptLenBucketMaxLength="2048": must be 0 (unlimited) or positive`},
+				`profiles.default.routingConfig.promptLenBucketMaxLength="2048": must be a whole number (a JSON number, not a string): 0 (unlimited) or positive`},
 			nil},
 		{"bad pd overrides", `{"profiles":{"default":{"routingConfig":{"pd":{"tokenLoadKVWeight":-1,"minMatchPct":101,"prefillRequestTimeout":"10","decodeAbortTimeout":1.5,"decodeStreamIdleTimeout":30,"tokenLoadMaxSessions":5,"decodeWatchdogEngines":7}}}}}`,
 			[]string{`profiles.default.routingConfig.pd.decodeAbortTimeout=1.5: must be a whole number`,

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/tandem-epp/tandem/internal/suggest"
 )
 
 // FileKind is the kind a --config-file may declare (GIE's and llm-d's EndpointPickerConfig).
@@ -321,7 +323,17 @@ func (f *File) parseGateway(n *yaml.Node) Errors {
 		field := "gateway." + k.Value
 		v, ok := varByKey(k.Value)
 		if !ok {
-			bad(k.Line, field, "", "is not a gateway setting (the keys are listed in docs/configuration.md)")
+			rule := "is not a gateway setting (the keys are listed in docs/configuration.md)"
+			keys := make([]string, len(Vars))
+			for i := range Vars {
+				keys[i] = Vars[i].Key
+			}
+			if env, isEnv := VarByName(k.Value); isEnv {
+				rule = fmt.Sprintf("is not a gateway setting: %s is its environment variable; in the file the key is %s", k.Value, env.Key)
+			} else if s := suggest.Nearest(k.Value, keys); s != "" {
+				rule = fmt.Sprintf("is not a gateway setting; did you mean %s? (the keys are listed in docs/configuration.md)", s)
+			}
+			bad(k.Line, field, val.Value, rule)
 			continue
 		}
 		if prev, dup := seen[k.Value]; dup {
