@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -99,5 +100,32 @@ func TestSGLangMessagesLoseBootstrap(t *testing.T) {
 	// Chat keeps them: the decode leg tries to join its prefill pod (there is none here).
 	if r := post(t, d.URL(), "/v1/chat/completions", mustJSON(t, body)); !strings.Contains(string(r.body), "cannot reach the KV peer") {
 		t.Fatalf("chat decode leg: %d %s", r.status, r.body)
+	}
+}
+
+// Like vLLM's pydantic models (lax mode), a pod takes "stream" as any boolean spelling and a
+// token limit as a whole number or a string holding one; anything else is a 400 naming it.
+func TestLaxBooleansAndLimits(t *testing.T) {
+	std := startPod(t, PodConfig{Engine: EngineVLLM})
+	r := post(t, std.URL(), "/v1/chat/completions", `{"model":"`+testModel+`","messages":[{"role":"user","content":"hello there"}],"stream":"yes","max_completion_tokens":"3"}`)
+	mustStatus(t, r, 200)
+	if !strings.Contains(string(r.body), "data: [DONE]") {
+		t.Errorf(`"stream":"yes" did not stream: %s`, r.body)
+	}
+	r = post(t, std.URL(), "/v1/completions", `{"model":"`+testModel+`","prompt":"hello","max_tokens":2.0,"stream":0}`)
+	mustStatus(t, r, 200)
+	if u := r.json(t)["usage"].(map[string]any); fmt.Sprint(u["completion_tokens"]) != "2" {
+		t.Errorf("max_tokens 2.0: usage %v, want 2 completion tokens", u)
+	}
+	for _, body := range []string{
+		`{"model":"` + testModel + `","prompt":"x","stream":"maybe"}`,
+		`{"model":"` + testModel + `","prompt":"x","max_tokens":"2.5"}`,
+		`{"model":"` + testModel + `","prompt":"x","max_tokens":2.5}`,
+	} {
+		r := post(t, std.URL(), "/v1/completions", body)
+		mustStatus(t, r, 400)
+		if r.header.Get("X-Sim-Pod") == "" {
+			t.Errorf("%s: a pod's 400 without X-Sim-Pod", body)
+		}
 	}
 }

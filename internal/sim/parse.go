@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 )
 
@@ -114,6 +115,46 @@ func asInt(raw any) (int64, error) {
 	return n.Int64()
 }
 
+// laxBool reads a request's boolean as vLLM's pydantic models do (lax mode): true/false, 0/1,
+// or one of the strings pydantic takes for them, in any case.
+func laxBool(v any) (b, ok bool) {
+	switch x := v.(type) {
+	case bool:
+		return x, true
+	case json.Number:
+		if f, err := x.Float64(); err == nil && (f == 0 || f == 1) {
+			return f == 1, true
+		}
+	case string:
+		switch strings.ToLower(x) {
+		case "1", "on", "t", "true", "y", "yes":
+			return true, true
+		case "0", "off", "f", "false", "n", "no":
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// laxInt reads a request's token limit as vLLM's pydantic models do (lax mode): an integer, a
+// number with no fractional part, or a string holding an integer.
+func laxInt(v any) (int64, error) {
+	switch x := v.(type) {
+	case string:
+		return strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+	case json.Number:
+		if n, err := asInt(x); err == nil {
+			return n, nil
+		}
+		f, err := x.Float64()
+		if err != nil || f != math.Trunc(f) || math.Abs(f) > math.MaxInt64/2 {
+			return 0, fmt.Errorf("not an integer")
+		}
+		return int64(f), nil
+	}
+	return asInt(v)
+}
+
 // describe names a JSON value's type and value for error messages.
 func describe(v any) string {
 	switch x := v.(type) {
@@ -206,7 +247,7 @@ func parseInference(path string, body []byte, p Params) (*inferReq, *httpError) 
 		return nil, badRequest("model", "\"model\" must be a non-empty string, got %s", describe(m["model"]))
 	}
 	if v, ok := m["stream"]; ok && v != nil {
-		b, isBool := v.(bool)
+		b, isBool := laxBool(v)
 		if !isBool {
 			return nil, badRequest("stream", "\"stream\" must be a boolean, got %s", describe(v))
 		}
@@ -231,7 +272,7 @@ func parseInference(path string, body []byte, p Params) (*inferReq, *httpError) 
 	}
 	for _, key := range limitKeys(q.api) {
 		if raw, ok := m[key]; ok && raw != nil {
-			v, err := asInt(raw)
+			v, err := laxInt(raw)
 			if err != nil || v < 1 {
 				return nil, badRequest(key, "%q must be an integer ≥ 1, got %s", key, describe(raw))
 			}

@@ -471,7 +471,8 @@ func (s *Server) handleSetFaults(w http.ResponseWriter, r *http.Request) {
 
 // handleInference serves /v1/completions, /v1/chat/completions, /v1/messages and /v1/responses.
 func (s *Server) handleInference(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body) // already bounded and buffered by record
+	w.Header().Set("X-Sim-Pod", s.cfg.Name) // on refusals too: a 400 from a pod is told from Tandem's
+	body, _ := io.ReadAll(r.Body)           // already bounded and buffered by record
 	s.serveInference(w, r, body, true)
 }
 

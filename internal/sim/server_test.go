@@ -152,7 +152,7 @@ func TestBadRequests(t *testing.T) {
 		{"/v1/completions", `{"model":"sim-model","prompt":["a","b"]}`, 400, "batched"},
 		{"/v1/completions", `{"model":"sim-model","prompt":"a","max_tokens":0}`, 400, "max_tokens"},
 		{"/v1/completions", `{"model":"sim-model","prompt":"a","max_tokens":2.5}`, 400, "max_tokens"},
-		{"/v1/completions", `{"model":"sim-model","prompt":"a","stream":"yes"}`, 400, "stream"},
+		{"/v1/completions", `{"model":"sim-model","prompt":"a","stream":"maybe"}`, 400, "stream"},
 		{"/v1/completions", `{"model":"sim-model","prompt":"a","n":2}`, 400, "n=1"},
 		{"/v1/completions", `{"model":"sim-model","prompt":"a","max_tokens":2,"min_tokens":3}`, 400, "min_tokens"},
 		{"/v1/completions", `{"model":"sim-model","prompt":"a","max_tokens":100}`, 400, "KV capacity"},
