@@ -171,6 +171,7 @@ func TestBadSettingsFailAtStart(t *testing.T) {
 		{[]string{"--endpoints-file=" + pool}, map[string]string{"AIBRIX_BUCKET_SERVE": "true"}, "AIBRIX_PROMPT_LENGTH_BUCKETING"},
 		{[]string{"--endpoints-file=" + pool}, map[string]string{"AIBRIX_TRT_MACHINE_ID": "1024"}, "AIBRIX_TRT_MACHINE_ID=1024"},
 		{[]string{"--endpoints-file=" + filepath.Join(t.TempDir(), "missing.yaml")}, nil, "missing.yaml"},
+		{[]string{"--endpoints-file=" + pool, "--grpc-port=19555", "--metrics-port=19555"}, nil, "--grpc-port and --metrics-port are both 19555"},
 	}
 	for _, tc := range cases {
 		getenv := func(k string) string { return tc.env[k] }

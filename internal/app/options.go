@@ -280,6 +280,18 @@ func (o *Options) validate() error {
 	if o.MetricsPort < 0 || o.MetricsPort > 65535 {
 		errs = append(errs, fmt.Errorf("--metrics-port=%d: must be a port number 0-65535 (0 disables)", o.MetricsPort))
 	}
+	// Two servers cannot listen on one port: name both flags, not the one that binds first.
+	ports := []struct {
+		flag string
+		port int
+	}{{"--grpc-port", o.GRPCPort}, {"--grpc-health-port", o.GRPCHealthPort}, {"--metrics-port", o.MetricsPort}}
+	for i, a := range ports {
+		for _, b := range ports[i+1:] {
+			if a.port > 0 && a.port == b.port {
+				errs = append(errs, fmt.Errorf("%s and %s are both %d: each server needs its own port", a.flag, b.flag, a.port))
+			}
+		}
+	}
 	if o.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes=%d: must be positive", o.MaxBodyBytes))
 	}
