@@ -133,7 +133,7 @@ var labelDocs = []labelDoc{
 	{pool.LabelDisaggRevision, "label", "revision hash", "Set by the DisaggregatedSet controller alike on the prefill and decode pods of one revision; matched by the default TANDEM_PAIR_MATCH_LABELS, so pods of two revisions are never paired (docs/rollouts.md)."},
 	{pool.LabelLLMDRole, "label", "`prefill`, `decode`, `prefill-decode`, `both`",
 		"llm-d's role label, read when `role-name` is absent so llm-d manifests work unchanged."},
-	{pool.LabelModelName, "label", "model name", "The model the pod serves; the model-wide config is read from the pods of the request's model."},
+	{pool.LabelModelName, "label", "model name", "The model the pod serves. When a pool holds pods labelled with a request's `model`, the request goes only to those and to pods without the label (a pool may hold several models); a model no pod is labelled with (a LoRA adapter's name) may go to any pod. The model-wide config is read from the pods of the request's model."},
 	{pool.LabelModelPort, "label", "port number", "Serving port; defaults to the InferencePool's target port."},
 	{pool.LabelEngine, "label", "`vllm` (default), `sglang`, `trtllm`", "Engine of the pod; selects the prefill hand-off wire format."},
 	{pool.LabelKVConnector, "label", "`shfs`, `nixl` (any case)", "Per-pod override of AIBRIX_KV_CONNECTOR_TYPE for vLLM pods."},

@@ -151,8 +151,9 @@ func TestChunkedBody(t *testing.T) {
 	}
 }
 
-// A request reaches only the pods labelled with its model when the pool has any, through a
-// real ext_proc stream; a model no pod is labelled with (an adapter) may reach every pod.
+// A request reaches only the pods labelled with its model, and the unlabelled ones, when the
+// pool has any, through a real ext_proc stream; a model no pod is labelled with (an adapter)
+// may reach every pod.
 func TestCandidatesOfTheRequestsModel(t *testing.T) {
 	model := func(m string) map[string]string { return map[string]string{pool.LabelModelName: m} }
 	store := pool.NewStore()
@@ -160,6 +161,7 @@ func TestCandidatesOfTheRequestsModel(t *testing.T) {
 		pool.NewEndpoint("ns", "a1", "10.0.0.1", 8000, 0, model("model-a"), nil),
 		pool.NewEndpoint("ns", "b1", "10.0.0.2", 8000, 0, model("model-b"), nil),
 		pool.NewEndpoint("ns", "a2", "10.0.0.3", 8000, 0, model("model-a"), nil),
+		pool.NewEndpoint("ns", "u1", "10.0.0.4", 8000, 0, nil, nil), // no model label: serves whatever it is sent
 	}, true)
 	var seen [][]string
 	sched := &stubScheduler{decide: func(_ *request.Request, cands []*pool.Endpoint) (*picker.Decision, error) {
@@ -177,7 +179,8 @@ func TestCandidatesOfTheRequestsModel(t *testing.T) {
 			t.Fatal(m, err)
 		}
 	}
-	want := [][]string{{"10.0.0.1:8000", "10.0.0.3:8000"}, {"10.0.0.2:8000"}, {"10.0.0.1:8000", "10.0.0.3:8000", "10.0.0.2:8000"}}
+	want := [][]string{{"10.0.0.1:8000", "10.0.0.3:8000", "10.0.0.4:8000"}, {"10.0.0.2:8000", "10.0.0.4:8000"},
+		{"10.0.0.1:8000", "10.0.0.3:8000", "10.0.0.2:8000", "10.0.0.4:8000"}}
 	if !slices.EqualFunc(seen, want, slices.Equal) {
 		t.Errorf("candidates per request %v, want %v", seen, want)
 	}
