@@ -23,7 +23,7 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			n, ok := jsonInt(raw)
 			if !ok {
-				return "must be a whole number (a JSON number, not a string)"
+				return "must be a whole number" + notAString(raw)
 			}
 			rc.PromptLenBucketMinLength = max(n, 0)
 			return ""
@@ -33,7 +33,7 @@ var rcFields = []rcField{
 		func(rc *RoutingConfig, raw json.RawMessage, _ *Names) string {
 			n, ok := jsonInt(raw)
 			if !ok {
-				return "must be a whole number (a JSON number, not a string): 0 (unlimited) or positive"
+				return "must be a whole number" + notAString(raw) + ": 0 (unlimited) or positive"
 			}
 			if n < 0 {
 				return "must be 0 (unlimited) or positive"
@@ -402,4 +402,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// notAString is what to add to a number's rule when raw is a JSON string: the value may be
+// right, its type is not.
+func notAString(raw json.RawMessage) string {
+	if len(raw) > 0 && raw[0] == '"' {
+		return " (a JSON number, not a string)"
+	}
+	return ""
 }

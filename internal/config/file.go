@@ -333,7 +333,7 @@ func (f *File) parseGateway(n *yaml.Node) Errors {
 			} else if s := suggest.Nearest(k.Value, keys); s != "" {
 				rule = fmt.Sprintf("is not a gateway setting; did you mean %s? (the keys are listed in docs/configuration.md)", s)
 			}
-			bad(k.Line, field, val.Value, rule)
+			bad(k.Line, field, "", rule) // no value: an unknown key may hold a secret (a password put in the wrong place)
 			continue
 		}
 		if prev, dup := seen[k.Value]; dup {
