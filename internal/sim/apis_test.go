@@ -112,10 +112,12 @@ func TestLaxBooleansAndLimits(t *testing.T) {
 	if !strings.Contains(string(r.body), "data: [DONE]") {
 		t.Errorf(`"stream":"yes" did not stream: %s`, r.body)
 	}
-	r = post(t, std.URL(), "/v1/completions", `{"model":"`+testModel+`","prompt":"hello","max_tokens":2.0,"stream":0}`)
-	mustStatus(t, r, 200)
-	if u := r.json(t)["usage"].(map[string]any); fmt.Sprint(u["completion_tokens"]) != "2" {
-		t.Errorf("max_tokens 2.0: usage %v, want 2 completion tokens", u)
+	for _, limit := range []string{`2.0`, `"2.0"`, `"2"`, `2e0`} {
+		r = post(t, std.URL(), "/v1/completions", `{"model":"`+testModel+`","prompt":"hello","max_tokens":`+limit+`,"stream":0}`)
+		mustStatus(t, r, 200)
+		if u := r.json(t)["usage"].(map[string]any); fmt.Sprint(u["completion_tokens"]) != "2" {
+			t.Errorf("max_tokens %s: usage %v, want 2 completion tokens", limit, u)
+		}
 	}
 	for _, body := range []string{
 		`{"model":"` + testModel + `","prompt":"x","stream":"maybe"}`,

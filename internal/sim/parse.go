@@ -136,23 +136,31 @@ func laxBool(v any) (b, ok bool) {
 	return false, false
 }
 
-// laxInt reads a request's token limit as vLLM's pydantic models do (lax mode): an integer, a
-// number with no fractional part, or a string holding an integer.
+// laxInt reads a request's token limit as vLLM's pydantic models do (lax mode), as Tandem
+// reads it: a boolean (0 or 1), or a finite number or numeric string with no fractional part.
 func laxInt(v any) (int64, error) {
+	var f float64
+	var err error
 	switch x := v.(type) {
-	case string:
-		return strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+	case bool:
+		if x {
+			return 1, nil
+		}
+		return 0, nil
 	case json.Number:
 		if n, err := asInt(x); err == nil {
 			return n, nil
 		}
-		f, err := x.Float64()
-		if err != nil || f != math.Trunc(f) || math.Abs(f) > math.MaxInt64/2 {
-			return 0, fmt.Errorf("not an integer")
-		}
-		return int64(f), nil
+		f, err = x.Float64()
+	case string:
+		f, err = strconv.ParseFloat(strings.TrimSpace(x), 64)
+	default:
+		return 0, fmt.Errorf("not a number")
 	}
-	return asInt(v)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > math.MaxInt64/2 {
+		return 0, fmt.Errorf("not an integer")
+	}
+	return int64(f), nil
 }
 
 // describe names a JSON value's type and value for error messages.
