@@ -86,15 +86,7 @@ func TestEPPHandoffRefusedBeforeAnythingIsSent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			lc := &recLifecycle{}
 			c := serve(t, NewServer(tc.store, pdPair(lc, config.HandoffEPP), Options{Handoff: tc.adapters}))
-			s, err := c.Open(testCtx(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req := envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)}
-			if err := s.SendRequest(req); err != nil {
-				t.Fatal(err)
-			}
-			r, err := s.ReadRoute(req)
+			s, r, err := c.Route(testCtx(t), envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -207,15 +199,7 @@ func TestStandardPodOfAnotherEngineDoesNotBlockThePair(t *testing.T) {
 		pool.NewEndpoint("ns", "c", "127.0.0.1", 3, 0, engine("sglang"), nil),
 	}, true)
 	c := serve(t, NewServer(store, pdPair(&recLifecycle{}, config.HandoffEPP), Options{Handoff: adapters}))
-	s, err := c.Open(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)}
-	if err := s.SendRequest(req); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.ReadRoute(req)
+	s, r, err := c.Route(testCtx(t), envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)})
 	if err != nil {
 		t.Fatal(err)
 	}
