@@ -101,35 +101,3 @@ func (sel selection) filter(snap *pool.Snapshot) []*pool.Endpoint {
 	}
 	return out
 }
-
-// ofModel narrows cands to the pods of the request's model when any pod is labelled with it
-// (model.aibrix.ai/name): a pool may hold pods of several models, and a pod answers only its
-// own. Pods without the label stay (they serve whatever they are sent); pods labelled with
-// another model leave. A model no pod is labelled with (a LoRA adapter, a pool without the
-// label) may go to any candidate, as in a GIE pool. cands is returned as it is, without a
-// copy, when no pod leaves.
-func ofModel(cands []*pool.Endpoint, model string) []*pool.Endpoint {
-	if model == "" {
-		return cands
-	}
-	same, other := 0, 0
-	for _, e := range cands {
-		switch e.Model {
-		case model:
-			same++
-		case "":
-		default:
-			other++
-		}
-	}
-	if same == 0 || other == 0 {
-		return cands
-	}
-	out := make([]*pool.Endpoint, 0, len(cands)-other)
-	for _, e := range cands {
-		if e.Model == model || e.Model == "" {
-			out = append(out, e)
-		}
-	}
-	return out
-}

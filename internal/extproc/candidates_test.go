@@ -184,8 +184,12 @@ func TestCandidatesOfTheRequestsModel(t *testing.T) {
 	if !slices.EqualFunc(seen, want, slices.Equal) {
 		t.Errorf("candidates per request %v, want %v", seen, want)
 	}
-	// One model's pods: the snapshot's own slice, no copy.
-	if one := store.Load().Endpoints[:1]; &ofModel(one, "model-a")[0] != &one[0] {
-		t.Error("a pool of the request's model alone was copied")
+	// A model's view is made once per snapshot, and the snapshot owns it.
+	snap := store.Load()
+	if a, b := snap.OfModel("model-a"), snap.OfModel("model-a"); &a[0] != &b[0] || !snap.Owns(a) || snap.Owns(slices.Clone(a)) {
+		t.Error("a model's view is not the snapshot's own, made once")
+	}
+	if all := snap.OfModel("an-adapter"); &all[0] != &snap.Endpoints[0] {
+		t.Error("a model no pod is labelled with got a copy of the pool")
 	}
 }

@@ -313,7 +313,8 @@ func (st *stream) refuse(e *apierror.Error) (bool, error) {
 }
 
 // candidates is the part of the pool this request for model may reach: the gateway's subset
-// hint (or the test header), then the pods of the model (ofModel).
+// hint (or the test header), then the pods of the model (pool.ForModel; without a hint the
+// snapshot's own view of the model, made once).
 func (st *stream) candidates(snap *pool.Snapshot, model string) ([]*pool.Endpoint, *apierror.Error) {
 	if len(snap.Endpoints) == 0 {
 		if !snap.Synced {
@@ -327,12 +328,15 @@ func (st *stream) candidates(snap *pool.Snapshot, model string) ([]*pool.Endpoin
 	if st.testSel.present {
 		sel, what = st.testSel, "the "+wire.HeaderTestSelection+" header"
 	}
+	if !sel.present {
+		return snap.OfModel(model), nil
+	}
 	cands := sel.filter(snap)
 	if len(cands) == 0 {
 		return nil, apierror.Unavailable("subset_empty",
 			"no endpoint of the inference pool is in %s: %q", what, strings.Join(sel.entries, ","))
 	}
-	return ofModel(cands, model), nil
+	return pool.ForModel(cands, model), nil
 }
 
 // decide answers the complete request: parse, pick, hand-off, answer. hasBody says body chunks

@@ -73,8 +73,18 @@ type RolesetHandler struct {
 	placement    []PlacementDecider
 	nonInference *picker.Profile
 	fallbacks    int
-	// bySnapshot is the last snapshot's endpoints sorted by role (see sortedRoles).
+	// bySnapshot is the last snapshot's endpoints sorted by role (see sortedRoles); byView
+	// the same for the snapshot's per-model views (pool.Snapshot.OfModel) in a pool of
+	// several models.
 	bySnapshot atomic.Pointer[sortedRoles]
+	byView     atomic.Pointer[viewSorts]
+}
+
+// viewSorts are one snapshot's per-model views sorted by role, by the address of the view's
+// first element (a view the snapshot owns never changes, nor does its address).
+type viewSorts struct {
+	snap  *pool.Snapshot
+	views map[**pool.Endpoint]*sortedRoles
 }
 
 // Profile names of the default chain.
@@ -358,18 +368,45 @@ func sameSlice(a, b []*pool.Endpoint) bool {
 }
 
 // sorted is cy's candidates sorted by role: the snapshot's sorting, made once and kept, when
-// they are the whole snapshot.
+// they are the whole snapshot or one of its per-model views.
 func (h *RolesetHandler) sorted(cy *picker.Cycle) *sortedRoles {
-	if cy.Snap == nil || !sameSlice(cy.Candidates, cy.Snap.Endpoints) {
+	if cy.Snap == nil {
 		return sortByRole(cy.Candidates)
 	}
-	if ss := h.bySnapshot.Load(); ss != nil && ss.snap == cy.Snap {
+	if sameSlice(cy.Candidates, cy.Snap.Endpoints) {
+		if ss := h.bySnapshot.Load(); ss != nil && ss.snap == cy.Snap {
+			return ss
+		}
+		ss := snapshotSort(cy.Snap, cy.Snap.Endpoints)
+		h.bySnapshot.Store(ss)
 		return ss
 	}
-	ss := sortByRole(cy.Snap.Endpoints)
-	pt := ss.ix.partition(cy.Snap.Endpoints, nil, false)
-	ss.snap, ss.pt = cy.Snap, &pt
-	h.bySnapshot.Store(ss)
+	if len(cy.Candidates) == 0 || !cy.Snap.Owns(cy.Candidates) {
+		return sortByRole(cy.Candidates)
+	}
+	key := &cy.Candidates[0]
+	vs := h.byView.Load()
+	if vs != nil && vs.snap == cy.Snap {
+		if ss := vs.views[key]; ss != nil {
+			return ss
+		}
+	}
+	ss := snapshotSort(cy.Snap, cy.Candidates)
+	next := &viewSorts{snap: cy.Snap, views: map[**pool.Endpoint]*sortedRoles{key: ss}}
+	if vs != nil && vs.snap == cy.Snap {
+		for k, v := range vs.views {
+			next.views[k] = v
+		}
+	}
+	h.byView.Store(next) // a racing store loses a view, which is sorted again: never a wrong one
+	return ss
+}
+
+// snapshotSort sorts eps, a slice snap owns, by role, with its partition, to be kept.
+func snapshotSort(snap *pool.Snapshot, eps []*pool.Endpoint) *sortedRoles {
+	ss := sortByRole(eps)
+	pt := ss.ix.partition(eps, nil, false)
+	ss.snap, ss.pt = snap, &pt
 	return ss
 }
 

@@ -27,6 +27,75 @@ type Snapshot struct {
 
 	byHostPort map[string]*Endpoint
 	byAddress  map[string][]*Endpoint
+	// models memoises OfModel's narrowed views (model name → endpoints), only for models some
+	// endpoint is labelled with, so a client's model names cannot grow it.
+	models sync.Map
+}
+
+// OfModel is the part of the snapshot a request for model may reach (ForModel over
+// Endpoints). A narrowed view is made once per snapshot and model, and is Owned.
+func (s *Snapshot) OfModel(model string) []*Endpoint {
+	if v, ok := s.models.Load(model); ok {
+		return v.([]*Endpoint)
+	}
+	eps := ForModel(s.Endpoints, model)
+	if !sameEndpoints(eps, s.Endpoints) {
+		v, _ := s.models.LoadOrStore(model, eps)
+		eps = v.([]*Endpoint)
+	}
+	return eps
+}
+
+// Owns reports whether eps is the snapshot's Endpoints or one of its OfModel views: a slice
+// that stays as it is for the snapshot's life, so what is worked out from it may be kept
+// with the snapshot.
+func (s *Snapshot) Owns(eps []*Endpoint) bool {
+	if sameEndpoints(eps, s.Endpoints) {
+		return true
+	}
+	owned := false
+	s.models.Range(func(_, v any) bool {
+		owned = sameEndpoints(eps, v.([]*Endpoint))
+		return !owned
+	})
+	return owned
+}
+
+// sameEndpoints reports whether a and b are the same slice (not only equal contents).
+func sameEndpoints(a, b []*Endpoint) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// ForModel narrows eps to the endpoints of a request's model when any is labelled with it
+// (model.aibrix.ai/name): a pool may hold pods of several models, and a pod answers only its
+// own. Endpoints without the label stay (they serve whatever they are sent); endpoints
+// labelled with another model leave. A model no endpoint is labelled with (a LoRA adapter, a
+// pool without the label) may go to any of them, as in a GIE pool. eps is returned as it is,
+// without a copy, when none leaves.
+func ForModel(eps []*Endpoint, model string) []*Endpoint {
+	if model == "" {
+		return eps
+	}
+	same, other := 0, 0
+	for _, e := range eps {
+		switch e.Model {
+		case model:
+			same++
+		case "":
+		default:
+			other++
+		}
+	}
+	if same == 0 || other == 0 {
+		return eps
+	}
+	out := make([]*Endpoint, 0, len(eps)-other)
+	for _, e := range eps {
+		if e.Model == model || e.Model == "" {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // ByHostPort finds the endpoint serving at "ip:port".
