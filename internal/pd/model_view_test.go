@@ -41,7 +41,9 @@ func TestPicksOverAModelsView(t *testing.T) {
 		}
 	}
 	rh := h.c.newRolesetHandlerOf("", ProfilePrefill, ProfileDecode, ProfileCombined, 0)
-	sortOf := func(cands []*pool.Endpoint) *sortedRoles { return rh.sorted(&picker.Cycle{Snap: snap, Candidates: cands}) }
+	sortOf := func(cands []*pool.Endpoint) *sortedRoles {
+		return rh.sorted(&picker.Cycle{Snap: snap, Candidates: cands})
+	}
 	m, o := snap.OfModel("m"), snap.OfModel("other")
 	if a, b := sortOf(m), sortOf(m); a != b || a.snap != snap || len(a.prefill) != 1 || a.prefill[0].Model != "m" {
 		t.Errorf("model m's view sorted %p then %p (prefill %v): want one sorting, kept", a, b, names(a.prefill))
@@ -49,7 +51,7 @@ func TestPicksOverAModelsView(t *testing.T) {
 	if a, b := sortOf(o), sortOf(o); a != b || a == sortOf(m) {
 		t.Error("model other's view was not kept apart from m's")
 	}
-	if c := slices.Clone(m); sortOf(c) == sortOf(c) || sortOf(c).snap != nil {
+	if c := slices.Clone(m); sortOf(c).snap != nil || sortOf(c) == sortOf(m) {
 		t.Error("a slice the snapshot does not own was kept with it")
 	}
 }
