@@ -125,9 +125,10 @@ func declaresSidecar(decode *pool.Endpoint) bool {
 }
 
 // startHandoff runs the "epp" hand-off of a PD decision up to the decode body: it checks that
-// the pair's two pods agree on one engine (the model's standard pods may run another), prepares both legs and starts the prefill leg on the
-// stream's context (the client going away cancels it). Sync engines return after the prefill
-// leg; async ones at once, reporting a failure later on st.ho.failed.
+// the pair's two pods agree on one engine (the model's standard pods may run another),
+// prepares both legs and starts the prefill leg on the stream's context (the client going
+// away cancels it). Sync engines return after the prefill leg; async ones at once, reporting
+// a failure later on st.ho.failed.
 func (st *stream) startHandoff(req *request.Request, d *picker.Decision) ([]byte, *apierror.Error) {
 	adapters := st.srv.opts.Handoff
 	if adapters == nil {
