@@ -145,6 +145,14 @@ func UnknownEnv(environ []string) []Warning {
 	return out
 }
 
+func varKeys() []string {
+	out := make([]string, len(Vars))
+	for i := range Vars {
+		out[i] = Vars[i].Key
+	}
+	return out
+}
+
 func varNames() []string {
 	out := make([]string, len(Vars))
 	for i := range Vars {

@@ -324,13 +324,9 @@ func (f *File) parseGateway(n *yaml.Node) Errors {
 		v, ok := varByKey(k.Value)
 		if !ok {
 			rule := "is not a gateway setting (the keys are listed in docs/configuration.md)"
-			keys := make([]string, len(Vars))
-			for i := range Vars {
-				keys[i] = Vars[i].Key
-			}
 			if env, isEnv := VarByName(k.Value); isEnv {
 				rule = fmt.Sprintf("is not a gateway setting: %s is its environment variable; in the file the key is %s", k.Value, env.Key)
-			} else if s := suggest.Nearest(k.Value, keys); s != "" {
+			} else if s := suggest.Nearest(k.Value, varKeys()); s != "" {
 				rule = fmt.Sprintf("is not a gateway setting; did you mean %s? (the keys are listed in docs/configuration.md)", s)
 			}
 			bad(k.Line, field, "", rule) // no value: an unknown key may hold a secret (a password put in the wrong place)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -13,7 +12,7 @@ import (
 )
 
 // DefaultSGLangBootstrapPort is used when a prefill pod has no bootstrap-port annotation.
-const DefaultSGLangBootstrapPort = 8998
+const DefaultSGLangBootstrapPort = pool.DefaultSGLangBootstrapPort
 
 var sglangKeys = append([]string{wire.FieldBootstrapHost, wire.FieldBootstrapPort, wire.FieldBootstrapRoom, wire.FieldRID}, prefillKeys...)
 
@@ -57,14 +56,9 @@ func (s *SGLang) Prepare(_ context.Context, leg *Leg) (*Plan, error) {
 func (s *SGLang) Merge(_ *Leg, plan *Plan, _ []byte) ([]byte, error) { return plan.DecodeBody, nil }
 
 func bootstrapPort(ep *pool.Endpoint) (int, error) {
-	v, ok := ep.Annotations[pool.AnnotationSGLangBootstrapPort]
-	if !ok {
-		return DefaultSGLangBootstrapPort, nil
-	}
-	port, err := strconv.Atoi(v)
-	if err != nil || port < 1 || port > 65535 {
-		return 0, badPod(ep, "annotation %s=%q is not a port number (1-65535); fix it or remove it to use %d",
-			pool.AnnotationSGLangBootstrapPort, v, DefaultSGLangBootstrapPort)
+	port, err := ep.SGLangBootstrapPort()
+	if err != nil {
+		return 0, badPod(ep, "%v; fix it or remove it to use %d", err, DefaultSGLangBootstrapPort)
 	}
 	return port, nil
 }

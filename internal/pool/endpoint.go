@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -41,6 +42,26 @@ const (
 	EngineSGLang = "sglang"
 	EngineTRTLLM = "trtllm"
 )
+
+// Engines are the model.aibrix.ai/engine values Tandem knows.
+var Engines = []string{EngineVLLM, EngineSGLang, EngineTRTLLM}
+
+// DefaultSGLangBootstrapPort is an SGLang prefill pod's KV bootstrap port when it has no
+// model.aibrix.ai/sglang-bootstrap-port annotation.
+const DefaultSGLangBootstrapPort = 8998
+
+// SGLangBootstrapPort is the pod's KV bootstrap port: its annotation, else the default; err
+// names the annotation when it holds no port number (1-65535).
+func (e *Endpoint) SGLangBootstrapPort() (int, error) {
+	v, ok := e.Annotations[AnnotationSGLangBootstrapPort]
+	if !ok {
+		return DefaultSGLangBootstrapPort, nil
+	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 65535 {
+		return n, nil
+	}
+	return 0, fmt.Errorf("annotation %s=%q is not a port number (1-65535)", AnnotationSGLangBootstrapPort, v)
+}
 
 // Endpoint is one routable address: a Ready pod at one of the pool's target ports.
 // Endpoints are immutable once published in a Snapshot; sources build new ones on change.

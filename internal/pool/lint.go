@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/tandem-epp/tandem/internal/suggest"
@@ -18,11 +17,10 @@ var standardRoleValues = []string{"all", "standard", "combined", "both", "prefil
 // Lint lists what in a pool's pods is probably a mistake though it routes: a role label value
 // Tandem does not know (the pod silently becomes a standard pod), an engine label value it does
 // not know or an SGLang bootstrap-port annotation that is no port (every PD request of the pod
-// fails), a roleset with prefill pods
-// but no decode pod or the other way round (it can never serve a PD pair), and pods the
-// pair-match labels leave unpaired (their roleset has both sides, but not of their revision).
-// Each line names the pods and the values Tandem knows. The result is sorted, so a caller can
-// say each line once.
+// fails), a roleset with prefill pods but no decode pod or the other way round (it can never
+// serve a PD pair), and pods the pair-match labels leave unpaired (their roleset has both
+// sides, but not of their revision). Each line names the pods and the values Tandem knows. The
+// result is sorted, so a caller can say each line once.
 func Lint(endpoints []*Endpoint) []string {
 	var out []string
 	seenPod := map[string]bool{}
@@ -101,36 +99,28 @@ func roleValueWarning(pod string, labels map[string]string) string {
 		pod, label, v, hint, strings.Join(standardRoleValues, ", "))
 }
 
-// engines are the model.aibrix.ai/engine values Tandem knows.
-var engines = []string{EngineVLLM, EngineSGLang, EngineTRTLLM}
-
 // engineWarning says when a pod's engine label holds a value Tandem does not know: its metrics
 // are read as vLLM's and the EPP hand-off has no adapter for it.
 func engineWarning(pod string, e *Endpoint) string {
 	v := e.Labels[LabelEngine]
-	if v == "" || slices.Contains(engines, v) {
+	if v == "" || slices.Contains(Engines, v) {
 		return ""
 	}
 	hint := ""
-	if r := suggest.Nearest(strings.ToLower(strings.TrimSpace(v)), engines); r != "" {
+	if r := suggest.Nearest(strings.ToLower(strings.TrimSpace(v)), Engines); r != "" {
 		hint = fmt.Sprintf(" (did you mean %q?)", r)
 	}
 	return fmt.Sprintf("pod %s: %s=%q is not an engine Tandem knows%s: its metrics are read as vLLM's and the epp hand-off refuses its prefill/decode requests (503); known values: %s",
-		pod, LabelEngine, v, hint, strings.Join(engines, ", "))
+		pod, LabelEngine, v, hint, strings.Join(Engines, ", "))
 }
 
 // bootstrapPortWarning says when a pod's SGLang bootstrap-port annotation is no port number:
 // every epp hand-off with the pod as its SGLang prefill pod fails.
 func bootstrapPortWarning(pod string, e *Endpoint) string {
-	v, ok := e.Annotations[AnnotationSGLangBootstrapPort]
-	if !ok {
-		return ""
+	if _, err := e.SGLangBootstrapPort(); err != nil {
+		return fmt.Sprintf("pod %s: %v, so every prefill/decode request the pod prefills fails (503); fix it, or remove it for the default bootstrap port", pod, err)
 	}
-	if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 65535 {
-		return ""
-	}
-	return fmt.Sprintf("pod %s: annotation %s=%q is not a port number (1-65535), so every prefill/decode request the pod prefills fails (503); fix it, or remove it for the default bootstrap port",
-		pod, AnnotationSGLangBootstrapPort, v)
+	return ""
 }
 
 func sortedKeys(m map[string]bool) []string {
