@@ -226,13 +226,11 @@ func (st *stream) failRouted(e *apierror.Error) (bool, error) {
 	return st.reqEnded, nil
 }
 
-// served tells the hand-off which decode pod the gateway sent the leg to, when it reports one
-// among the decision's destinations: aborts and the watchdog's answer name that pod.
-func (st *stream) served(hostPort string) {
-	if st.decision == nil {
-		return
-	}
-	if e := pool.Served(st.decision.Destination, hostPort); e != nil {
+// handoffServed tells the hand-off which decode pod the gateway sent the leg to, when it
+// reports one among the decision's destinations (e; nil when not): aborts and the watchdog's
+// answer name that pod.
+func (st *stream) handoffServed(e *pool.Endpoint) {
+	if e != nil {
 		st.ho.h.Served(e)
 		st.ho.wd.Served(e.PodKey())
 	}

@@ -47,15 +47,16 @@ func (st *stream) startRoute(req *request.Request, d *picker.Decision, mode stri
 }
 
 // routeResponse reports the response headers: the status and the endpoint that served (the
-// gateway names it by host:port). In the sidecar hand-off the decode pod answering means its
-// prefill leg is over.
-func (st *stream) routeResponse(code int, served string) {
+// gateway names it by host:port: ep when it is one of the decision's destinations, else looked
+// up in the pool). In the sidecar hand-off the decode pod answering means its prefill leg is
+// over.
+func (st *stream) routeResponse(code int, served string, ep *pool.Endpoint) {
 	if st.route == nil {
 		return
 	}
 	key := ""
-	if e := pool.Served(st.decision.Destination, served); e != nil {
-		key = e.Key()
+	if ep != nil {
+		key = ep.Key()
 	} else if e, ok := st.srv.store.Load().ByHostPort(served); ok && served != "" {
 		key = e.Key()
 	}

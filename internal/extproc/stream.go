@@ -73,11 +73,11 @@ type stream struct {
 	ho eppHandoff // the "epp" hand-off, when the decision has one
 	// xfer follows a PD decode answer for the proof of its KV transfer (transfer.go);
 	// prefillLeg is how long a sync prefill leg took, promptTokens the request's estimate,
-	// servedHostPort the destination the gateway reported serving.
-	xfer           transfer
-	prefillLeg     time.Duration
-	promptTokens   int
-	servedHostPort string
+	// served the destination the gateway reported serving (nil: none, or not one of them).
+	xfer         transfer
+	prefillLeg   time.Duration
+	promptTokens int
+	served       *pool.Endpoint
 
 	// route records the decision's outcome (internal/outcome); nil records nothing.
 	route *outcome.Tracker
@@ -518,6 +518,12 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 		}
 	}
 	served, missing := servedEndpoint(msg.GetMetadataContext())
+	// The gateway names the endpoint that answered by host:port; it is looked up among the
+	// decision's destinations once, here, for every reader below.
+	var servedEP *pool.Endpoint
+	if st.decision != nil {
+		servedEP = pool.Served(st.decision.Destination, served)
+	}
 	if st.ho.active() && st.ho.status == 0 {
 		st.ho.status = code
 	}
@@ -530,8 +536,8 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 			st.lifecycle.ResponseHeaders(code, served)
 		}
 		if !st.respHeaders {
-			st.routeResponse(code, served)
-			st.xfer.status, st.servedHostPort = code, served
+			st.routeResponse(code, served, servedEP)
+			st.xfer.status, st.served = code, servedEP
 		}
 		st.respHeaders = true
 		set = headerOptions(set, d.ResponseHeaders)
@@ -549,7 +555,7 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 	}
 	answer := responseHeadersAnswer(set)
 	if st.ho.active() && !st.ho.sent && st.ho.held == nil {
-		st.served(served)
+		st.handoffServed(servedEP)
 		st.ho.h.DecodeResponded()
 		if hold := st.srv.opts.ResponseHeaderHold; hold > 0 && !h.GetEndOfStream() {
 			// Until the first body chunk, at most hold: see eppHandoff.held.

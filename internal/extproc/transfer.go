@@ -120,7 +120,7 @@ func (st *stream) strictTransfer(eos bool) (stop bool, err error) {
 		return false, nil
 	}
 	decode := st.decision.Destination[0]
-	if e := st.servedEndpoint(); e != nil {
+	if e := st.served; e != nil {
 		decode = e
 	}
 	e := &apierror.Error{Status: http.StatusBadGateway, Type: "server_error", Header: apierror.HeaderPDDecode,
@@ -164,7 +164,7 @@ func (st *stream) judgeTransfer() (proof.Result, bool) {
 		return "", false
 	}
 	decode := st.decision.Destination[0]
-	if e := st.servedEndpoint(); e != nil {
+	if e := st.served; e != nil {
 		decode = e
 	}
 	if decode.Role != pool.RoleDecode {
@@ -261,14 +261,6 @@ func (st *stream) sglangLegUnsent() bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// servedEndpoint is the destination the gateway reported serving, if any.
-func (st *stream) servedEndpoint() *pool.Endpoint {
-	if st.servedHostPort == "" {
-		return nil
-	}
-	return pool.Served(st.decision.Destination, st.servedHostPort)
 }
 
 // transferHeader adds the verdict to a held response headers answer (TANDEM_PD_TRANSFER_HEADER).
