@@ -21,7 +21,7 @@ func disaggregationWarnings(snap *pool.Snapshot, gw config.Gateway, gatewayClien
 	// Pods without a roleset form one group per revision: llm-d's pools have none, and its
 	// disagg-profile-handler pairs any of their prefill pods with any decode pod.
 	var decode []*pool.Endpoint
-	for _, g := range pool.Rolesets(snap.Endpoints, nil) {
+	for _, g := range snap.Rolesets() {
 		if len(g.Prefill) > 0 {
 			decode = append(decode, g.Decode...)
 		}

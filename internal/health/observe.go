@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/outcome"
@@ -374,10 +375,10 @@ func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint, star
 	}
 	// The last complete pair is counted per revision: a prefill pod of one revision and a
 	// decode pod of another are no pair.
-	for _, g := range pool.Rolesets(snap.Endpoints, func(e *pool.Endpoint) bool {
-		return e.Model == ep.Model && e.Roleset != "" && !isEjected(e)
-	}) {
-		if g.Complete() {
+	inRotation := func(e *pool.Endpoint) bool { return !isEjected(e) }
+	for _, g := range snap.Rolesets() {
+		if g.Model == ep.Model && g.Name != "" &&
+			slices.ContainsFunc(g.Prefill, inRotation) && slices.ContainsFunc(g.Decode, inRotation) {
 			return ""
 		}
 	}

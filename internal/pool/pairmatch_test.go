@@ -98,3 +98,44 @@ func TestRolesetsSplitPerRevision(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot groups its rolesets once: every call returns the same groups, those of Rolesets
+// over all its endpoints (every model's), and a newer snapshot groups its own endpoints.
+func TestSnapshotRolesetsGroupedOncePerSnapshot(t *testing.T) {
+	m := DefaultPairMatch
+	other := pmEndpoint(m, "p-other", "prefill", "rs", "a")
+	other.Labels[LabelModelName], other.Model = "other", "other"
+	store := NewStore()
+	snap := store.Publish(Info{}, []*Endpoint{
+		pmEndpoint(m, "p-a", "prefill", "rs", "a"),
+		pmEndpoint(m, "d-a", "decode", "rs", "a"),
+		pmEndpoint(m, "d-llmd", "decode", "", ""),
+		pmEndpoint(m, "std", "standard", "", ""),
+		other,
+	}, true)
+	keys := func(groups []*RolesetGroup) string {
+		var out []string
+		for _, g := range groups {
+			out = append(out, g.Model+"/"+g.Key+":"+podNames(g.Prefill)+"|"+podNames(g.Decode))
+		}
+		return strings.Join(out, ",")
+	}
+	got, again := snap.Rolesets(), snap.Rolesets()
+	want := "m/:|ns/d-llmd,m/rs@" + LabelDisaggRevision + "=a:ns/p-a|ns/d-a,other/rs@" + LabelDisaggRevision + "=a:ns/p-other|"
+	if keys(got) != want || keys(got) != keys(Rolesets(snap.Endpoints, nil)) {
+		t.Errorf("groups %s\nwant   %s", keys(got), want)
+	}
+	if len(got) == 0 || len(again) != len(got) || again[0] != got[0] {
+		t.Error("a second call grouped the snapshot again; want the groups of the first")
+	}
+	var rs []*Endpoint
+	for _, e := range snap.Endpoints {
+		if e.Model == "m" && e.Roleset == "rs" {
+			rs = append(rs, e)
+		}
+	}
+	next := store.Publish(Info{}, rs, true)
+	if g := next.Rolesets(); len(g) != 1 || g[0] == got[0] || !g[0].Complete() {
+		t.Errorf("the next snapshot: %s, want its own groups", keys(g))
+	}
+}

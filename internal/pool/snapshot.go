@@ -30,6 +30,17 @@ type Snapshot struct {
 	// models memoises OfModel's narrowed views (model name → endpoints), only for models some
 	// endpoint is labelled with, so a client's model names cannot grow it.
 	models sync.Map
+	// rolesets memoises Rolesets.
+	rolesetsOnce sync.Once
+	rolesets     []*RolesetGroup
+}
+
+// Rolesets is Rolesets over the whole snapshot (every model's prefill and decode endpoints,
+// grouped by model and roleset identity), worked out once per snapshot for all its readers.
+// The groups are shared: a reader must not change them.
+func (s *Snapshot) Rolesets() []*RolesetGroup {
+	s.rolesetsOnce.Do(func() { s.rolesets = Rolesets(s.Endpoints, nil) })
+	return s.rolesets
 }
 
 // OfModel is the part of the snapshot a request for model may reach (ForModel over

@@ -683,7 +683,10 @@ func (m *Metrics) PoolChanged(snap *pool.Snapshot) {
 	// A roleset counts once per revision (its pair-match label values): mid-rollout, a
 	// roleset whose new revision has only one side yet is one complete and one incomplete.
 	complete, incomplete := 0, 0
-	for _, g := range pool.Rolesets(snap.Endpoints, func(e *pool.Endpoint) bool { return e.Roleset != "" }) {
+	for _, g := range snap.Rolesets() {
+		if g.Name == "" {
+			continue // pods with a role and no roleset-name (llm-d's) form no roleset here
+		}
 		if g.Complete() {
 			complete++
 		} else {
