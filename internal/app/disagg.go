@@ -38,7 +38,7 @@ func disaggregationWarnings(snap *pool.Snapshot, gw config.Gateway, gatewayClien
 	if gw.PD.Handoff == config.HandoffSidecar {
 		var bare []string
 		for _, e := range decode {
-			if e.Labels[pool.LabelLLMDRole] == "" {
+			if !e.RoutingSidecar() {
 				bare = append(bare, e.Namespace+"/"+e.Name)
 			}
 		}

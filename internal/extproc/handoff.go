@@ -96,7 +96,8 @@ func (e *eppHandoff) stop() {
 
 // handoffMode says how a decision's prefill leg runs: "" for decisions without one. The auto
 // mode (the default) resolves per request: the sidecar hand-off when the decode pod declares a
-// routing sidecar (declaresSidecar), else the epp hand-off, so plain engine pods disaggregate.
+// routing sidecar (pool.Endpoint.RoutingSidecar), else the epp hand-off, so plain engine pods
+// disaggregate.
 // The epp hand-off needs a body (it rewrites it) and a server with adapters; without them the
 // auto mode names the prefill pod for a sidecar instead.
 func (s *Server) handoffMode(d *picker.Decision, hasBody bool) string {
@@ -109,19 +110,13 @@ func (s *Server) handoffMode(d *picker.Decision, hasBody bool) string {
 			return config.HandoffEPP
 		}
 	case config.HandoffAuto:
-		if hasBody && s.opts.Handoff != nil && !declaresSidecar(d.Destination[0]) {
+		// Pods behind a proxy other than llm-d's routing sidecar say so with
+		// routingConfig.handoff: sidecar (or TANDEM_PD_HANDOFF=sidecar).
+		if hasBody && s.opts.Handoff != nil && !d.Destination[0].RoutingSidecar() {
 			return config.HandoffEPP
 		}
 	}
 	return config.HandoffSidecar
-}
-
-// declaresSidecar reports a decode pod that runs a routing sidecar which performs the prefill
-// leg itself: llm-d labels its P/D pods llm-d.ai/role, and llm-d's decode pods carry its routing
-// sidecar (the only decode-side proxy that reads x-prefiller-host-port). Pods behind another
-// proxy say so with routingConfig.handoff: sidecar (or TANDEM_PD_HANDOFF=sidecar).
-func declaresSidecar(decode *pool.Endpoint) bool {
-	return decode.Labels[pool.LabelLLMDRole] != ""
 }
 
 // startHandoff runs the "epp" hand-off of a PD decision up to the decode body: it checks that

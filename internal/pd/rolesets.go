@@ -66,7 +66,11 @@ type partition struct {
 // isCombined says whether a standard pod may serve a PD request whole: its routingConfig
 // says combined: true, or llm-d labels it prefill-decode/both.
 func isCombined(e *pool.Endpoint, rc config.RoutingConfig) bool {
-	return rc.Combined || (e.Labels[pool.LabelRoleName] == "" && llmdCombinedRoles[e.Labels[pool.LabelLLMDRole]])
+	if rc.Combined {
+		return true
+	}
+	key, v := pool.RoleLabel(e.Labels)
+	return key == pool.LabelLLMDRole && llmdCombinedRoles[v]
 }
 
 // partitionOf groups the candidates into rolesets from the pods the prefill and decode

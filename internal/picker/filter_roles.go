@@ -63,14 +63,15 @@ func (f *LabelRoleFilter) Filter(_ context.Context, _ *Cycle, eps []*pool.Endpoi
 }
 
 func (f *LabelRoleFilter) keeps(e *pool.Endpoint) bool {
-	if v := e.Labels[pool.LabelRoleName]; v != "" {
+	key, v := pool.RoleLabel(e.Labels)
+	switch {
+	case key == pool.LabelRoleName:
 		return (v == string(pool.RolePrefill)) == f.prefill
-	}
-	v, ok := e.Labels[pool.LabelLLMDRole]
-	if f.prefill {
+	case f.prefill:
 		return llmdPrefillRoles[v]
 	}
-	return !ok || llmdDecodeRoles[v]
+	_, labelled := e.Labels[key]
+	return !labelled || llmdDecodeRoles[v]
 }
 
 func newRoleFilter(typ string) Factory {

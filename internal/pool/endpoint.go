@@ -128,23 +128,31 @@ func (e *Endpoint) Key() string { return e.key }
 // PodKey identifies the pod: "namespace/name". Ledgers and trackers key pods by it.
 func (e *Endpoint) PodKey() string { return e.Namespace + "/" + e.Name }
 
+// RoleLabel is the role label in force on a pod, and its value: role-name when the pod sets
+// it (the seed's label wins), else llm-d.ai/role ("" when that is absent too). Every reader of
+// a pod's role label goes through it, so the two labels are weighed one way everywhere.
+func RoleLabel(labels map[string]string) (key, value string) {
+	if v := labels[LabelRoleName]; v != "" {
+		return LabelRoleName, v
+	}
+	return LabelLLMDRole, labels[LabelLLMDRole]
+}
+
+// RoutingSidecar reports a pod labelled as llm-d labels its P/D pods (llm-d.ai/role, any
+// value): llm-d's decode pods carry its routing sidecar, which runs the prefill leg itself from
+// the x-prefiller-host-port header.
+func (e *Endpoint) RoutingSidecar() bool { return e.Labels[LabelLLMDRole] != "" }
+
 // Classify reads a pod's role, roleset and engine from its labels.
-// role-name wins over llm-d.ai/role; anything that is neither prefill nor decode is standard.
-// A missing engine label means vLLM, as the seed says.
+// role-name wins over llm-d.ai/role (RoleLabel); anything that is neither prefill nor decode
+// is standard. A missing engine label means vLLM, as the seed says.
 func Classify(labels map[string]string) (role Role, roleset, engine string) {
 	role = RoleStandard
-	switch labels[LabelRoleName] {
+	switch _, v := RoleLabel(labels); v {
 	case "prefill":
 		role = RolePrefill
 	case "decode":
 		role = RoleDecode
-	case "":
-		switch labels[LabelLLMDRole] {
-		case "prefill":
-			role = RolePrefill
-		case "decode":
-			role = RoleDecode
-		}
 	}
 	engine = labels[LabelEngine]
 	if engine == "" {

@@ -78,10 +78,7 @@ func podNames(eps []*Endpoint) string {
 
 // roleValueWarning says when a pod's role label holds a value Tandem does not know.
 func roleValueWarning(pod string, labels map[string]string) string {
-	label, v := LabelRoleName, labels[LabelRoleName]
-	if v == "" {
-		label, v = LabelLLMDRole, labels[LabelLLMDRole]
-	}
+	label, v := RoleLabel(labels)
 	switch v {
 	case "", "prefill", "decode":
 		return ""

@@ -31,6 +31,34 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// The role label in force: role-name when set and not empty, else llm-d.ai/role; a pod
+// declares llm-d's routing sidecar by carrying llm-d.ai/role, whatever role-name says.
+func TestRoleLabelAndRoutingSidecar(t *testing.T) {
+	cases := []struct {
+		name       string
+		labels     map[string]string
+		key, value string
+		sidecar    bool
+	}{
+		{"no role label", map[string]string{}, LabelLLMDRole, "", false},
+		{"role-name only", map[string]string{LabelRoleName: "decode"}, LabelRoleName, "decode", false},
+		{"llm-d only", map[string]string{LabelLLMDRole: "prefill-decode"}, LabelLLMDRole, "prefill-decode", true},
+		{"both: role-name wins", map[string]string{LabelRoleName: "prefill", LabelLLMDRole: "decode"}, LabelRoleName, "prefill", true},
+		{"empty role-name: llm-d's", map[string]string{LabelRoleName: "", LabelLLMDRole: "decode"}, LabelLLMDRole, "decode", true},
+		{"empty llm-d label", map[string]string{LabelLLMDRole: ""}, LabelLLMDRole, "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if k, v := RoleLabel(tc.labels); k != tc.key || v != tc.value {
+				t.Errorf("RoleLabel: %s=%q, want %s=%q", k, v, tc.key, tc.value)
+			}
+			if got := NewEndpoint("ns", "p", "10.0.0.1", 8000, 0, tc.labels, nil).RoutingSidecar(); got != tc.sidecar {
+				t.Errorf("RoutingSidecar %v, want %v", got, tc.sidecar)
+			}
+		})
+	}
+}
+
 func TestStorePublishAndLookups(t *testing.T) {
 	s := NewStore()
 	if snap := s.Load(); snap.Synced || len(snap.Endpoints) != 0 {
