@@ -1,12 +1,15 @@
 package extproc
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/tidwall/gjson"
@@ -16,8 +19,10 @@ import (
 	"github.com/tandem-epp/tandem/conformance/envoy"
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/handoff"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/request"
 	"github.com/tandem-epp/tandem/internal/wire"
 )
 
@@ -209,4 +214,73 @@ func TestStandardPodOfAnotherEngineDoesNotBlockThePair(t *testing.T) {
 	}
 	_ = s.CloseSend()
 	_, _ = s.Recv()
+}
+
+// prefillEnds is an outcome reader keeping each route's prefill-end event.
+type prefillEnds struct {
+	mu  sync.Mutex
+	got []outcome.Route
+}
+
+func (p *prefillEnds) Observe(e *outcome.Event) {
+	if e.Phase == outcome.PhasePrefillEnd {
+		p.mu.Lock()
+		p.got = append(p.got, e.Route)
+		p.mu.Unlock()
+	}
+}
+
+// TestSidecarAnswerTellsHowThePrefillLegEnded: in the sidecar hand-off the decode pod's answer
+// ends the prefill leg in the server's outcome record (inferred, not observed); when the gateway
+// served the request from a combined fallback, that pod ran the prompt itself, so the record
+// says no leg ran, as the decision's own lifecycle says.
+func TestSidecarAnswerTellsHowThePrefillLegEnded(t *testing.T) {
+	store := pool.NewStore()
+	store.Publish(pool.Info{Name: "p"}, []*pool.Endpoint{
+		pool.NewEndpoint("ns", "a", "10.0.0.1", 8000, 0, map[string]string{pool.LabelRoleName: "prefill"}, nil),
+		pool.NewEndpoint("ns", "b", "10.0.0.2", 8000, 0, map[string]string{pool.LabelRoleName: "decode"}, nil),
+		pool.NewEndpoint("ns", "c", "10.0.0.3", 8000, 0, nil, nil),
+	}, true)
+	eps := store.Load().Endpoints
+	sched := &stubScheduler{decide: func(*request.Request, []*pool.Endpoint) (*picker.Decision, error) {
+		return &picker.Decision{Strategy: "stub", Outcome: picker.OutcomePD, Step: "pair", Lifecycle: &recLifecycle{},
+			Prefill: eps[:1], Destination: eps[1:], Handoff: config.HandoffSidecar, PD: config.DefaultPD(),
+			SetHeaders: map[string]string{wire.HeaderPrefillerHostPort: eps[0].HostPort()}}, nil
+	}}
+	for _, tc := range []struct {
+		served  *pool.Endpoint
+		wantErr error
+	}{{eps[1], nil}, {eps[2], outcome.ErrPrefillNotRun}} {
+		t.Run(tc.served.Name, func(t *testing.T) {
+			rec := outcome.NewRecorder(nil)
+			ends := &prefillEnds{}
+			rec.Subscribe(ends)
+			obs := newRecObserver()
+			c := serve(t, NewServer(store, sched, Options{Observer: obs, Outcomes: rec}))
+			ctx, cancel := context.WithCancel(testCtx(t))
+			defer cancel()
+			chat := envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)}
+			s, routed, err := c.Route(ctx, chat)
+			if err != nil || routed.Immediate != nil {
+				t.Fatalf("route: %v %+v", err, routed)
+			}
+			if err := s.SendResponseHeaders(200, nil, false, envoy.Served(tc.served.HostPort())); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Recv(); err != nil {
+				t.Fatal(err)
+			}
+			cancel()
+			obs.waitClosed(t, 1)
+			ends.mu.Lock()
+			defer ends.mu.Unlock()
+			if len(ends.got) != 1 {
+				t.Fatalf("%d prefill-end events, want 1", len(ends.got))
+			}
+			r := ends.got[0]
+			if r.PrefillObserved || !errors.Is(r.PrefillErr, tc.wantErr) || (tc.wantErr == nil && r.PrefillErr != nil) {
+				t.Errorf("served by %s: prefill err %v observed %v, want %v inferred", tc.served.Key(), r.PrefillErr, r.PrefillObserved, tc.wantErr)
+			}
+		})
+	}
 }

@@ -48,8 +48,8 @@ func (st *stream) startRoute(req *request.Request, d *picker.Decision, mode stri
 
 // routeResponse reports the response headers: the status and the endpoint that served (the
 // gateway names it by host:port: ep when it is one of the decision's destinations, else looked
-// up in the pool). In the sidecar hand-off the decode pod answering means its prefill leg is
-// over.
+// up in the pool). Without the EPP hand-off, which reports the prefill leg itself, the answer
+// also tells how the leg ended (outcome.Tracker.Answered).
 func (st *stream) routeResponse(code int, served string, ep *pool.Endpoint) {
 	if st.route == nil {
 		return
@@ -60,10 +60,11 @@ func (st *stream) routeResponse(code int, served string, ep *pool.Endpoint) {
 	} else if e, ok := st.srv.store.Load().ByHostPort(served); ok && served != "" {
 		key = e.Key()
 	}
-	if !st.ho.active() {
-		st.route.PrefillEnd(nil, false) // a no-op for whole routes
+	if st.ho.active() {
+		st.route.Response(code, key)
+		return
 	}
-	st.route.Response(code, key)
+	st.route.Answered(code, key, ep != nil && ep.Role != pool.RoleDecode)
 }
 
 // endRoute ends the outcome record with what the stream knows of how the request ended.

@@ -5,8 +5,9 @@
 // nor keep per-endpoint state of its own: readers aggregate what they need.
 //
 // Writer: a strategy starts a Route when it decides (Recorder.Start) and the decision's
-// lifecycle reports the events (PrefillEnd, Response, Chunk, End; Transfer, the proof of a PD
-// route's KV transfer, rides on End); each is stamped with the
+// lifecycle reports the events (PrefillEnd, Response, Chunk, End; Answered is Response with
+// what an answer says of the prefill leg; Transfer, the proof of a PD route's KV transfer,
+// rides on End); each is stamped with the
 // recorder's clock and handed to every Reader at once, synchronously, so a reader sees the
 // events of one route in order.
 //

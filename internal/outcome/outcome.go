@@ -242,6 +242,20 @@ func (t *Tracker) PrefillEnd(err error, observed bool) {
 	t.rec.publish(PhasePrefillEnd, &r)
 }
 
+// Answered reports the destination's response headers (Response) with what they say of a PD
+// route's prefill leg when nothing reported its end yet: a decode-side sidecar answers only
+// once its prefill call returned, so the leg has ended (inferred, not observed); an endpoint
+// that served the request whole (ranWhole: a combined fallback) ran the prompt itself, so no
+// leg ran (ErrPrefillNotRun). Both of a request's recorders infer it here.
+func (t *Tracker) Answered(status int, served string, ranWhole bool) {
+	var leg error
+	if ranWhole {
+		leg = ErrPrefillNotRun
+	}
+	t.PrefillEnd(leg, false)
+	t.Response(status, served)
+}
+
 // Response reports the destination's response headers: its status and the endpoint key
 // that served ("" when the gateway did not say).
 func (t *Tracker) Response(status int, served string) {

@@ -72,6 +72,32 @@ func TestRouteEvents(t *testing.T) {
 				t.Errorf("observed %v prefill %v served %q gap %v", r.PrefillObserved, r.PrefillEnd.Sub(r.Picked), r.ServedBy(), r.ChunkGap())
 			}
 		}},
+		{"pd, sidecar: Answered infers the leg's end", KindPD, []step{
+			{ms(90), func(tr *Tracker) { tr.Answered(200, "ns/d2:8000", false) }},
+			{ms(10), func(tr *Tracker) { tr.End(nil) }},
+		}, []Phase{PhaseStart, PhasePrefillEnd, PhaseEnd}, func(t *testing.T, r Route) {
+			if r.PrefillObserved || r.PrefillErr != nil || r.PrefillEnd.Sub(r.Picked) != ms(90) || r.Status != 200 || r.ServedBy() != "ns/d2:8000" {
+				t.Errorf("observed %v err %v prefill %v status %d served %q, want false nil 90ms 200 ns/d2:8000",
+					r.PrefillObserved, r.PrefillErr, r.PrefillEnd.Sub(r.Picked), r.Status, r.ServedBy())
+			}
+		}},
+		{"pd: a combined fallback Answered, so no leg ran", KindPD, []step{
+			{ms(40), func(tr *Tracker) { tr.Answered(200, "ns/c:8000", true) }},
+			{ms(10), func(tr *Tracker) { tr.End(nil) }},
+		}, []Phase{PhaseStart, PhasePrefillEnd, PhaseEnd}, func(t *testing.T, r Route) {
+			if !errors.Is(r.PrefillErr, ErrPrefillNotRun) || r.PrefillObserved || r.ServedBy() != "ns/c:8000" {
+				t.Errorf("prefill err %v observed %v served %q, want ErrPrefillNotRun false ns/c:8000", r.PrefillErr, r.PrefillObserved, r.ServedBy())
+			}
+		}},
+		{"pd, epp hand-off: the reported leg outranks Answered's inference", KindPD, []step{
+			{ms(30), func(tr *Tracker) { tr.PrefillEnd(boom, true) }},
+			{ms(20), func(tr *Tracker) { tr.Answered(503, "", true) }},
+			{ms(1), func(tr *Tracker) { tr.End(nil) }},
+		}, []Phase{PhaseStart, PhasePrefillEnd, PhaseEnd}, func(t *testing.T, r Route) {
+			if !errors.Is(r.PrefillErr, boom) || !r.PrefillObserved || r.PrefillEnd.Sub(r.Picked) != ms(30) || r.Status != 503 {
+				t.Errorf("prefill err %v observed %v at %v status %d, want reset true 30ms 503", r.PrefillErr, r.PrefillObserved, r.PrefillEnd.Sub(r.Picked), r.Status)
+			}
+		}},
 		{"whole: no prefill end event; a failure ends it", KindWhole, []step{
 			{ms(10), func(tr *Tracker) { tr.PrefillEnd(nil, true) }}, // not a PD route
 			{ms(40), func(tr *Tracker) { tr.End(boom) }},

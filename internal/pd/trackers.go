@@ -131,19 +131,14 @@ func (l *lifecycle) ResponseHeaders(status int, served string) {
 	if l.finished {
 		return
 	}
-	was := l.key
-	var leg error // nil: the leg ran
+	was, whole := l.key, false
 	if e := pool.Served(l.dest, served); e != nil {
-		l.key = e.Key()
-		if l.prefillKey != "" && e.Role != pool.RoleDecode {
-			// A combined fallback ran the whole request: no sidecar took the leg there.
-			leg = outcome.ErrPrefillNotRun
-		}
+		// A combined fallback that served ran the whole request: no sidecar took the leg there.
+		l.key, whole = e.Key(), e.Role != pool.RoleDecode
 	}
-	// A decode-side sidecar answers once its prefill call returned: the leg has ended (the
-	// EPP hand-off reported it already, which counts first).
-	l.route.PrefillEnd(leg, false)
-	l.route.Response(status, l.key)
+	// The leg's end as the answer shows it (an EPP hand-off that reported it already counts
+	// first).
+	l.route.Answered(status, l.key, whole)
 	l.prefillDoneLocked()
 	switch {
 	case l.releasePending != nil:
