@@ -19,7 +19,7 @@ func checkPool(ctx context.Context, store *pool.Store, pk *Picker, log logr.Logg
 	for {
 		snap := store.Load()
 		if snap != nil {
-			for _, w := range pool.Lint(snap.Endpoints) {
+			for _, w := range pool.Lint(snap) {
 				if !said[w] {
 					if len(said) >= 256 { // pod names change; keep the memory bounded
 						clear(said)

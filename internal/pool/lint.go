@@ -21,10 +21,10 @@ var standardRoleValues = []string{"all", "standard", "combined", "both", "prefil
 // serve a PD pair), and pods the pair-match labels leave unpaired (their roleset has both
 // sides, but not of their revision). Each line names the pods and the values Tandem knows. The
 // result is sorted, so a caller can say each line once.
-func Lint(endpoints []*Endpoint) []string {
+func Lint(snap *Snapshot) []string {
 	var out []string
 	seenPod := map[string]bool{}
-	for _, e := range endpoints {
+	for _, e := range snap.Endpoints {
 		pod := e.PodKey()
 		if !seenPod[pod] {
 			seenPod[pod] = true
@@ -35,7 +35,7 @@ func Lint(endpoints []*Endpoint) []string {
 			}
 		}
 	}
-	groups := Rolesets(endpoints, nil)
+	groups := snap.Rolesets()
 	split := map[*RolesetGroup]bool{}
 	for _, g := range SplitByMatch(groups) {
 		split[g] = true

@@ -84,9 +84,9 @@ func (g *RolesetGroup) Complete() bool { return len(g.Prefill) > 0 && len(g.Deco
 // (RolesetKey), sorted by model then key; standard endpoints are left out, and so is every
 // endpoint keep rejects (nil keeps all). Pods without a roleset-name form the rolesets of
 // name "": llm-d labels no rolesets and pairs any of its prefill pods with any decode pod (of
-// one revision). Every reader of roleset completeness (start-up warnings, the roleset
-// metric, passive health's last-pair guard) groups through it, over a whole pool through
-// Snapshot.Rolesets, which groups once per snapshot.
+// one revision). Every reader of roleset completeness (the pool check, start-up warnings, the
+// roleset metric, passive health's last-pair guard) groups through it, over a whole pool
+// through Snapshot.Rolesets, which groups once per snapshot.
 func Rolesets(eps []*Endpoint, keep func(*Endpoint) bool) []*RolesetGroup {
 	type id struct{ model, key string }
 	idx := map[id]*RolesetGroup{}

@@ -88,7 +88,7 @@ func TestRolesetsSplitPerRevision(t *testing.T) {
 		t.Errorf("without match labels: %d groups", len(groups))
 	}
 
-	lint := strings.Join(Lint(eps), "\n")
+	lint := strings.Join(lint(eps...), "\n")
 	for _, w := range []string{
 		`roleset "lone" (model "m"): prefill pods (ns/p-lone) but no decode pod`,
 		`roleset "rs" (model "m"): prefill pods (ns/p-b) of revision ` + LabelDisaggRevision + `=b have no decode pod of the same revision, so the pair-match labels (TANDEM_PAIR_MATCH_LABELS) leave them unpaired`,
