@@ -395,20 +395,8 @@ func roleGroup(r pool.Role) string {
 }
 
 func findEndpoint(snap *pool.Snapshot, key string) *pool.Endpoint {
-	eps := snap.Endpoints // sorted by key
-	lo, hi := 0, len(eps)
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if eps[mid].Key() < key {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	if lo < len(eps) && eps[lo].Key() == key {
-		return eps[lo]
-	}
-	return nil
+	ep, _ := snap.ByKey(key)
+	return ep
 }
 
 var _ outcome.Reader = (*Detector)(nil)

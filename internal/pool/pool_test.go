@@ -87,6 +87,12 @@ func TestStorePublishAndLookups(t *testing.T) {
 		if got := snap.Has(key); got != want {
 			t.Errorf("Has(%q) = %v, want %v", key, got, want)
 		}
+		if e, ok := snap.ByKey(key); ok != want || (ok && e.Key() != key) || (!ok && e != nil) {
+			t.Errorf("ByKey(%q) = %v %v, want the endpoint: %v", key, e, ok, want)
+		}
+	}
+	if e, _ := snap.ByKey("ns/a:8002"); e != b1 {
+		t.Errorf("ByKey(ns/a:8002) = %v, want the endpoint published", e)
 	}
 	if got := snap.ByAddress("10.0.0.1"); len(got) != 2 {
 		t.Fatalf("ByAddress: %d endpoints, want 2 ranks", len(got))

@@ -115,10 +115,19 @@ func (s *Snapshot) ByHostPort(hp string) (*Endpoint, bool) {
 	return e, ok
 }
 
+// ByKey finds the endpoint keyed key ("namespace/pod:port").
+func (s *Snapshot) ByKey(key string) (*Endpoint, bool) {
+	i := sort.Search(len(s.Endpoints), func(i int) bool { return s.Endpoints[i].Key() >= key })
+	if i < len(s.Endpoints) && s.Endpoints[i].Key() == key {
+		return s.Endpoints[i], true
+	}
+	return nil, false
+}
+
 // Has reports whether the endpoint keyed key is in the snapshot.
 func (s *Snapshot) Has(key string) bool {
-	i := sort.Search(len(s.Endpoints), func(i int) bool { return s.Endpoints[i].Key() >= key })
-	return i < len(s.Endpoints) && s.Endpoints[i].Key() == key
+	_, ok := s.ByKey(key)
+	return ok
 }
 
 // Served is the endpoint of eps (a request's destination and fallbacks) serving at
