@@ -143,10 +143,10 @@ type handler func(sim.Event)
 
 func newPod(d *des, ep *pool.Endpoint, p sim.Params) *vpod {
 	class := "standard"
-	switch ep.Labels[pool.LabelRoleName] {
-	case "prefill":
+	switch ep.Role {
+	case pool.RolePrefill:
 		class = "prefill"
-	case "decode":
+	case pool.RoleDecode:
 		class = "decode"
 	}
 	return &vpod{d: d, ep: ep, p: p, b: sim.NewBatch(p), class: class}
