@@ -20,7 +20,7 @@ const maxTracedUnpaired = 8
 // leave any of cands unpaired. Only called when a roleset is incomplete: that is rare
 // outside a rollout.
 func traceUnpaired(tr *picker.Trace, cands []*pool.Endpoint) {
-	split := pool.SplitByMatch(pool.Rolesets(cands, nil))
+	split := pool.SplitByMatch(pool.Rolesets(cands))
 	if len(split) == 0 || tr == nil {
 		return
 	}

@@ -129,8 +129,9 @@ func (e *Endpoint) Key() string { return e.key }
 func (e *Endpoint) PodKey() string { return e.Namespace + "/" + e.Name }
 
 // RoleLabel is the role label in force on a pod, and its value: role-name when the pod sets
-// it (the seed's label wins), else llm-d.ai/role ("" when that is absent too). Every reader of
-// a pod's role label goes through it, so the two labels are weighed one way everywhere.
+// it (the seed's label wins), else llm-d.ai/role ("" when that is absent too). Classify, the
+// pool check, the role filters and the combined-pod test read the role through it, so the two
+// labels are weighed one way everywhere.
 func RoleLabel(labels map[string]string) (key, value string) {
 	if v := labels[LabelRoleName]; v != "" {
 		return LabelRoleName, v

@@ -81,21 +81,18 @@ func (g *RolesetGroup) Revision() string {
 func (g *RolesetGroup) Complete() bool { return len(g.Prefill) > 0 && len(g.Decode) > 0 }
 
 // Rolesets groups the prefill and decode endpoints among eps by model and roleset identity
-// (RolesetKey), sorted by model then key; standard endpoints are left out, and so is every
-// endpoint keep rejects (nil keeps all). Pods without a roleset-name form the rolesets of
-// name "": llm-d labels no rolesets and pairs any of its prefill pods with any decode pod (of
-// one revision). Every reader of roleset completeness (the pool check, start-up warnings, the
-// roleset metric, passive health's last-pair guard) groups through it, over a whole pool
-// through Snapshot.Rolesets, which groups once per snapshot.
-func Rolesets(eps []*Endpoint, keep func(*Endpoint) bool) []*RolesetGroup {
+// (RolesetKey), sorted by model then key; standard endpoints are left out. Pods without a
+// roleset-name form the rolesets of name "": llm-d labels no rolesets and pairs any of its
+// prefill pods with any decode pod (of one revision). Every reader of roleset completeness
+// (the pool check, start-up warnings, the roleset metric, passive health's last-pair guard)
+// groups through it, over a whole pool through Snapshot.Rolesets, which groups once per
+// snapshot.
+func Rolesets(eps []*Endpoint) []*RolesetGroup {
 	type id struct{ model, key string }
 	idx := map[id]*RolesetGroup{}
 	var out []*RolesetGroup
 	for _, e := range eps {
 		if e.Role != RolePrefill && e.Role != RoleDecode {
-			continue
-		}
-		if keep != nil && !keep(e) {
 			continue
 		}
 		k := id{e.Model, e.rolesetKey}

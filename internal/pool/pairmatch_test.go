@@ -63,7 +63,7 @@ func TestRolesetsSplitPerRevision(t *testing.T) {
 		pmEndpoint(m, "p-lone", "prefill", "lone", "a"),
 		pmEndpoint(m, "std", "standard", "", ""),
 	}
-	groups := Rolesets(eps, nil)
+	groups := Rolesets(eps)
 	var got []string
 	for _, g := range groups {
 		got = append(got, g.Key+":"+podNames(g.Prefill)+"|"+podNames(g.Decode))
@@ -84,7 +84,7 @@ func TestRolesetsSplitPerRevision(t *testing.T) {
 	for _, e := range eps {
 		plain = append(plain, NewEndpoint(e.Namespace, e.Name, e.Address, e.Port, e.Rank, e.Labels, nil))
 	}
-	if groups := Rolesets(plain, nil); len(groups) != 2 || !groups[1].Complete() || len(groups[1].Prefill) != 2 || len(SplitByMatch(groups)) != 0 {
+	if groups := Rolesets(plain); len(groups) != 2 || !groups[1].Complete() || len(groups[1].Prefill) != 2 || len(SplitByMatch(groups)) != 0 {
 		t.Errorf("without match labels: %d groups", len(groups))
 	}
 
@@ -122,7 +122,7 @@ func TestSnapshotRolesetsGroupedOncePerSnapshot(t *testing.T) {
 	}
 	got, again := snap.Rolesets(), snap.Rolesets()
 	want := "m/:|ns/d-llmd,m/rs@" + LabelDisaggRevision + "=a:ns/p-a|ns/d-a,other/rs@" + LabelDisaggRevision + "=a:ns/p-other|"
-	if keys(got) != want || keys(got) != keys(Rolesets(snap.Endpoints, nil)) {
+	if keys(got) != want || keys(got) != keys(Rolesets(snap.Endpoints)) {
 		t.Errorf("groups %s\nwant   %s", keys(got), want)
 	}
 	if len(got) == 0 || len(again) != len(got) || again[0] != got[0] {

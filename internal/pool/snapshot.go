@@ -39,7 +39,7 @@ type Snapshot struct {
 // grouped by model and roleset identity), worked out once per snapshot for all its readers.
 // The groups are shared: a reader must not change them.
 func (s *Snapshot) Rolesets() []*RolesetGroup {
-	s.rolesetsOnce.Do(func() { s.rolesets = Rolesets(s.Endpoints, nil) })
+	s.rolesetsOnce.Do(func() { s.rolesets = Rolesets(s.Endpoints) })
 	return s.rolesets
 }
 
