@@ -61,14 +61,12 @@ func refusedWith(t *testing.T, s *envoy.Stream, status int, retryAfter, reason s
 func TestStreamsOverTheLimitAreAnswered429AtOnce(t *testing.T) {
 	obs := newRecObserver()
 	srv := NewServer(twoPods(), nil, Options{Observer: obs, Limits: Limits{MaxStreams: 2}})
-	c := serve(t, srv)
+	c, reading := serveAdmitted(t, srv)
 	ctx := testCtx(t)
 	aCtx, cancelA := context.WithCancel(ctx)
 	openPartial(t, c, aCtx, []byte(`{"model":`))
 	openPartial(t, c, ctx, []byte(`{"model":`))
-	for srv.OpenStreams() != 2 {
-		time.Sleep(time.Millisecond) // both streams reach the server
-	}
+	waitAdmitted(t, reading, 2) // both streams hold a slot
 	start := time.Now()
 	refusedWith(t, openPartial(t, c, ctx, nil), http.StatusTooManyRequests, "1", apierror.ReasonTooManyStreams)
 	if took := time.Since(start); took > 2*time.Second {

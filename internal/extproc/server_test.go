@@ -164,14 +164,14 @@ func serve(t *testing.T, srv *Server) *envoy.Client {
 	return c
 }
 
-// serveAt is serve, also returning the server's address.
-func serveAt(t *testing.T, srv *Server) (string, *envoy.Client) {
+// serveAt is serve, also returning the server's address; opts go to the gRPC server.
+func serveAt(t *testing.T, srv *Server, opts ...grpc.ServerOption) (string, *envoy.Client) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
@@ -181,6 +181,44 @@ func serveAt(t *testing.T, srv *Server) (string, *envoy.Client) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return lis.Addr().String(), c
+}
+
+// serveAdmitted is serve, also returning a channel that receives once per stream as the
+// server first reads it. Process reads a stream only past the admission check (the admitted
+// stream's loop, or the refusal's wait for the headers), so after n receives n streams have
+// been counted against Limits.MaxStreams.
+func serveAdmitted(t *testing.T, srv *Server) (*envoy.Client, <-chan struct{}) {
+	t.Helper()
+	reading := make(chan struct{}, 1024)
+	_, c := serveAt(t, srv, grpc.StreamInterceptor(func(s any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(s, &firstRecv{ServerStream: ss, first: func() { reading <- struct{}{} }})
+	}))
+	return c, reading
+}
+
+// firstRecv calls first as the stream's first RecvMsg begins.
+type firstRecv struct {
+	grpc.ServerStream
+	once  sync.Once
+	first func()
+}
+
+func (s *firstRecv) RecvMsg(m any) error {
+	s.once.Do(s.first)
+	return s.ServerStream.RecvMsg(m)
+}
+
+// waitAdmitted waits for n receives on reading (serveAdmitted), failing after 10 s.
+func waitAdmitted(t *testing.T, reading <-chan struct{}, n int) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for i := range n {
+		select {
+		case <-reading:
+		case <-timeout:
+			t.Fatalf("%d of %d streams reached the server within 10s", i, n)
+		}
+	}
 }
 
 func testCtx(t *testing.T) context.Context {
