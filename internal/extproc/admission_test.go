@@ -80,12 +80,12 @@ func refusedWith(t *testing.T, s *envoy.Stream, status int, retryAfter, reason s
 func TestStreamsOverTheLimitAreAnswered429AtOnce(t *testing.T) {
 	obs := newRecObserver()
 	srv := NewServer(twoPods(), nil, Options{Observer: obs, Limits: Limits{MaxStreams: 2}})
-	c, reading := serveAdmitted(t, srv)
+	c, admitted := serveAdmitted(t, srv)
 	ctx := testCtx(t)
 	aCtx, cancelA := context.WithCancel(ctx)
 	openPartial(t, c, aCtx, []byte(`{"model":`))
 	openPartial(t, c, ctx, []byte(`{"model":`))
-	waitAdmitted(t, reading, 2) // both streams hold a slot
+	admitted.wait(t, 2) // both streams hold a slot
 	start := time.Now()
 	refusedWith(t, openPartial(t, c, ctx, nil), http.StatusTooManyRequests, "1", apierror.ReasonTooManyStreams)
 	if took := time.Since(start); took > 2*time.Second {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -183,17 +184,44 @@ func serveAt(t *testing.T, srv *Server, opts ...grpc.ServerOption) (string, *env
 	return lis.Addr().String(), c
 }
 
-// serveAdmitted is serve, also returning a channel that receives once per stream as the
-// server first reads it. Process reads a stream only past the admission check (the admitted
-// stream's loop, or the refusal's wait for the headers), so after n receives n streams have
-// been counted against Limits.MaxStreams.
-func serveAdmitted(t *testing.T, srv *Server) (*envoy.Client, <-chan struct{}) {
+// serveAdmitted is serve, also returning the count of streams the server has begun to read.
+// Process reads a stream only past the admission check (the admitted stream's loop, or the
+// refusal's wait for the headers), so once n streams were read, n were counted against
+// Limits.MaxStreams.
+func serveAdmitted(t *testing.T, srv *Server) (*envoy.Client, *readStreams) {
 	t.Helper()
-	reading := make(chan struct{}, 1024)
+	r := &readStreams{woke: make(chan struct{}, 1)}
 	_, c := serveAt(t, srv, grpc.StreamInterceptor(func(s any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		return h(s, &firstRecv{ServerStream: ss, first: func() { reading <- struct{}{} }})
+		return h(s, &firstRecv{ServerStream: ss, first: r.add})
 	}))
-	return c, reading
+	return c, r
+}
+
+// readStreams counts the streams whose first RecvMsg began; each one wakes wait.
+type readStreams struct {
+	n    atomic.Int64
+	woke chan struct{}
+}
+
+func (r *readStreams) add() {
+	r.n.Add(1)
+	select {
+	case r.woke <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits until n streams were read, failing after 10 s.
+func (r *readStreams) wait(t *testing.T, n int64) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for r.n.Load() < n {
+		select {
+		case <-r.woke:
+		case <-timeout:
+			t.Fatalf("%d of %d streams reached the server within 10s", r.n.Load(), n)
+		}
+	}
 }
 
 // firstRecv calls first as the stream's first RecvMsg begins.
@@ -206,19 +234,6 @@ type firstRecv struct {
 func (s *firstRecv) RecvMsg(m any) error {
 	s.once.Do(s.first)
 	return s.ServerStream.RecvMsg(m)
-}
-
-// waitAdmitted waits for n receives on reading (serveAdmitted), failing after 10 s.
-func waitAdmitted(t *testing.T, reading <-chan struct{}, n int) {
-	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for i := range n {
-		select {
-		case <-reading:
-		case <-timeout:
-			t.Fatalf("%d of %d streams reached the server within 10s", i, n)
-		}
-	}
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -18,7 +18,7 @@ import (
 func TestSilentStreamsCannotHoldEverySlot(t *testing.T) {
 	const slots, deadline = 256, 500 * time.Millisecond
 	srv := NewServer(twoPods(), nil, Options{Limits: Limits{MaxStreams: slots, RequestHeadersTimeout: deadline}})
-	c, reading := serveAdmitted(t, srv)
+	c, admitted := serveAdmitted(t, srv)
 	ctx := testCtx(t)
 	silent := make([]*envoy.Stream, slots)
 	for i := range silent {
@@ -28,7 +28,7 @@ func TestSilentStreamsCannotHoldEverySlot(t *testing.T) {
 		}
 		silent[i] = s
 	}
-	waitAdmitted(t, reading, slots) // every silent stream holds a slot
+	admitted.wait(t, slots) // every silent stream holds a slot
 	start := time.Now()
 	route := func() *envoy.Routed {
 		t.Helper()
