@@ -258,6 +258,26 @@ func waitSynced(t *testing.T, a *App) {
 	}
 }
 
+// waitUntil polls cond until it holds, failing the test after 15 s. Only for what no event
+// marks: a stream's cleanup after its answer, a background reload or retirement, a count seen
+// through Redis.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if !within(15*time.Second, cond) {
+		t.Fatalf("%s: not within 15s", what)
+	}
+}
+
+// within polls cond every 5 ms until it holds or limit has passed, and reports whether it held.
+func within(limit time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 func scrape(t *testing.T, a *App) string {
 	t.Helper()
 	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")

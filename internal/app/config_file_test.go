@@ -91,20 +91,12 @@ func TestConfigFileReload(t *testing.T) {
 		d.Lifecycle.Done(nil)
 		return d.Strategy
 	}
-	eventually := func(what string, ok func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("never: %s", what)
-			}
-		}
-	}
 	if got := strategyOf(); got != "default" {
 		t.Fatalf("at start: strategy %q, want the file's default profile", got)
 	}
 
 	write(profile("fast"))
-	eventually("the renamed profile routes", func() bool { return strategyOf() == "fast" })
+	waitUntil(t, "the renamed profile routes", func() bool { return strategyOf() == "fast" })
 	if a.router.Strategy("default") != nil {
 		t.Fatal("the old profile is still a strategy after the reload")
 	}
@@ -113,7 +105,7 @@ func TestConfigFileReload(t *testing.T) {
 	}
 
 	write("plugins:\n- type: queue-scorer\n  parameters: {depth: 3}\nschedulingProfiles:\n- name: slow\n  plugins:\n  - pluginRef: queue-scorer\n")
-	eventually("the bad file is counted", func() bool {
+	waitUntil(t, "the bad file is counted", func() bool {
 		return counter(t, a, "tandem_config_reloads_total", map[string]string{"result": "rejected"}) == 1
 	})
 	if got := strategyOf(); got != "fast" {

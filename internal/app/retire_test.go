@@ -37,12 +37,8 @@ func TestPoolChangesRetirePrefixAffinity(t *testing.T) {
 	if err := os.WriteFile(path, []byte(moved), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for held()[decode] != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the restarted decode pod still holds %v", held())
-		}
-		time.Sleep(5 * time.Millisecond)
+	if !within(15*time.Second, func() bool { return held()[decode] == 0 }) {
+		t.Fatalf("the restarted decode pod still holds %v", held())
 	}
 	if n := held()[prefill]; n != len(hashes) {
 		t.Errorf("the prefill pod that stayed holds %d of %d blocks", n, len(hashes))

@@ -119,7 +119,7 @@ func TestModelLabelsStayBounded(t *testing.T) {
 	}
 	answer("m", 200)
 	values := map[string]bool{}
-	eventually(t, func() bool {
+	waitUntil(t, "both model label values", func() bool {
 		values = modelLabels(t, a, "gateway_request_model_fail_total", "tandem_time_to_first_token_seconds")
 		return values["m"] && values["other"]
 	})
@@ -151,18 +151,6 @@ func modelLabels(t *testing.T, a *App, families ...string) map[string]bool {
 		}
 	}
 	return out
-}
-
-// eventually waits (bounded) for cond, which no event marks (a stream's end after its answer).
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // held describes every tracker count and ledger charge the app holds, "" when none.
@@ -324,7 +312,7 @@ endpoints:
 				// AIBrix's status and Tandem's class label (issue 16, item 6): one series per class,
 				// under the seed's status="pd_prefill_failure".
 				failed := map[string]string{"status": "pd_prefill_failure", "class": "http_status", "status_code": strconv.Itoa(tc.wantStatus)}
-				eventually(t, func() bool { return counter(t, a, "gateway_request_model_fail_total", failed) == 1 })
+				waitUntil(t, "the model failure counted", func() bool { return counter(t, a, "gateway_request_model_fail_total", failed) == 1 })
 			} else {
 				r, err := s.ReadRoute(req)
 				if err != nil || r.Immediate != nil {
@@ -351,9 +339,9 @@ endpoints:
 				if tc.prefill.afterDecode {
 					<-answered
 					failed := map[string]string{"stage": "after_response"}
-					eventually(t, func() bool { return counter(t, a, "gateway_pd_prefill_failure_total", failed) == 1 })
+					waitUntil(t, "the prefill failure counted", func() bool { return counter(t, a, "gateway_pd_prefill_failure_total", failed) == 1 })
 				} else {
-					eventually(t, func() bool { return counter(t, a, "gateway_prefill_request_success_total", nil) == 1 })
+					waitUntil(t, "the prefill success counted", func() bool { return counter(t, a, "gateway_prefill_request_success_total", nil) == 1 })
 				}
 				if tc.holdDuring {
 					if n := a.TokenLoad().Prefill.Open(); n != 1 {
@@ -376,11 +364,7 @@ endpoints:
 			}
 			_ = s.CloseSend()
 			var last string
-			deadline := time.Now().Add(10 * time.Second)
-			for last = held(a); last != "" && time.Now().Before(deadline); last = held(a) {
-				time.Sleep(2 * time.Millisecond)
-			}
-			if last != "" {
+			if !within(15*time.Second, func() bool { last = held(a); return last == "" }) {
 				t.Errorf("after the request ended: %s", last)
 			}
 		})

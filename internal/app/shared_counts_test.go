@@ -112,17 +112,6 @@ func complete(t *testing.T, c *envoy.Client, subset []string) {
 	}
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 15s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 const twoRolesets = `
 endpoints:
 - {name: p0, address: 127.0.0.1, port: 18100, labels: {role-name: prefill, roleset-name: rs0, model.aibrix.ai/name: m}}

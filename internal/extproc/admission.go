@@ -62,6 +62,9 @@ type admission struct {
 	limits  Limits
 	streams atomic.Int64
 	bytes   atomic.Int64
+	// testHookBytes, set by tests before the server runs, receives (without blocking) after
+	// each change of bytes, so a test waits on the change instead of polling for it.
+	testHookBytes chan struct{}
 }
 
 // enter admits one more stream, or reports the limit reached.
@@ -79,6 +82,7 @@ func (a *admission) leave() { a.streams.Add(-1) }
 func (a *admission) reserve(n int64, force bool) bool {
 	if force {
 		a.bytes.Add(n)
+		a.bytesChanged()
 		return true
 	}
 	for {
@@ -87,6 +91,7 @@ func (a *admission) reserve(n int64, force bool) bool {
 			return false
 		}
 		if a.bytes.CompareAndSwap(used, used+n) {
+			a.bytesChanged()
 			return true
 		}
 	}
@@ -95,5 +100,15 @@ func (a *admission) reserve(n int64, force bool) bool {
 func (a *admission) release(n int64) {
 	if n != 0 {
 		a.bytes.Add(-n)
+		a.bytesChanged()
+	}
+}
+
+func (a *admission) bytesChanged() {
+	if a.testHookBytes != nil {
+		select {
+		case a.testHookBytes <- struct{}{}:
+		default:
+		}
 	}
 }

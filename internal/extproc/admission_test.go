@@ -31,6 +31,25 @@ func openPartial(t *testing.T, c *envoy.Client, ctx context.Context, chunk []byt
 	return s
 }
 
+// watchBuffered returns a wait for the server's buffered body bytes to satisfy cond, woken by
+// each change of them (admission.testHookBytes) and failing after 10 s. Call it before the
+// server runs.
+func watchBuffered(t *testing.T, srv *Server) func(what string, cond func(int64) bool) {
+	changed := make(chan struct{}, 1)
+	srv.adm.testHookBytes = changed
+	return func(what string, cond func(int64) bool) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for !cond(srv.BufferedBodyBytes()) {
+			select {
+			case <-changed:
+			case <-timeout:
+				t.Fatalf("not within 10s: %s (%d bytes held)", what, srv.BufferedBodyBytes())
+			}
+		}
+	}
+}
+
 // refusedWith reads the stream's next answer and checks it is an ImmediateResponse with the
 // status, Retry-After and reason given, followed by the end of the stream.
 func refusedWith(t *testing.T, s *envoy.Stream, status int, retryAfter, reason string) {
@@ -61,14 +80,12 @@ func refusedWith(t *testing.T, s *envoy.Stream, status int, retryAfter, reason s
 func TestStreamsOverTheLimitAreAnswered429AtOnce(t *testing.T) {
 	obs := newRecObserver()
 	srv := NewServer(twoPods(), nil, Options{Observer: obs, Limits: Limits{MaxStreams: 2}})
-	c := serve(t, srv)
+	c, admitted := serveAdmitted(t, srv)
 	ctx := testCtx(t)
 	aCtx, cancelA := context.WithCancel(ctx)
 	openPartial(t, c, aCtx, []byte(`{"model":`))
 	openPartial(t, c, ctx, []byte(`{"model":`))
-	for srv.OpenStreams() != 2 {
-		time.Sleep(time.Millisecond) // both streams reach the server
-	}
+	admitted.wait(t, 2) // both streams hold a slot
 	start := time.Now()
 	refusedWith(t, openPartial(t, c, ctx, nil), http.StatusTooManyRequests, "1", apierror.ReasonTooManyStreams)
 	if took := time.Since(start); took > 2*time.Second {
@@ -89,18 +106,15 @@ func TestStreamsOverTheLimitAreAnswered429AtOnce(t *testing.T) {
 func TestBodyBudgetRefusesWhatDoesNotFit(t *testing.T) {
 	obs := newRecObserver()
 	srv := NewServer(twoPods(), nil, Options{Observer: obs, Limits: Limits{MaxBufferedBodyBytes: 1000}})
+	buffered := watchBuffered(t, srv)
 	c := serve(t, srv)
 	ctx := testCtx(t)
 	pad := func(n int) []byte { return bytes.Repeat([]byte(" "), n) }
 
 	a := openPartial(t, c, ctx, append([]byte(`{"model":"m",`), pad(600)...))
-	for srv.BufferedBodyBytes() < 600 {
-		time.Sleep(time.Millisecond)
-	}
+	buffered("stream A's first chunk held", func(n int64) bool { return n >= 600 })
 	b := openPartial(t, c, ctx, pad(300)) // fits: 913 of 1000
-	for srv.BufferedBodyBytes() < 900 {
-		time.Sleep(time.Millisecond)
-	}
+	buffered("stream B's first chunk held too", func(n int64) bool { return n >= 900 })
 	if err := b.SendRequestBody(pad(300), false); err != nil { // does not fit
 		t.Fatal(err)
 	}
@@ -118,12 +132,7 @@ func TestBodyBudgetRefusesWhatDoesNotFit(t *testing.T) {
 	}
 	// Its share is returned just after its answer went out: wait for it, or stream A's last
 	// chunk below could be refused for want of the whole body's bytes.
-	for srv.BufferedBodyBytes() != 613 {
-		if ctx.Err() != nil {
-			t.Fatalf("%d bytes held after the whole body was answered, want stream A's 613", srv.BufferedBodyBytes())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	buffered("only stream A's 613 bytes held after the whole body was answered", func(n int64) bool { return n == 613 })
 
 	rest := []byte(`"messages":[{"role":"user","content":"hi"}]}`)
 	if err := a.SendRequestBody(rest, true); err != nil {

@@ -206,7 +206,7 @@ func TestDestinationOnlyHold(t *testing.T) {
 		{"no hold", 0, ErrStreamEnded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			lc := &recLifecycle{}
+			lc := &doneSignal{done: make(chan struct{}, 2)}
 			obs := newRecObserver()
 			shim, _ := serveShim(t, NewServer(twoPods(), firstWith(lc, nil), Options{Observer: obs, DestinationOnlyHold: tc.hold}))
 			start := time.Now()
@@ -217,23 +217,30 @@ func TestDestinationOnlyHold(t *testing.T) {
 			if _, dones, _ := lc.snapshot(); tc.hold > 0 && dones != 0 && time.Since(start) < tc.hold {
 				t.Fatalf("Done called %d times before the hold elapsed", dones)
 			}
-			deadline := time.Now().Add(10 * time.Second)
-			for {
-				_, dones, err := lc.snapshot()
-				if dones == 1 {
-					if (err == nil) != (tc.wantErr == nil) || !errors.Is(err, tc.wantErr) {
-						t.Errorf("Done(%v), want Done(%v)", err, tc.wantErr)
-					}
-					if took := time.Since(start); tc.hold > 0 && took < tc.hold {
-						t.Errorf("released after %s, before the %s hold", took, tc.hold)
-					}
-					break
-				}
-				if dones > 1 || time.Now().After(deadline) {
-					t.Fatalf("Done called %d times", dones)
-				}
-				time.Sleep(5 * time.Millisecond)
+			select {
+			case <-lc.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("Done not called within 10s")
+			}
+			if took := time.Since(start); tc.hold > 0 && took < tc.hold {
+				t.Errorf("released after %s, before the %s hold", took, tc.hold)
+			}
+			if _, dones, err := lc.snapshot(); dones != 1 {
+				t.Fatalf("Done called %d times", dones)
+			} else if (err == nil) != (tc.wantErr == nil) || !errors.Is(err, tc.wantErr) {
+				t.Errorf("Done(%v), want Done(%v)", err, tc.wantErr)
 			}
 		})
 	}
+}
+
+// doneSignal is a recLifecycle that also receives on done once per Done, after recording it.
+type doneSignal struct {
+	recLifecycle
+	done chan struct{}
+}
+
+func (l *doneSignal) Done(err error) {
+	l.recLifecycle.Done(err)
+	l.done <- struct{}{}
 }

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,14 +165,14 @@ func serve(t *testing.T, srv *Server) *envoy.Client {
 	return c
 }
 
-// serveAt is serve, also returning the server's address.
-func serveAt(t *testing.T, srv *Server) (string, *envoy.Client) {
+// serveAt is serve, also returning the server's address; opts go to the gRPC server.
+func serveAt(t *testing.T, srv *Server, opts ...grpc.ServerOption) (string, *envoy.Client) {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
@@ -181,6 +182,58 @@ func serveAt(t *testing.T, srv *Server) (string, *envoy.Client) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return lis.Addr().String(), c
+}
+
+// serveAdmitted is serve, also returning the count of streams the server has begun to read.
+// Process reads a stream only past the admission check (the admitted stream's loop, or the
+// refusal's wait for the headers), so once n streams were read, n were counted against
+// Limits.MaxStreams.
+func serveAdmitted(t *testing.T, srv *Server) (*envoy.Client, *readStreams) {
+	t.Helper()
+	r := &readStreams{woke: make(chan struct{}, 1)}
+	_, c := serveAt(t, srv, grpc.StreamInterceptor(func(s any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(s, &firstRecv{ServerStream: ss, first: r.add})
+	}))
+	return c, r
+}
+
+// readStreams counts the streams whose first RecvMsg began; each one wakes wait.
+type readStreams struct {
+	n    atomic.Int64
+	woke chan struct{}
+}
+
+func (r *readStreams) add() {
+	r.n.Add(1)
+	select {
+	case r.woke <- struct{}{}:
+	default:
+	}
+}
+
+// wait waits until n streams were read, failing after 10 s.
+func (r *readStreams) wait(t *testing.T, n int64) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for r.n.Load() < n {
+		select {
+		case <-r.woke:
+		case <-timeout:
+			t.Fatalf("%d of %d streams reached the server within 10s", r.n.Load(), n)
+		}
+	}
+}
+
+// firstRecv calls first as the stream's first RecvMsg begins.
+type firstRecv struct {
+	grpc.ServerStream
+	once  sync.Once
+	first func()
+}
+
+func (s *firstRecv) RecvMsg(m any) error {
+	s.once.Do(s.first)
+	return s.ServerStream.RecvMsg(m)
 }
 
 func testCtx(t *testing.T) context.Context {

@@ -24,19 +24,24 @@ import (
 // enginePod is a real HTTP server playing one engine pod: it answers a prefill leg the way its
 // engine does and records every /abort_request it receives.
 type enginePod struct {
-	srv    *httptest.Server
-	mu     sync.Mutex
-	aborts []string // the rids asked to drop
+	srv     *httptest.Server
+	mu      sync.Mutex
+	aborts  []string      // the rids asked to drop
+	aborted chan struct{} // receives once per /abort_request, after it is recorded
 }
 
 func newEnginePod(t *testing.T) *enginePod {
-	p := &enginePod{}
+	p := &enginePod{aborted: make(chan struct{}, 16)}
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path == "/abort_request" {
 			p.mu.Lock()
 			p.aborts = append(p.aborts, gjson.GetBytes(body, "rid").Str)
 			p.mu.Unlock()
+			select {
+			case p.aborted <- struct{}{}:
+			default:
+			}
 			return
 		}
 		// A prefill leg: vLLM's answer carries kv_transfer_params, SGLang's is read as a 200.
@@ -190,9 +195,9 @@ func TestWatchdogAbortsTheDecodePodThatServed(t *testing.T) {
 	if m := gjson.GetBytes(ir.GetBody(), "error.message").Str; !strings.Contains(m, eps[2].PodKey()) {
 		t.Errorf("504 message %q does not name the serving pod %s", m, eps[2].PodKey())
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for pods[2].abortCount() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case <-pods[2].aborted:
+	case <-time.After(5 * time.Second):
 	}
 	pods[2].mu.Lock()
 	got := append([]string(nil), pods[2].aborts...)

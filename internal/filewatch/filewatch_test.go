@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,35 +21,22 @@ func TestWatchReportsEachNewContentOnce(t *testing.T) {
 	if err := os.WriteFile(path, []byte("v1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var got []string
-	var errs int
+	r := newReports()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Watch(ctx, path, []byte("v1"), Options{Poll: 20 * time.Millisecond, Settle: 5 * time.Millisecond},
-			func(b []byte) { mu.Lock(); got = append(got, string(b)); mu.Unlock() },
-			func(error) { mu.Lock(); errs++; mu.Unlock() })
+		Watch(ctx, path, []byte("v1"), Options{Poll: 20 * time.Millisecond, Settle: 5 * time.Millisecond}, r.changed, r.failed)
 	}()
 	waitFor := func(want []string, wantErrs int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			mu.Lock()
-			ok := len(got) == len(want) && errs == wantErrs
-			for i := range want {
-				ok = ok && got[i] == want[i]
-			}
-			g, e := append([]string(nil), got...), errs
-			mu.Unlock()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("reported %q and %d errors, want %q and %d", g, e, want, wantErrs)
-			}
-			time.Sleep(10 * time.Millisecond)
+		var g []string
+		var e int
+		if !r.until(func() bool {
+			g, e = slices.Clone(r.got), len(r.reads)
+			return slices.Equal(g, want) && e == wantErrs
+		}) {
+			t.Fatalf("reported %q and %d errors, want %q and %d", g, e, want, wantErrs)
 		}
 	}
 	if err := os.WriteFile(path, []byte("v2"), 0o600); err != nil {
@@ -84,48 +72,74 @@ func TestWatchReportsEachNewContentOnce(t *testing.T) {
 func TestNotificationFailureIsNotAFailedRead(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "later", "epp.yaml") // its directory does not exist yet: no watch
-	var mu sync.Mutex
-	var reads, notifies []error
-	var got []string
+	r := newReports()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Watch(ctx, path, nil, Options{Poll: 20 * time.Millisecond, NotifyFailed: func(err error) { mu.Lock(); notifies = append(notifies, err); mu.Unlock() }},
-			func(b []byte) { mu.Lock(); got = append(got, string(b)); mu.Unlock() },
-			func(err error) { mu.Lock(); reads = append(reads, err); mu.Unlock() })
+		Watch(ctx, path, nil, Options{Poll: 20 * time.Millisecond, NotifyFailed: r.notifyFailed}, r.changed, r.failed)
 	}()
-	until := func(cond func() bool) {
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			mu.Lock()
-			ok := cond()
-			mu.Unlock()
-			if ok || time.Now().After(deadline) {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	until(func() bool { return len(reads) > 0 }) // the watch has started and found no file
+	r.until(func() bool { return len(r.reads) > 0 }) // the watch has started and found no file
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, []byte("v1"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	until(func() bool { return len(got) == 1 })
+	r.until(func() bool { return len(r.got) == 1 })
 	cancel()
 	<-done
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 1 || got[0] != "v1" {
-		t.Errorf("contents %q, want the file found by polling", got)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.got) != 1 || r.got[0] != "v1" {
+		t.Errorf("contents %q, want the file found by polling", r.got)
 	}
-	if len(notifies) != 1 {
-		t.Errorf("NotifyFailed got %v, want the watch's one failure", notifies)
+	if len(r.notifies) != 1 {
+		t.Errorf("NotifyFailed got %v, want the watch's one failure", r.notifies)
 	}
-	if len(reads) != 1 || !errors.Is(reads[0], fs.ErrNotExist) {
-		t.Errorf("failed got %v, want only the missing file", reads)
+	if len(r.reads) != 1 || !errors.Is(r.reads[0], fs.ErrNotExist) {
+		t.Errorf("failed got %v, want only the missing file", r.reads)
+	}
+}
+
+// reports records what a watch calls back; each call wakes until.
+type reports struct {
+	mu              sync.Mutex
+	got             []string // changed's contents
+	reads, notifies []error  // failed's and NotifyFailed's errors
+	woke            chan struct{}
+}
+
+func newReports() *reports { return &reports{woke: make(chan struct{}, 1)} }
+
+func (r *reports) changed(b []byte)       { r.record(func() { r.got = append(r.got, string(b)) }) }
+func (r *reports) failed(err error)       { r.record(func() { r.reads = append(r.reads, err) }) }
+func (r *reports) notifyFailed(err error) { r.record(func() { r.notifies = append(r.notifies, err) }) }
+func (r *reports) record(add func()) {
+	r.mu.Lock()
+	add()
+	r.mu.Unlock()
+	select {
+	case r.woke <- struct{}{}:
+	default:
+	}
+}
+
+// until waits for cond (called with mu held) to hold, checking it after each report, and
+// reports whether it held within 10 s.
+func (r *reports) until(cond func() bool) bool {
+	timeout := time.After(10 * time.Second)
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-r.woke:
+		case <-timeout:
+			return false
+		}
 	}
 }

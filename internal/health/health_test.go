@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -535,7 +536,11 @@ func TestHealthProbeReturnsEndpoint(t *testing.T) {
 	store.Publish(pool.Info{}, []*pool.Endpoint{live, dead, other}, true)
 	cfg := testConfig()
 	cfg.MaxEjectionPercent = 100
-	d := New(Options{Config: cfg, Store: store, Clock: clock})
+	rec := outcome.NewRecorder(clock) // as the app wires it: the probes go through the recorder
+	d := New(Options{Config: cfg, Store: store, Clock: clock, Recorder: rec})
+	rec.Subscribe(d)
+	probed := probeSignal(make(chan string, 16))
+	rec.Subscribe(probed) // after d: a probe is signalled once d has read it
 	for _, e := range []*pool.Endpoint{live, dead} {
 		d.Observe(&outcome.Event{Phase: outcome.PhaseProbe, Probe: &outcome.Probe{Endpoint: e.Key(), Source: "scrape"}}) // it served
 		d.Observe(&outcome.Event{Phase: outcome.PhaseProbe, Probe: &outcome.Probe{Endpoint: e.Key(), Err: errors.New("refused"),
@@ -544,39 +549,44 @@ func TestHealthProbeReturnsEndpoint(t *testing.T) {
 	if !d.Ejected(live.Key()) || !d.Ejected(dead.Key()) {
 		t.Fatal("setup: both should be ejected")
 	}
-	sweepAndWait := func() {
+	// sweepAndWait sweeps and waits until the detector has read the health probe of each of keys.
+	sweepAndWait := func(keys ...string) {
 		t.Helper()
 		d.sweep(context.Background())
-		deadline := time.Now().Add(5 * time.Second)
-		for time.Now().Before(deadline) {
-			d.mu.Lock()
-			busy := false
-			for _, st := range *d.states.Load() {
-				busy = busy || st.probing
+		timeout := time.After(5 * time.Second)
+		for len(keys) > 0 {
+			select {
+			case k := <-probed:
+				keys = slices.DeleteFunc(keys, func(w string) bool { return w == k })
+			case <-timeout:
+				t.Fatalf("no health probe of %v within 5s", keys)
 			}
-			d.mu.Unlock()
-			if !busy {
-				return
-			}
-			time.Sleep(5 * time.Millisecond) // polling a bounded wait for the probe goroutines
 		}
-		t.Fatal("probes did not finish")
 	}
 	sweepAndWait() // before the ejection time: nothing is probed
 	clock.Advance(11 * time.Second)
-	sweepAndWait() // /health answers 503: not yet
+	sweepAndWait(live.Key(), dead.Key()) // /health answers 503: not yet
 	if !d.Ejected(live.Key()) {
 		t.Fatal("returned on a 503 health probe")
 	}
 	mu.Lock()
 	status = http.StatusOK
 	mu.Unlock()
-	sweepAndWait()
+	sweepAndWait(live.Key())
 	if d.Ejected(live.Key()) {
 		t.Error("a 200 health probe after the ejection time did not return the endpoint")
 	}
 	if !d.Ejected(dead.Key()) {
 		t.Error("an endpoint refusing its probe returned")
+	}
+}
+
+// probeSignal receives the endpoint key of every health probe its recorder publishes.
+type probeSignal chan string
+
+func (s probeSignal) Observe(e *outcome.Event) {
+	if e.Phase == outcome.PhaseProbe && e.Probe.Source == SourceHealthProbe {
+		s <- e.Probe.Endpoint
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -251,7 +252,18 @@ func waitServed(t *testing.T, s *Server, want *x509.Certificate) {
 func TestCertPathKeepsLastGoodPair(t *testing.T) {
 	dir := t.TempDir()
 	first := writePair(t, dir)
-	s, _, _ := start(t, Config{SecureServing: true, CertPath: dir}, pool.NewStore())
+	// The reloader says once per distinct error that the pair on disk does not load; the
+	// garbage certificate's error can only come from a load of the final files.
+	garbageLoaded := make(chan struct{}, 1)
+	log := funcr.New(func(_, args string) {
+		if strings.Contains(args, "does not load") && strings.Contains(args, "certificate input") {
+			select {
+			case garbageLoaded <- struct{}{}:
+			default:
+			}
+		}
+	}, funcr.Options{})
+	s, _, _ := start(t, Config{SecureServing: true, CertPath: dir, Logger: log}, pool.NewStore())
 	other := t.TempDir()
 	writePair(t, other)
 	key, err := os.ReadFile(filepath.Join(other, KeyFile))
@@ -264,8 +276,11 @@ func TestCertPathKeepsLastGoodPair(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, CertFile), []byte("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Each write is a file event and a failed load; the poll adds one more.
-	time.Sleep(certPollInterval + time.Second)
+	select {
+	case <-garbageLoaded:
+	case <-time.After(3 * certPollInterval):
+		t.Fatalf("no failed load of the garbage certificate within %v", 3*certPollInterval)
+	}
 	if got := servedCert(t, s.ExtProcAddr()); !bytes.Equal(got.Raw, first.Raw) {
 		t.Fatal("a bad pair on disk replaced the good one in service")
 	}

@@ -8,15 +8,23 @@ import (
 	"time"
 )
 
+// lockedBuffer is a buffer safe for concurrent use; wrote receives (without blocking) after
+// each write.
 type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{}
 }
 
 func (l *lockedBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+	n, err := l.b.Write(p)
+	l.mu.Unlock()
+	select {
+	case l.wrote <- struct{}{}:
+	default:
+	}
+	return n, err
 }
 
 func (l *lockedBuffer) String() string {
@@ -28,17 +36,18 @@ func (l *lockedBuffer) String() string {
 // While no package finishes (one large package compiling), the line is still redrawn with a
 // moving clock; after stop, nothing more is written.
 func TestProgressClockMovesWithoutNewLines(t *testing.T) {
-	var out lockedBuffer
+	out := lockedBuffer{wrote: make(chan struct{}, 1)}
 	p := &progressLine{w: &out, tty: true, start: time.Now()}
 	p.update("Building it: 3 of 9 packages compiled (now big/package)")
 	stop := p.ticking()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.After(time.Minute)
 	for strings.Count(out.String(), "\r") < 3 {
-		if time.Now().After(deadline) {
+		select {
+		case <-out.wrote:
+		case <-deadline:
 			stop()
 			t.Fatalf("the line was not redrawn while nothing happened:\n%q", out.String())
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	stop()
 	stop() // a second stop is harmless
