@@ -250,7 +250,10 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 	if o.RedisPassword == "" {
 		o.RedisPassword = getenv("REDIS_PASSWORD")
 	}
-	if raw := strings.TrimSpace(getenv("TANDEM_REDIS_TLS")); raw != "" && !o.RedisTLS {
+	// A flag given on the command line wins over its variable, even when it says off.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if raw := strings.TrimSpace(getenv("TANDEM_REDIS_TLS")); raw != "" && !set["redis-tls"] {
 		tls, err := strconv.ParseBool(raw)
 		if err != nil {
 			// A typo must not send the password in plain text.

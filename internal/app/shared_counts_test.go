@@ -285,4 +285,16 @@ func TestRedisTLSFromTheEnvironment(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "TANDEM_REDIS_TLS") {
 		t.Errorf("TANDEM_REDIS_TLS=maybe: %v, want an error naming it", err)
 	}
+	// The flag on the command line wins over the variable, either way.
+	for _, tc := range []struct {
+		flag, env string
+		want      bool
+	}{{"--redis-tls=false", "true", false}, {"--redis-tls", "false", true}, {"--redis-tls=false", "maybe", false}} {
+		o, err := ParseFlags([]string{"--endpoints-file=x", tc.flag}, io.Discard, func(k string) string {
+			return map[string]string{"TANDEM_REDIS_TLS": tc.env}[k]
+		})
+		if err != nil || o.RedisTLS != tc.want {
+			t.Errorf("%s with TANDEM_REDIS_TLS=%s: tls %v, %v; want %v", tc.flag, tc.env, o != nil && o.RedisTLS, err, tc.want)
+		}
+	}
 }
