@@ -85,6 +85,9 @@ var bucketRanges = [][2]int{{0, 1023}, {1024, 2047}, {2048, 4095}, {4096, 0}}
 type buildOpts struct {
 	ranges             [][2]int
 	predictive, placed bool
+	// models > 1 labels the rolesets with that many models in turn ("bench" first); the
+	// requests are for "bench", so a pick reaches 1/models of the pool.
+	models int
 }
 
 // buildWith is build varied by o.
@@ -131,7 +134,11 @@ func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bo
 		if i%4 >= 2 {
 			role = "decode"
 		}
-		labels := map[string]string{pool.LabelModelName: "bench", pool.LabelRoleName: role,
+		model := "bench"
+		if o.models > 1 && (i/4)%o.models > 0 {
+			model = fmt.Sprintf("other-%d", (i/4)%o.models)
+		}
+		labels := map[string]string{pool.LabelModelName: model, pool.LabelRoleName: role,
 			pool.LabelRolesetName: fmt.Sprintf("rs-%d", i/4)}
 		if o.placed {
 			labels[config.LabelHostname] = fmt.Sprintf("node-%d", i)
@@ -315,7 +322,7 @@ func (r *runner) pick(ctx context.Context) time.Duration {
 		warmPrompt(req.Prompt)
 	}
 	t0 := time.Now()
-	d, err := r.s.router.Schedule(ctx, req, r.s.snap, r.s.snap.Endpoints)
+	d, err := r.s.router.Schedule(ctx, req, r.s.snap, r.s.snap.OfModel(req.Model)) // as ext_proc narrows it
 	took := time.Since(t0)
 	if err != nil {
 		fail(fmt.Errorf("pick: %w", err))
@@ -447,6 +454,15 @@ func main() {
 			name, us(pct(placed, 0.5)), us(pct(placed, 0.99)), us(pct(unplaced, 0.5)), us(pct(unplaced, 0.99)), tratio)
 		fmt.Printf("RESULT pick_ratio_topology_vs_unplaced_128_%s=%.3f\n", name, tratio)
 	}
+
+	// A pool of four models, 1024 endpoints, against a pool of the request's model alone with
+	// as many pods of it (256): a pick reaches its model's pods only, and costs what it would
+	// on a pool of them alone.
+	multiR, aloneR := &runner{s: buildWith(ctx, 1024, 46, "", false, buildOpts{models: 4})}, &runner{s: build(ctx, 256, 46, "", false)}
+	multi, alone, mratio := sideBySide(ctx, multiR, aloneR, 1000, 2000)
+	fmt.Printf("side by side, picks=5×2000: 4 models × 256 endpoints p50=%sµs p99=%sµs, 256 endpoints of one model p50=%sµs p99=%sµs, median round ratio %.3f\n",
+		us(pct(multi, 0.5)), us(pct(multi, 0.99)), us(pct(alone, 0.5)), us(pct(alone, 0.99)), mratio)
+	fmt.Printf("RESULT pick_ratio_four_models_vs_one_256=%.3f\n", mratio)
 
 	tk, tg := tokenizeCost()
 	fmt.Printf("cl100k_base over docs/*.md and README.md: Tandem %.1fµs/KiB, tiktoken-go %.1fµs/KiB (%.0f× faster)\n", tk, tg, tg/tk)

@@ -221,11 +221,14 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 		}
 	}
 	// Redis: the flag, else Tandem's variable, else AIBrix's REDIS_HOST (and REDIS_PORT, default
-	// 6379) and REDIS_PASSWORD, so an AIBrix gateway Deployment's env works unchanged.
-	if o.RedisAddr == "" {
+	// 6379) and REDIS_PASSWORD, so an AIBrix gateway Deployment's env works unchanged. A flag
+	// given on the command line wins over the variables, even when it says off or empty.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["redis-addr"] {
 		o.RedisAddr = getenv("TANDEM_REDIS_ADDR")
 	}
-	if o.RedisAddr == "" {
+	if o.RedisAddr == "" && !set["redis-addr"] {
 		if host := strings.TrimSpace(getenv("REDIS_HOST")); host != "" {
 			port := strings.TrimSpace(getenv("REDIS_PORT"))
 			if link, ok := strings.CutPrefix(port, "tcp://"); ok {
@@ -244,13 +247,13 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 			o.RedisAddr = net.JoinHostPort(host, port)
 		}
 	}
-	if o.RedisPassword == "" {
+	if !set["redis-password"] {
 		o.RedisPassword = getenv("TANDEM_REDIS_PASSWORD")
+		if o.RedisPassword == "" {
+			o.RedisPassword = getenv("REDIS_PASSWORD")
+		}
 	}
-	if o.RedisPassword == "" {
-		o.RedisPassword = getenv("REDIS_PASSWORD")
-	}
-	if raw := strings.TrimSpace(getenv("TANDEM_REDIS_TLS")); raw != "" && !o.RedisTLS {
+	if raw := strings.TrimSpace(getenv("TANDEM_REDIS_TLS")); raw != "" && !set["redis-tls"] {
 		tls, err := strconv.ParseBool(raw)
 		if err != nil {
 			// A typo must not send the password in plain text.

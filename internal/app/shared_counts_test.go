@@ -274,4 +274,34 @@ func TestRedisTLSFromTheEnvironment(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "TANDEM_REDIS_TLS") {
 		t.Errorf("TANDEM_REDIS_TLS=maybe: %v, want an error naming it", err)
 	}
+	// The flag on the command line wins over the variable, either way.
+	for _, tc := range []struct {
+		flag, env string
+		want      bool
+	}{{"--redis-tls=false", "true", false}, {"--redis-tls", "false", true}, {"--redis-tls=false", "maybe", false}} {
+		o, err := ParseFlags([]string{"--endpoints-file=x", tc.flag}, io.Discard, func(k string) string {
+			return map[string]string{"TANDEM_REDIS_TLS": tc.env}[k]
+		})
+		if err != nil || o.RedisTLS != tc.want {
+			t.Errorf("%s with TANDEM_REDIS_TLS=%s: tls %v, %v; want %v", tc.flag, tc.env, o != nil && o.RedisTLS, err, tc.want)
+		}
+	}
+	env := map[string]string{"TANDEM_REDIS_ADDR": "redis-a:6379", "REDIS_HOST": "redis-b", "TANDEM_REDIS_PASSWORD": "p1", "REDIS_PASSWORD": "p2"}
+	for _, tc := range []struct {
+		flags          []string
+		addr, password string
+	}{
+		{nil, "redis-a:6379", "p1"},
+		{[]string{"--redis-addr=", "--redis-password="}, "", ""},
+		{[]string{"--redis-addr=redis-c:1", "--redis-password=p3"}, "redis-c:1", "p3"},
+	} {
+		o, err := ParseFlags(append([]string{"--endpoints-file=x"}, tc.flags...), io.Discard, func(k string) string { return env[k] })
+		if err != nil {
+			t.Errorf("%v: %v", tc.flags, err)
+			continue
+		}
+		if o.RedisAddr != tc.addr || o.RedisPassword != tc.password {
+			t.Errorf("%v: addr %q, password %q; want %q, %q", tc.flags, o.RedisAddr, o.RedisPassword, tc.addr, tc.password)
+		}
+	}
 }

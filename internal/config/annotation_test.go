@@ -108,8 +108,8 @@ func TestAnnotationFieldProblems(t *testing.T) {
 				return c.LockedRoutingStrategy == "" && c.Profiles["default"].RoutingStrategy == ""
 			}},
 		{"unknown policies", `{"profiles":{"default":{"routingConfig":{"prefillScorePolicy":"magic","decodeScorePolicy":"prefix_cache","combined":true}}}}`,
-			[]string{`profiles.default.routingConfig.decodeScorePolicy="prefix_cache": must be one of load_balancing, least_request, conductor, token_load, predicted_tpot`,
-				`profiles.default.routingConfig.prefillScorePolicy="magic": must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load, predicted_ttft`},
+			[]string{`profiles.default.routingConfig.decodeScorePolicy="prefix_cache": ` + decodePolicyRule,
+				`profiles.default.routingConfig.prefillScorePolicy="magic": ` + prefillPolicyRule},
 			func(c ModelConfig) bool {
 				rc := c.Profiles["default"].RoutingConfig
 				return rc.PrefillScorePolicy == "" && rc.DecodeScorePolicy == "" && rc.Combined

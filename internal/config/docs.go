@@ -110,7 +110,7 @@ func Reference(plugins []PluginDoc) []byte {
 	p("does not start. Unknown `AIBRIX_*`/`TANDEM_*` variables are logged as warnings. Three more variables are the\n")
 	p("defaults of `epp` flags rather than gateway settings: `TANDEM_REDIS_ADDR` (`--redis-addr`), `TANDEM_REDIS_PASSWORD`\n")
 	p("(`--redis-password`) and `TANDEM_REDIS_TLS` (`--redis-tls`: `true`/`false`, `1`/`0`; any other value stops Tandem,\n")
-	p("so a typo cannot send the password in plain text).\n\n")
+	p("so a typo cannot send the password in plain text). A flag given on the command line wins over its variable.\n\n")
 
 	p("## Limits (command-line flags)\n\n")
 	p("What one client, or many, can make Tandem hold. A request over a limit is answered at once, never queued, and\n")

@@ -8,6 +8,12 @@ import (
 	"time"
 )
 
+// The rules a policy name breaks: one of the documented policies.
+var (
+	prefillPolicyRule = oneOf(docNames(prefillPolicyDocs))
+	decodePolicyRule  = oneOf(docNames(decodePolicyDocs))
+)
+
 func envOf(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
 }
@@ -206,7 +212,7 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "0", "AIBRIX_PREFILL_REQUEST_TIMEOUT=0: must be positive"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "1.5", "AIBRIX_PREFILL_REQUEST_TIMEOUT=1.5: must be a whole number"},
 		{"AIBRIX_PREFILL_REQUEST_TIMEOUT", "30s", "AIBRIX_PREFILL_REQUEST_TIMEOUT=30s: must be a whole number"},
-		{"AIBRIX_PREFILL_SCORE_POLICY", "random", "AIBRIX_PREFILL_SCORE_POLICY=random: must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load, predicted_ttft"},
+		{"AIBRIX_PREFILL_SCORE_POLICY", "random", "AIBRIX_PREFILL_SCORE_POLICY=random: " + prefillPolicyRule},
 		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "-1", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=-1: must be positive"},
 		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "0", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=0: must be positive"},
 		{"AIBRIX_TOKEN_LOAD_KV_WEIGHT", "NaN", "AIBRIX_TOKEN_LOAD_KV_WEIGHT=NaN: must be a number"},
@@ -221,7 +227,7 @@ func TestEnvInvalidValues(t *testing.T) {
 		{"AIBRIX_MIN_MATCH_PCT", "-1", "AIBRIX_MIN_MATCH_PCT=-1: must be 0 to 100"},
 		{"AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH", "nope", "AIBRIX_DECODE_TOKEN_LOAD_OUTPUT_GROWTH=nope: must be true or false"},
 		{"AIBRIX_TOKEN_LOAD_SHARED_LEDGER", "2", "AIBRIX_TOKEN_LOAD_SHARED_LEDGER=2: must be true or false"},
-		{"AIBRIX_DECODE_SCORE_POLICY", "prefix_cache", "AIBRIX_DECODE_SCORE_POLICY=prefix_cache: must be one of load_balancing, least_request, conductor, token_load, predicted_tpot"},
+		{"AIBRIX_DECODE_SCORE_POLICY", "prefix_cache", "AIBRIX_DECODE_SCORE_POLICY=prefix_cache: " + decodePolicyRule},
 		{"AIBRIX_KV_CONNECTOR_TYPE", "rdma", "AIBRIX_KV_CONNECTOR_TYPE=rdma: must be one of shfs, nixl"},
 		{"AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD", "-1", "AIBRIX_PREFILL_LOAD_IMBALANCE_MIN_SPREAD=-1: must be positive"},
 		// AIBrix's LoadEnvFloat / LoadEnvInt discard values ≤ 0 too (they keep the default).

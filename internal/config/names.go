@@ -28,6 +28,8 @@ const (
 	PolicyLoadBalancing   = "load_balancing"
 	PolicyPredictedTTFT   = "predicted_ttft"
 	PolicyPredictedTPOT   = "predicted_tpot"
+	// PolicyKVCacheUtilization is a decode policy of Tandem's own, not the seed's.
+	PolicyKVCacheUtilization = "kv_cache_utilization"
 )
 
 // Hand-off modes (TANDEM_PD_HANDOFF, routingConfig.handoff). HandoffAuto, the default, is
@@ -86,6 +88,7 @@ var (
 		{PolicyConductor, "estimated TBT from throughput, batch size and GPU pressure"},
 		{PolicyTokenLoad, "decode_tokens + generated_tokens"},
 		{PolicyPredictedTPOT, "predicted TPOT on the pod ÷ the TPOT objective + predicted KV hand-over ÷ the TTFT objective"},
+		{PolicyKVCacheUtilization, "kv_usage_percent + requests / max_requests (the least-used KV cache first; load breaks ties within a point)"},
 	}
 )
 

@@ -300,7 +300,7 @@ func TestLastGoodAnnotation(t *testing.T) {
 	if got.Strategy != "pd" || got.PrefillScorePolicy != "prefix_cache" {
 		t.Errorf("partial: %s %s", got, got.PrefillScorePolicy)
 	}
-	if reps := rec.take(); len(reps) != 1 || reps[0] != `ns/p profiles.default.routingConfig.prefillScorePolicy | profiles.default.routingConfig.prefillScorePolicy="magic": must be one of prefix_cache, least_request, conductor, token_load, hybrid_cache_load, predicted_ttft` {
+	if reps := rec.take(); len(reps) != 1 || reps[0] != `ns/p profiles.default.routingConfig.prefillScorePolicy | profiles.default.routingConfig.prefillScorePolicy="magic": `+prefillPolicyRule {
 		t.Errorf("reports %v", reps)
 	}
 }

@@ -8,28 +8,7 @@
 // topology-aware preference for near pairs (TANDEM_TOPOLOGY_LABELS, topology.go). It must
 // not speak gRPC or engine wire formats: it returns a picker.Decision.
 //
-// # Adding a score policy
+// # Adding a score policy or a decider
 //
-// A policy is one file and one table test:
-//
-//  1. policy_<name>.go: a type implementing PrefillPolicy (Name, UsesPrefix, Score) or
-//     DecodePolicy (Name, ColdStart, FastPath, Score) — lower is better, in the policy's own
-//     units, NaN for a pod it cannot score — registered with
-//     `var _ = builtinPrefillPolicy(myPolicy{})` (or builtinDecodePolicy). A policy that keeps
-//     a ledger also implements CycleCharger (charged inside the critical section, released by
-//     the decision's lifecycle).
-//  2. policy_<name>_test.go: a table of PrefillBatch/DecodeBatch inputs and the scores worked
-//     out by hand.
-//
-// One line elsewhere: its name and score formula in internal/config's prefillPolicyDocs (or
-// decodePolicyDocs). The variables' accepted values, the generated reference and the chart's
-// schema are made from that list, so AIBRIX_PREFILL_SCORE_POLICY refuses a name missing there
-// ("must be one of …"); regenerate them with `go generate ./internal/config` and
-// `go test ./manifests/ -run TestChartSettings -update`. Nothing else changes: the policy is
-// accepted by name in AIBRIX_PREFILL_SCORE_POLICY /
-// AIBRIX_DECODE_SCORE_POLICY, in a model config's prefillScorePolicy / decodeScorePolicy, and
-// in a --config-file's prefill-policy-scorer or decode-policy-scorer (parameter policy), and
-// the roleset handler pairs on its raw score exactly as on the seed's own. A policy that needs
-// the process's state (the token-load ledgers) is registered on the cascade instead
-// (Cascade.Policies().RegisterPrefill), as RegisterTokenLoad does.
+// One file and one table test each, plus one line elsewhere: CONTRIBUTING.md has the recipe.
 package pd

@@ -1,6 +1,11 @@
 package pd
 
-import "github.com/tandem-epp/tandem/internal/picker"
+import (
+	"strings"
+
+	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/picker"
+)
 
 // RegisterPlugins adds the PD plugin types to reg: llm-d's disaggregation handler and
 // deciders, and the seed's cascade as plugins (the roleset handler, its deciders, filters and
@@ -24,6 +29,7 @@ func NewRegistry(c *Cascade) *picker.Registry {
 func IsPluginType(typ string) bool { return NewRegistry(nil).Has(typ) }
 
 func (c *Cascade) registrations() []picker.Registration {
+	names := config.DefaultNames()
 	return []picker.Registration{
 		{Type: TypeDisaggHandler, Kind: picker.KindProfileHandler, Origin: picker.OriginLLMD, Params: disaggParams{}, New: c.newDisaggHandler,
 			Doc: "llm-d's P/D handler: the decode profile picks the destination; when the prefill decider says so, the prefill profile picks the prefill target (x-prefiller-host-port). Also accepts llm-d's deprecated flat parameters."},
@@ -50,8 +56,8 @@ func (c *Cascade) registrations() []picker.Registration {
 		{Type: TypeStddevFilter, Kind: picker.KindFilter, Origin: picker.OriginTandem, Params: stddevParams{}, New: c.newStddevFilter,
 			Doc: "Step 3's skip: drops prefill pods with more requests in flight than mean + factor × std (lifted by the roleset handler when it leaves no pair)."},
 		{Type: TypePrefillPolicyScorer, Kind: picker.KindScorer, Origin: picker.OriginTandem, Params: prefillPolicyParams{}, New: c.newPolicyScorer(true),
-			Doc: "A prefill score policy (the seed's prefix_cache, least_request, conductor, token_load, hybrid_cache_load; predicted_ttft) as a scorer: 1 − cost / max(1, costs)."},
+			Doc: "A prefill score policy (" + strings.Join(names.PrefillPolicies, ", ") + ") as a scorer: 1 − cost / max(1, costs)."},
 		{Type: TypeDecodePolicyScorer, Kind: picker.KindScorer, Origin: picker.OriginTandem, Params: decodePolicyParams{}, New: c.newPolicyScorer(false),
-			Doc: "A decode score policy (the seed's load_balancing, least_request, conductor, token_load; predicted_tpot) as a scorer: 1 − cost / max(0.01, costs), with the seed's cold-start score."},
+			Doc: "A decode score policy (" + strings.Join(names.DecodePolicies, ", ") + ") as a scorer: 1 − cost / max(0.01, costs), with the seed's cold-start score where the policy takes it."},
 	}
 }

@@ -44,13 +44,14 @@ func (s *Snapshot) Rolesets() []*RolesetGroup {
 }
 
 // OfModel is the part of the snapshot a request for model may reach (ForModel over
-// Endpoints). A narrowed view is made once per snapshot and model, and is Owned.
+// Endpoints). The view of a model some endpoint is labelled with is made once per snapshot
+// (the whole of Endpoints when the pool holds no other model's pods), and is Owned.
 func (s *Snapshot) OfModel(model string) []*Endpoint {
 	if v, ok := s.models.Load(model); ok {
 		return v.([]*Endpoint)
 	}
-	eps := ForModel(s.Endpoints, model)
-	if !sameEndpoints(eps, s.Endpoints) {
+	eps, labelled := forModel(s.Endpoints, model)
+	if labelled {
 		v, _ := s.models.LoadOrStore(model, eps)
 		eps = v.([]*Endpoint)
 	}
@@ -84,8 +85,14 @@ func sameEndpoints(a, b []*Endpoint) bool {
 // pool without the label) may go to any of them, as in a GIE pool. eps is returned as it is,
 // without a copy, when none leaves.
 func ForModel(eps []*Endpoint, model string) []*Endpoint {
+	out, _ := forModel(eps, model)
+	return out
+}
+
+// forModel is ForModel, and whether some endpoint of eps is labelled with model.
+func forModel(eps []*Endpoint, model string) (out []*Endpoint, labelled bool) {
 	if model == "" {
-		return eps
+		return eps, false
 	}
 	same, other := 0, 0
 	for _, e := range eps {
@@ -98,15 +105,15 @@ func ForModel(eps []*Endpoint, model string) []*Endpoint {
 		}
 	}
 	if same == 0 || other == 0 {
-		return eps
+		return eps, same > 0
 	}
-	out := make([]*Endpoint, 0, len(eps)-other)
+	out = make([]*Endpoint, 0, len(eps)-other)
 	for _, e := range eps {
 		if e.Model == model || e.Model == "" {
 			out = append(out, e)
 		}
 	}
-	return out
+	return out, true
 }
 
 // ByHostPort finds the endpoint serving at "ip:port".
