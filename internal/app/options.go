@@ -253,13 +253,16 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 			o.RedisPassword = getenv("REDIS_PASSWORD")
 		}
 	}
-	if raw := strings.TrimSpace(getenv("TANDEM_REDIS_TLS")); raw != "" && !set["redis-tls"] {
+	if raw := strings.TrimSpace(getenv("TANDEM_REDIS_TLS")); raw != "" {
 		tls, err := strconv.ParseBool(raw)
 		if err != nil {
-			// A typo must not send the password in plain text.
+			// A typo must not send the password in plain text, and is a mistake even where the
+			// flag decides.
 			return nil, fmt.Errorf("TANDEM_REDIS_TLS=%q: want true or false (or pass --redis-tls)", raw)
 		}
-		o.RedisTLS = tls
+		if !set["redis-tls"] {
+			o.RedisTLS = tls
+		}
 	}
 	return o, o.validate()
 }

@@ -278,13 +278,18 @@ func TestRedisTLSFromTheEnvironment(t *testing.T) {
 	for _, tc := range []struct {
 		flag, env string
 		want      bool
-	}{{"--redis-tls=false", "true", false}, {"--redis-tls", "false", true}, {"--redis-tls=false", "maybe", false}} {
+	}{{"--redis-tls=false", "true", false}, {"--redis-tls", "false", true}} {
 		o, err := ParseFlags([]string{"--endpoints-file=x", tc.flag}, io.Discard, func(k string) string {
 			return map[string]string{"TANDEM_REDIS_TLS": tc.env}[k]
 		})
 		if err != nil || o.RedisTLS != tc.want {
 			t.Errorf("%s with TANDEM_REDIS_TLS=%s: tls %v, %v; want %v", tc.flag, tc.env, o != nil && o.RedisTLS, err, tc.want)
 		}
+	}
+	if _, err := ParseFlags([]string{"--endpoints-file=x", "--redis-tls=false"}, io.Discard, func(k string) string {
+		return map[string]string{"TANDEM_REDIS_TLS": "maybe"}[k]
+	}); err == nil || !strings.Contains(err.Error(), "TANDEM_REDIS_TLS") {
+		t.Errorf("--redis-tls=false with TANDEM_REDIS_TLS=maybe: %v, want an error naming the variable", err)
 	}
 	env := map[string]string{"TANDEM_REDIS_ADDR": "redis-a:6379", "REDIS_HOST": "redis-b", "TANDEM_REDIS_PASSWORD": "p1", "REDIS_PASSWORD": "p2"}
 	for _, tc := range []struct {

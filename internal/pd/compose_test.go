@@ -187,3 +187,21 @@ plugins:
 func buildPicker(f *config.File) (*app.Picker, error) {
 	return app.BuildPicker(app.PickerOptions{Gateway: config.DefaultGateway(), File: f, Logger: logr.Discard()})
 }
+
+// A decode policy is named in any case in a config file, as in AIBRIX_DECODE_SCORE_POLICY; a
+// prefill policy exactly, as AIBrix names it.
+func TestPolicyScorerNamesDecodePoliciesInAnyCase(t *testing.T) {
+	for yaml, ok := range map[string]bool{
+		"plugins:\n- type: decode-policy-scorer\n  parameters: {policy: KV_Cache_Utilization}\n": true,
+		"plugins:\n- type: decode-policy-scorer\n  parameters: {policy: ' Least_Request '}\n":    true,
+		"plugins:\n- type: prefill-policy-scorer\n  parameters: {policy: Least_Request}\n":       false,
+	} {
+		f, err := config.ParseFile("epp.yaml", []byte(yaml), config.FileOptions{KnownPluginTypes: pd.IsPluginType})
+		if err == nil {
+			_, err = buildPicker(f)
+		}
+		if (err == nil) != ok {
+			t.Errorf("%q: error %v, want accepted %v", yaml, err, ok)
+		}
+	}
+}

@@ -98,11 +98,28 @@ type DecodeBatch struct {
 	Objective    Objective
 	fc           []latency.Forecast
 
-	// rate caches the token-load policy's mean generation rate over the batch.
-	rate struct {
-		done bool
-		mean float64
+	// memo holds the batch-wide figures policies computed once (Memo).
+	memo []batchFigure
+}
+
+// batchFigure is one figure of a batch's memo.
+type batchFigure struct {
+	key   string
+	value float64
+}
+
+// Memo is f() computed once per batch (one request's) under key: a figure every pod's score
+// reads, such as a mean over the pods, without an O(pods²) pick. key names the policy and
+// the figure (e.g. "token_load.rate").
+func (b *DecodeBatch) Memo(key string, f func() float64) float64 {
+	for _, m := range b.memo {
+		if m.key == key {
+			return m.value
+		}
 	}
+	v := f()
+	b.memo = append(b.memo, batchFigure{key, v})
+	return v
 }
 
 // DecodePolicy scores decode pods; lower is better.

@@ -7,19 +7,54 @@ const PolicyKVCacheUtilization = config.PolicyKVCacheUtilization
 
 var _ = builtinDecodePolicy(kvCacheUtilizationDecode{})
 
-// kvCacheUtilizationDecode: the pod's KV-cache utilisation in percent as the seed rounds it
-// (100 − FreeGPU; a pod whose utilisation was never scraped counts as empty, as the seed's
-// load_balancing counts it), plus its requests over the batch's most, a fraction below one
-// that breaks ties within a percentage point by load. A decode pod's KV fills with the
-// prompts it holds and the tokens they generate, and one that runs out preempts; this keeps
-// the fullest pods for last, as llm-d's kv-cache-utilization scorer does for any pod.
+// kvCacheUtilizationDecode: the share of the pod's KV cache in use now, in percent. That is
+// what the engine last reported (its KV usage, unrounded) plus the requests the gateway sent
+// it since, each at the batch's mean KV per running request: the gateway's running + pending
+// count beyond the engine's running count at the scrape (fewer, when requests ended since).
+// A pod whose usage is not scraped (new, stale, or an engine without the metric) is
+// estimated from its requests alone the same way, so it neither wins by default nor is shut
+// out; picks between two scrapes spread as the estimates grow. A decode pod's KV fills with
+// the prompts it holds and the tokens they generate, and one that runs out preempts, so the
+// seed's throughput fast path (which sends the request to the slowest pod, often the one
+// preempting) is off, as for token_load.
 type kvCacheUtilizationDecode struct{}
 
 func (kvCacheUtilizationDecode) Name() string    { return PolicyKVCacheUtilization }
 func (kvCacheUtilizationDecode) ColdStart() bool { return false }
-func (kvCacheUtilizationDecode) FastPath() bool  { return true }
+func (kvCacheUtilizationDecode) FastPath() bool  { return false }
 func (kvCacheUtilizationDecode) DrainFree()      {}
 func (kvCacheUtilizationDecode) Score(b *DecodeBatch, i int) float64 {
 	p := &b.Pods[i]
-	return 100 - p.FreeGPU + p.Requests()/b.MaxRequests
+	perRequest := b.Memo("kv_cache_utilization.per_request", func() float64 { return kvPerRequest(b) })
+	used, scraped := scrapedKV(p)
+	if !scraped {
+		return perRequest * p.Requests()
+	}
+	return max(used+perRequest*(p.Requests()-p.Sample.Running), 0)
+}
+
+// scrapedKV is the pod's KV usage in percent at its last scrape, when the engine reported it
+// with its running count.
+func scrapedKV(p *DecodePod) (float64, bool) {
+	if s := p.Sample; s != nil && s.HasKVUsage && s.HasRunning {
+		return 100 * s.KVUsage, true
+	}
+	return 0, false
+}
+
+// kvPerRequest is the batch's KV per running request, in percent of a pod's cache: the
+// scraped usage over the scraped running requests, summed over the pods that report both
+// (0 when none runs anything).
+func kvPerRequest(b *DecodeBatch) float64 {
+	var used, running float64
+	for j := range b.Pods {
+		if u, ok := scrapedKV(&b.Pods[j]); ok {
+			used += u
+			running += b.Pods[j].Sample.Running
+		}
+	}
+	if running == 0 {
+		return 0
+	}
+	return used / running
 }

@@ -180,7 +180,7 @@ func (d *tokenLoadDecode) charge(req *request.Request, decode *pool.Endpoint, b 
 // meanRate is the mean per-request generation rate of the batch's pods that have one,
 // computed once per batch (a batch is one request's).
 func (b *DecodeBatch) meanRate() float64 {
-	if !b.rate.done {
+	return b.Memo("token_load.rate", func() float64 {
 		var sum float64
 		var n int
 		for j := range b.Pods {
@@ -189,12 +189,11 @@ func (b *DecodeBatch) meanRate() float64 {
 				n++
 			}
 		}
-		if n > 0 {
-			b.rate.mean = sum / float64(n)
+		if n == 0 {
+			return 0
 		}
-		b.rate.done = true
-	}
-	return b.rate.mean
+		return sum / float64(n)
+	})
 }
 
 var (

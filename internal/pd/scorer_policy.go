@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/picker"
@@ -27,7 +28,7 @@ type prefillPolicyParams struct {
 }
 
 type decodePolicyParams struct {
-	Policy string `json:"policy" default:"the request's: routingConfig.decodeScorePolicy, else AIBRIX_DECODE_SCORE_POLICY" doc:"The registered decode policy to score every request with; unset follows each request's profile, as the seed does (an unregistered name fails the request with 503)."`
+	Policy string `json:"policy" default:"the request's: routingConfig.decodeScorePolicy, else AIBRIX_DECODE_SCORE_POLICY" doc:"The registered decode policy to score every request with, in any case; unset follows each request's profile, as the seed does (an unregistered name fails the request with 503)."`
 }
 
 // policies is one request's pair of policies, resolved once per cycle.
@@ -117,6 +118,10 @@ func (c *Cascade) newPolicyScorer(prefill bool) picker.Factory {
 		typ := TypeDecodePolicyScorer
 		if prefill {
 			typ = TypePrefillPolicyScorer
+		}
+		if !prefill {
+			// Decode policies are named in any case, as AIBRIX_DECODE_SCORE_POLICY and AIBrix take them.
+			p.Policy = strings.ToLower(strings.TrimSpace(p.Policy))
 		}
 		if p.Policy != "" {
 			pre, dec := c.policies.Names()
