@@ -217,7 +217,7 @@ func TestChainDecidesAsTheFrozenCascade(t *testing.T) {
 				i := rng2.IntN(len(live[0]))
 				for w := range live {
 					d := live[w][i]
-					d.Lifecycle.ResponseHeaders(200, "")
+					d.Lifecycle.ResponseHeaders(200, nil)
 					d.Lifecycle.Done(nil)
 					live[w] = append(live[w][:i], live[w][i+1:]...)
 				}

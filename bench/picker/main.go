@@ -328,7 +328,7 @@ func (r *runner) pick(ctx context.Context) time.Duration {
 		fail(fmt.Errorf("pick: %w", err))
 	}
 	if r.prev != nil {
-		r.prev.Lifecycle.ResponseHeaders(200, "")
+		r.prev.Lifecycle.ResponseHeaders(200, nil)
 		r.prev.Lifecycle.ResponseBody(64, false)
 		r.prev.Lifecycle.Done(nil)
 	}

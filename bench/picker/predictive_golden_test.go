@@ -192,7 +192,7 @@ func predictiveScenario(t *testing.T, scenario int, kinds map[string]int) []stri
 					po.PrefillDone(nil)
 				}
 				if !l.started {
-					lc.ResponseHeaders(200, "")
+					lc.ResponseHeaders(200, nil)
 					l.started = true
 				}
 				lc.ResponseBody(16, false)
@@ -203,7 +203,7 @@ func predictiveScenario(t *testing.T, scenario int, kinds map[string]int) []stri
 				lc.Done(fmt.Errorf("reset"))
 			default:
 				if !l.started {
-					lc.ResponseHeaders(200, "")
+					lc.ResponseHeaders(200, nil)
 				}
 				for range 4 {
 					lc.ResponseBody(16, false)

@@ -577,7 +577,7 @@ func tokens(d *des, q *wreq, rec *record, v *vpod, lc picker.Lifecycle, finish f
 			if i == 1 {
 				rec.first = d.now
 				if lc != nil {
-					lc.ResponseHeaders(200, v.ep.HostPort())
+					lc.ResponseHeaders(200, v.ep)
 				}
 			}
 			if lc != nil {

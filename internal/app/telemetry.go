@@ -183,7 +183,7 @@ type timedLifecycle struct {
 
 func (l *timedLifecycle) label() string { return l.m.ModelLabel(l.model, l.declared) }
 
-func (l *timedLifecycle) ResponseHeaders(status int, served string) {
+func (l *timedLifecycle) ResponseHeaders(status int, served *pool.Endpoint) {
 	l.status = status
 	if l.learn && status > 0 && status < 400 {
 		l.m.ModelServed(l.model)

@@ -23,7 +23,7 @@ type panicLifecycle struct {
 	at string
 }
 
-func (l *panicLifecycle) ResponseHeaders(status int, served string) {
+func (l *panicLifecycle) ResponseHeaders(status int, served *pool.Endpoint) {
 	l.recLifecycle.ResponseHeaders(status, served)
 	if l.at == "headers" {
 		panic("lifecycle bug in ResponseHeaders")

@@ -40,10 +40,14 @@ type recLifecycle struct {
 	err    error
 }
 
-func (l *recLifecycle) ResponseHeaders(status int, served string) {
+func (l *recLifecycle) ResponseHeaders(status int, served *pool.Endpoint) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.events = append(l.events, fmt.Sprintf("headers %d %s", status, served))
+	hp := ""
+	if served != nil {
+		hp = served.HostPort()
+	}
+	l.events = append(l.events, fmt.Sprintf("headers %d %s", status, hp))
 }
 
 func (l *recLifecycle) ResponseBody(size int, eos bool) {

@@ -533,7 +533,7 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 			st.resp.headers(joinHeaders(h.GetHeaders().GetHeaders()))
 		}
 		if st.lifecycle != nil && !st.respHeaders && !st.finished {
-			st.lifecycle.ResponseHeaders(code, served)
+			st.lifecycle.ResponseHeaders(code, servedEP)
 		}
 		if !st.respHeaders {
 			st.routeResponse(code, served, servedEP)

@@ -69,8 +69,8 @@ func TestChargerExtensionPoint(t *testing.T) {
 	if led.tokens[h.key("p0")] != 2000 || led.tokens[h.key("p1")] != 2000 {
 		t.Fatalf("ledger %v, want 2000 each", led.tokens)
 	}
-	ds[0].Lifecycle.ResponseHeaders(200, "")
-	ds[0].Lifecycle.ResponseHeaders(200, "")
+	ds[0].Lifecycle.ResponseHeaders(200, nil)
+	ds[0].Lifecycle.ResponseHeaders(200, nil)
 	if sum := led.tokens[h.key("p0")] + led.tokens[h.key("p1")]; sum != 3900 {
 		t.Fatalf("prefill release: %d left, want 3900", sum)
 	}

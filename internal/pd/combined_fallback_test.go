@@ -23,7 +23,7 @@ func TestCombinedServedFallbackIsCounted(t *testing.T) {
 	if got := running(); got != [2]int64{1, 0} {
 		t.Fatalf("after pick running %v, want [1 0]", got)
 	}
-	d.Lifecycle.ResponseHeaders(200, d.Destination[1].HostPort())
+	d.Lifecycle.ResponseHeaders(200, d.Destination[1])
 	if got := running(); got != [2]int64{0, 1} {
 		t.Fatalf("after the fallback answered running %v, want [0 1]", got)
 	}

@@ -119,7 +119,7 @@ func TestComposedSeedChainIsThePDStrategy(t *testing.T) {
 		if load.IntN(2) == 0 {
 			j := load.IntN(len(live[0]))
 			for i := range live {
-				live[i][j].Lifecycle.ResponseHeaders(200, "")
+				live[i][j].Lifecycle.ResponseHeaders(200, nil)
 				live[i][j].Lifecycle.Done(nil)
 				live[i] = append(live[i][:j], live[i][j+1:]...)
 			}

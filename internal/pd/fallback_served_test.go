@@ -46,7 +46,7 @@ func TestPairServedByACombinedFallback(t *testing.T) {
 		if c.served != "s1" {
 			c.served = d.Destination[1].Name // the roleset's other decode pod
 		}
-		d.Lifecycle.ResponseHeaders(200, h.byName[c.served].HostPort())
+		d.Lifecycle.ResponseHeaders(200, h.byName[c.served])
 		if n := h.deps.Running.InFlight(h.key(c.served)); n < 1 {
 			t.Errorf("served by %s: not counted running there", c.served)
 		}

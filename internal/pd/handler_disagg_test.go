@@ -124,7 +124,7 @@ func TestDisaggHandler(t *testing.T) {
 			if tc.pd && p.Cascade.PrefillInFlight(eps[0].Key()) != 1 {
 				t.Fatal("the prefill pod's in-flight count did not move")
 			}
-			d.Lifecycle.ResponseHeaders(200, "")
+			d.Lifecycle.ResponseHeaders(200, nil)
 			d.Lifecycle.Done(nil)
 			if p.Cascade.PrefillInFlight(eps[0].Key()) != 0 || p.Cascade.PendingDecode(eps[1].Key()) != 0 {
 				t.Fatal("trackers not released")

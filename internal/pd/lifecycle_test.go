@@ -67,7 +67,7 @@ func TestLifecycleTrackers(t *testing.T) {
 	if _, has := h.deps.Running.Lookup(dk); has {
 		t.Fatal("the decode pod has a running metric before it ever answered")
 	}
-	d.Lifecycle.ResponseHeaders(200, d.Destination[0].HostPort())
+	d.Lifecycle.ResponseHeaders(200, d.Destination[0])
 	if got := state(); got != [3]int64{0, 0, 1} {
 		t.Fatalf("after response headers %v", got)
 	}
@@ -101,7 +101,7 @@ func TestServedFallbackIsCounted(t *testing.T) {
 		t.Fatalf("destination %v", names(d.Destination))
 	}
 	fb := d.Destination[1]
-	d.Lifecycle.ResponseHeaders(200, fb.HostPort())
+	d.Lifecycle.ResponseHeaders(200, fb)
 	if h.deps.Running.InFlight(fb.Key()) != 1 || h.deps.Running.InFlight(d.Destination[0].Key()) != 0 {
 		t.Fatal("running not counted on the serving fallback")
 	}
@@ -125,7 +125,7 @@ func TestDecodePodGoesAwayMidTraffic(t *testing.T) {
 		// started: pending on their decode pod (whatever order the picks alternate in).
 		if dst := first(d.Destination); !started[dst] {
 			started[dst] = true
-			d.Lifecycle.ResponseHeaders(200, "")
+			d.Lifecycle.ResponseHeaders(200, nil)
 		}
 		inflight = append(inflight, d)
 	}
@@ -360,7 +360,7 @@ func TestConcurrentPicksAndPoolChanges(t *testing.T) {
 				if err != nil {
 					continue
 				}
-				d.Lifecycle.ResponseHeaders(200, "")
+				d.Lifecycle.ResponseHeaders(200, nil)
 				d.Lifecycle.Done(nil)
 			}
 		})

@@ -66,7 +66,7 @@ func (l *loadedConfig) route(tokens int, seed string) *picker.Decision {
 		l.t.Fatalf("route: %v", err)
 	}
 	// The request completes; its warms land before the next request routes.
-	d.Lifecycle.ResponseHeaders(200, "")
+	d.Lifecycle.ResponseHeaders(200, nil)
 	d.Lifecycle.Done(nil)
 	if err := l.p.Deps.Warmer.Flush(context.Background()); err != nil {
 		l.t.Fatal(err)

@@ -140,7 +140,7 @@ func TestComposedPredictiveChainIsPDPredictive(t *testing.T) {
 				if po, ok := d.Lifecycle.(pd.PrefillObserver); ok && d.Outcome == picker.OutcomePD {
 					po.PrefillDone(nil)
 				}
-				d.Lifecycle.ResponseHeaders(200, "")
+				d.Lifecycle.ResponseHeaders(200, nil)
 				for range 5 {
 					d.Lifecycle.ResponseBody(16, false)
 				}

@@ -23,7 +23,7 @@ func TestPrefillLegFeedsPrefillDrain(t *testing.T) {
 		end  func(d *picker.Decision)
 	}{
 		{"sidecar: decode answers", func(d *picker.Decision) {
-			d.Lifecycle.ResponseHeaders(200, d.Destination[0].HostPort())
+			d.Lifecycle.ResponseHeaders(200, d.Destination[0])
 			d.Lifecycle.Done(nil)
 		}},
 		{"epp hand-off: prefill returns", func(d *picker.Decision) {

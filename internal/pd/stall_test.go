@@ -62,7 +62,7 @@ func TestStalledPodIsNotChosen(t *testing.T) {
 			po.PrefillDone(nil)
 		}
 		clock.Advance(5 * time.Millisecond)
-		d.Lifecycle.ResponseHeaders(200, "")
+		d.Lifecycle.ResponseHeaders(200, nil)
 		d.Lifecycle.ResponseBody(16, false)
 		stuck = append(stuck, d) // decoding until the test ends
 	}

@@ -288,7 +288,7 @@ func TestTokenLoadLifecycle(t *testing.T) {
 		}
 		for range 2 {
 			if mode == "sidecar" {
-				d.Lifecycle.ResponseHeaders(200, "")
+				d.Lifecycle.ResponseHeaders(200, nil)
 			} else {
 				d.Lifecycle.(pd.PrefillObserver).PrefillDone(nil)
 			}
@@ -418,7 +418,7 @@ func TestTokenLoadConcurrentPicks(t *testing.T) {
 				d := h.pick(tlReq(t, fmt.Sprintf("w%d ", i%5), 50+rng.IntN(400), hd))
 				switch rng.IntN(3) {
 				case 0:
-					d.Lifecycle.ResponseHeaders(200, "")
+					d.Lifecycle.ResponseHeaders(200, nil)
 					d.Lifecycle.Done(nil)
 				case 1:
 					d.Lifecycle.(pd.PrefillObserver).PrefillDone(nil)

@@ -99,7 +99,7 @@ func TestPredictiveLearnsPairDistance(t *testing.T) {
 			for _, k := range order {
 				clock.Advance(transfer[k] + 10*time.Millisecond - at)
 				at = transfer[k] + 10*time.Millisecond
-				ds[k].Lifecycle.ResponseHeaders(200, ds[k].Destination[0].HostPort())
+				ds[k].Lifecycle.ResponseHeaders(200, ds[k].Destination[0])
 			}
 			for range 20 {
 				clock.Advance(10 * time.Millisecond)

@@ -125,14 +125,14 @@ func (l *lifecycle) skipPrefill() []func() {
 
 // ResponseHeaders implements picker.Lifecycle: the decode pod is answering. When the
 // gateway reports that a fallback served the request, that endpoint is the one counted.
-func (l *lifecycle) ResponseHeaders(status int, served string) {
+func (l *lifecycle) ResponseHeaders(status int, served *pool.Endpoint) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.finished {
 		return
 	}
 	was, whole := l.key, false
-	if e := pool.Served(l.dest, served); e != nil {
+	if e := served; e != nil {
 		// A combined fallback that served ran the whole request: no sidecar took the leg there.
 		l.key, whole = e.Key(), e.Role != pool.RoleDecode
 	}

@@ -249,20 +249,20 @@ func NewTracked(d *Deps, e *pool.Endpoint, promptTokens int, onDone func(error))
 		route: d.Outcomes.Start(outcome.KindWhole, "", e.Key(), promptTokens)}
 }
 
-// ResponseHeaders implements Lifecycle. served is the host:port the gateway reports as
-// having answered: when it is one of the fallbacks, the request's running count moves there
-// and the outcome record names it (the latency models and passive health time the pod that
-// answered, not the primary the gateway could not use).
-func (t *Tracked) ResponseHeaders(status int, served string) {
+// ResponseHeaders implements Lifecycle. When the endpoint that answered is one of the
+// fallbacks, the request's running count moves there and the outcome record names it (the
+// latency models and passive health time the pod that answered, not the primary the
+// gateway could not use).
+func (t *Tracked) ResponseHeaders(status int, served *pool.Endpoint) {
 	t.route.Response(status, t.moveTo(served))
 }
 
 // moveTo moves the running count to the served endpoint when it is one of the fallbacks, and
 // returns the endpoint counted (the lock is released even if a tracker panics).
-func (t *Tracked) moveTo(served string) string {
+func (t *Tracked) moveTo(served *pool.Endpoint) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := pool.Served(t.dest, served); !t.done && e != nil && e.Key() != t.key {
+	if e := served; !t.done && e != nil && e.Key() != t.key {
 		t.release()
 		t.key, t.release = e.Key(), t.deps.Running.Start(e.Key())
 	}

@@ -73,9 +73,11 @@ type Decision struct {
 
 // Lifecycle receives what happens to a routed request after the pick. The ext_proc server
 // calls ResponseHeaders at most once, ResponseBody per chunk, and Done exactly once on every
-// path (completion, upstream error, client cancel, stream reset).
+// path (completion, upstream error, client cancel, stream reset). served is the endpoint of
+// the decision's Destination the gateway reports as having answered, looked up once by the
+// caller (nil: not reported, or none of them).
 type Lifecycle interface {
-	ResponseHeaders(status int, served string)
+	ResponseHeaders(status int, served *pool.Endpoint)
 	ResponseBody(size int, endOfStream bool)
 	Done(err error)
 }

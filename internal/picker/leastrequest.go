@@ -68,6 +68,6 @@ func NewInFlight(t *load.Tracker, e *pool.Endpoint) *InFlight {
 	return &InFlight{done: t.Start(e.Key())}
 }
 
-func (f *InFlight) ResponseHeaders(int, string) {}
-func (f *InFlight) ResponseBody(int, bool)      {}
-func (f *InFlight) Done(error)                  { f.done() }
+func (f *InFlight) ResponseHeaders(int, *pool.Endpoint) {}
+func (f *InFlight) ResponseBody(int, bool)              {}
+func (f *InFlight) Done(error)                          { f.done() }

@@ -43,7 +43,7 @@ func TestTrackedFollowsTheServedFallback(t *testing.T) {
 		t.Fatalf("destination %v: want fallbacks", d.Destination)
 	}
 	primary, fallback := d.Destination[0], d.Destination[1]
-	d.Lifecycle.ResponseHeaders(200, fallback.HostPort())
+	d.Lifecycle.ResponseHeaders(200, fallback)
 	if n := deps.Running.InFlight(primary.Key()); n != 0 {
 		t.Errorf("primary %s still counted running (%d) while %s serves", primary.Key(), n, fallback.Key())
 	}

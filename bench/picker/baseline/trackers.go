@@ -84,17 +84,15 @@ func (l *lifecycle) prefillDoneLocked() {
 
 // ResponseHeaders implements picker.Lifecycle: the decode pod is answering. When the
 // gateway reports that a fallback served the request, that endpoint is the one counted.
-func (l *lifecycle) ResponseHeaders(_ int, served string) {
+func (l *lifecycle) ResponseHeaders(_ int, served *pool.Endpoint) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.finished {
 		return
 	}
 	was := l.key
-	for _, e := range l.dest {
-		if served != "" && e.HostPort() == served {
-			l.key = e.Key()
-		}
+	if served != nil {
+		l.key = served.Key()
 	}
 	l.prefillDoneLocked()
 	switch {
