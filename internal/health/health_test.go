@@ -687,3 +687,37 @@ func TestRefusalOlderThanASuccessIsIgnored(t *testing.T) {
 		t.Fatalf("a refusal that started after the success: %+v, want ejected", st)
 	}
 }
+
+// Without a recorder the detector reads its own health probes directly: an ejected endpoint
+// past its time returns on a 200 from GET /health.
+func TestHealthProbeWithoutRecorder(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != ProbePath {
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	clock := load.NewManualClock(time.Unix(1_000_000, 0))
+	store := pool.NewStore()
+	live := pool.NewEndpoint("ns", "live", host, int32(p), 0, nil, nil)
+	other := pool.NewEndpoint("ns", "other", "127.0.0.2", 9, 0, nil, nil)
+	store.Publish(pool.Info{}, []*pool.Endpoint{live, other}, true)
+	cfg := testConfig()
+	cfg.MaxEjectionPercent = 100
+	d := New(Options{Config: cfg, Store: store, Clock: clock})
+	d.Observe(&outcome.Event{Phase: outcome.PhaseProbe, Probe: &outcome.Probe{Endpoint: live.Key(), Source: "scrape"}})
+	d.Observe(&outcome.Event{Phase: outcome.PhaseProbe, Probe: &outcome.Probe{Endpoint: live.Key(), Err: errors.New("refused"),
+		Refused: true, ServingPort: true}})
+	if !d.Ejected(live.Key()) {
+		t.Fatal("setup: live should be ejected")
+	}
+	clock.Advance(11 * time.Second)
+	d.sweep(context.Background())
+	for deadline := time.Now().Add(5 * time.Second); d.Ejected(live.Key()); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a 200 health probe after the ejection time did not return the endpoint within 5 s")
+		}
+	}
+}
