@@ -152,8 +152,14 @@ func TestStrandedKVDecodeFailed(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the prefill pod was never told: %v", err)
 	}
-	pre := inferences(st.prefill)
-	if len(pre) != 1 || len(rids) != 1 || rids[0] != gjson.GetBytes(pre[0].Body, "rid").Str {
+	// Both legs carry the rid. The prefill leg runs beside the decode leg, so a decode pod that
+	// fails at once can end the request before the prefill leg reached its pod: the hand-off
+	// then cancels the leg, and the abort finds nothing there to free.
+	dec := inferences(st.decode)
+	if len(dec) != 1 || len(rids) != 1 || rids[0] != gjson.GetBytes(dec[0].Body, "rid").Str {
+		t.Fatalf("prefill pod aborts %q for %d decode legs, want one for the legs' rid", rids, len(dec))
+	}
+	if pre := inferences(st.prefill); len(pre) > 1 || len(pre) == 1 && gjson.GetBytes(pre[0].Body, "rid").Str != rids[0] {
 		t.Fatalf("prefill pod aborts %q for %d prefill legs, want one for the legs' rid", rids, len(pre))
 	}
 	if _, err := st.prefill.WaitStats(ctx, func(s sim.Stats) bool { return s.PrefillBootstrap == 0 && s.Running == 0 && s.KVHeld == 0 }); err != nil {
