@@ -107,13 +107,12 @@ func buildWith(ctx context.Context, n int, seed uint64, policy string, frozen bo
 		c := baseline.New(baseline.Options{Deps: deps, Gateway: gw})
 		strategies = []picker.Strategy{c, picker.NewRandom(deps), picker.NewLeastRequestStrategy(deps), picker.NewPrefixCache(deps, gw)}
 	} else {
-		cascade := pd.New(pd.Options{Deps: deps, Gateway: gw})
-		pd.RegisterTokenLoad(cascade, pd.NewTokenLoad(gw, ledger.Options{}))
+		var m *latency.Models
 		if predictive {
-			m := latency.New(latency.Options{Samples: deps.Metrics.Get})
+			m = latency.New(latency.Options{Samples: deps.Metrics.Get})
 			deps.Outcomes.Subscribe(m)
-			pd.RegisterPredictive(cascade, m)
 		}
+		cascade := pd.New(pd.Options{Deps: deps, Gateway: gw, Models: m, TokenLoad: pd.NewTokenLoad(gw, ledger.Options{})})
 		strategies = pd.Strategies(cascade, deps, gw)
 	}
 	def := pd.StrategyName

@@ -93,10 +93,9 @@ func predictiveScenario(t *testing.T, scenario int, kinds map[string]int) []stri
 	deps := picker.NewDeps(clock, gw.PrefixCache)
 	drng := rand.New(rand.NewPCG(uint64(scenario), 77))
 	deps.Rand = func(n int) int { return drng.IntN(n) }
-	c := pd.New(pd.Options{Deps: deps, Gateway: gw})
 	m := latency.New(latency.Options{Clock: clock, Samples: deps.Metrics.Get})
 	deps.Outcomes.Subscribe(m)
-	pd.RegisterPredictive(c, m)
+	c := pd.New(pd.Options{Deps: deps, Gateway: gw, Models: m})
 	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: pd.StrategyPredictive}, config.Options{})
 	if err != nil {
 		t.Fatal(err)

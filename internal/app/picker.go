@@ -85,15 +85,13 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 	}
 	deps.Warmer = prefix.NewWarmer(deps.Prefix, 1024)
 	tokens := pd.NewTokenLoad(gw.PD, ledger.Options{Clock: clock, Gauges: o.Gauges, Logger: o.Logger.WithName("token-load")})
-	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: o.Logger.WithName("pd"), Objectives: o.Objectives,
-		Preference: &pd.BucketServe{Planner: bucketserve.New(clock, o.BucketMetrics)}})
-	pd.RegisterTokenLoad(cascade, tokens)
 	models := latency.New(latency.Options{Clock: clock, Samples: deps.Metrics.Get, Observer: o.Predictions})
 	deps.Outcomes.Subscribe(models)
 	adv := advisor.New(advisor.Options{Clock: clock, Models: models, Samples: deps.Metrics.Get, Window: gw.AdvisorWindow,
 		TTFT: gw.PD.SLOTTFT, TPOT: gw.PD.SLOTPOT})
 	deps.Outcomes.Subscribe(adv)
-	pd.RegisterPredictive(cascade, models)
+	cascade := pd.New(pd.Options{Deps: deps, Gateway: gw.PD, Logger: o.Logger.WithName("pd"), Objectives: o.Objectives,
+		Preference: &pd.BucketServe{Planner: bucketserve.New(clock, o.BucketMetrics)}, Models: models, TokenLoad: tokens})
 	pd.RegisterPlugins(o.Registry, cascade)
 	p := &Picker{Deps: deps, Tokens: tokens, Cascade: cascade, Models: models, Advisor: adv, builtin: pd.Strategies(cascade, deps, gw.PD),
 		registry: o.Registry, reporter: o.Reporter}

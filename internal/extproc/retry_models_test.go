@@ -57,9 +57,8 @@ func TestPrefillRetryReleasesModelsAndLedgers(t *testing.T) {
 				models = latency.New(latency.Options{})
 				rg.deps.Outcomes.Subscribe(models)
 				rg.deps.Outcomes.Subscribe(&seen)
-				pd.RegisterPredictive(rg.cascade, models)
 				tokens = pd.NewTokenLoad(gw.PD, ledger.Options{})
-				pd.RegisterTokenLoad(rg.cascade, tokens)
+				rg.cascade = pd.New(pd.Options{Deps: rg.deps, Gateway: gw.PD, Models: models, TokenLoad: tokens})
 				if strategy == pd.StrategyName {
 					gw.PD.PrefillScorePolicy, gw.PD.DecodeScorePolicy = pd.PolicyTokenLoad, pd.PolicyTokenLoad
 				}
@@ -190,7 +189,7 @@ func TestRoutedWholeIsNoPrefillForTheModels(t *testing.T) {
 		models = latency.New(latency.Options{})
 		rg.deps.Outcomes.Subscribe(models)
 		rg.deps.Outcomes.Subscribe(&seen)
-		pd.RegisterPredictive(rg.cascade, models)
+		rg.cascade = pd.New(pd.Options{Deps: rg.deps, Gateway: gw.PD, Models: models})
 	})
 	req := retryReq
 	req.Headers = envoy.Headers("x-request-id", "r-1", "x-slo-tpot-ms", "11") // disaggregated

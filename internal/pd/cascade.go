@@ -68,7 +68,14 @@ type Options struct {
 	// Objectives resolves the InferenceObjective a request names (its priority marks it
 	// sheddable for pd-predictive); nil: none are known.
 	Objectives Objectives
-	Logger     logr.Logger
+	// Models, when set, are the online latency models of predicted_ttft and predicted_tpot,
+	// the pd-predictive strategy and the placement deciders; they forget the endpoints that
+	// leave the pool when Deps do. Nil: none of those.
+	Models *latency.Models
+	// TokenLoad, when set, are the ledgers of token_load and hybrid_cache_load (prefill) and
+	// token_load (decode). Nil: those policies are not registered.
+	TokenLoad *TokenLoad
+	Logger    logr.Logger
 }
 
 // Cascade is the "pd" strategy: the seed's Pod Selection Algorithm as a plugin chain (see
@@ -85,7 +92,7 @@ type Cascade struct {
 	log       logr.Logger
 	rand      func(n int) int
 	// models are the online latency models the predictive policies and placement deciders
-	// read (RegisterPredictive); nil: none registered.
+	// read (Options.Models); nil: none.
 	models     *latency.Models
 	objectives Objectives
 
@@ -127,6 +134,12 @@ func New(o Options) *Cascade {
 		picker.ForgetAbsent(c.prefill, live)
 		picker.ForgetAbsent(c.pending, live)
 	})
+	if o.TokenLoad != nil {
+		c.registerTokenLoad(o.TokenLoad)
+	}
+	if o.Models != nil {
+		c.registerPredictive(o.Models)
+	}
 	c.chain = c.NewDefaultChain()
 	return c
 }
@@ -145,7 +158,7 @@ func (c *Cascade) Chain() *picker.Chain { return c.chain }
 // Policies returns the policy registries (to register more policies).
 func (c *Cascade) Policies() *Policies { return c.policies }
 
-// Models are the latency models the predictive plugins read (nil before RegisterPredictive).
+// Models are the latency models the predictive plugins read (Options.Models; nil: none).
 func (c *Cascade) Models() *latency.Models { return c.models }
 
 // Deps are the shared dependencies the cascade reads.

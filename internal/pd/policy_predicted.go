@@ -23,11 +23,11 @@ type AbsoluteCost interface {
 	AbsoluteCost()
 }
 
-// RegisterPredictive registers predicted_ttft (prefill) and predicted_tpot (decode) on the
+// registerPredictive registers predicted_ttft (prefill) and predicted_tpot (decode) on the
 // cascade's registries, predicting from m, and makes m the models the cascade's predictive
 // chain (pd-predictive) and placement deciders read; m forgets the endpoints that leave the
-// pool when the cascade's deps do.
-func RegisterPredictive(c *Cascade, m *latency.Models) {
+// pool when the cascade's deps do. New calls it, before the cascade is shared.
+func (c *Cascade) registerPredictive(m *latency.Models) {
 	c.models = m
 	c.deps.OnForget(m.Forget)
 	c.Policies().RegisterPrefill(predictedTTFT{m})

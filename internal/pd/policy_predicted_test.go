@@ -27,11 +27,10 @@ type predictRig struct {
 
 func newPredictRig() *predictRig {
 	clock := load.NewManualClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	c := New(Options{})
 	m := latency.New(latency.Options{Clock: clock, Defaults: handDefaults})
+	c := New(Options{Models: m})
 	rec := outcome.NewRecorder(clock)
 	rec.Subscribe(m)
-	RegisterPredictive(c, m)
 	return &predictRig{c: c, m: m, rec: rec, clock: clock}
 }
 

@@ -39,8 +39,9 @@ func (t *TokenLoad) Sweepers() []ledger.Sweeper {
 	return []ledger.Sweeper{t.Prefill, t.Decode, t.Sessions}
 }
 
-// RegisterTokenLoad registers token_load and hybrid_cache_load (prefill) and token_load
-// (decode) on the cascade's registries, scoring from and charging tl. Each cascade gets its
+// registerTokenLoad registers token_load and hybrid_cache_load (prefill) and token_load
+// (decode) on the cascade's registries, scoring from and charging tl (Options.TokenLoad; New
+// calls it). Each cascade gets its
 // own policy instances: a charge reads the batch its own cascade scored in the same
 // critical section (the per-profile knobs and the chosen pod's prefix match), so do not
 // share one Policies between cascades that register token-load.
@@ -50,7 +51,7 @@ func (t *TokenLoad) Sweepers() []ledger.Sweeper {
 // decode-side sidecar running the prefill leg, the decode leg's response headers (its first
 // response byte: the sidecar only forwards decode's answer once its prefill call returned).
 // The kv part and the decode charge are released at Done.
-func RegisterTokenLoad(c *Cascade, tl *TokenLoad) {
+func (c *Cascade) registerTokenLoad(tl *TokenLoad) {
 	c.Policies().RegisterPrefill(&tokenLoadPrefill{tl: tl})
 	c.Policies().RegisterPrefill(&tokenLoadPrefill{tl: tl, hybrid: true})
 	c.Policies().RegisterDecode(&tokenLoadDecode{tl: tl})

@@ -22,7 +22,7 @@ func TestPredictiveFallbacksArePDSafeAndHealthy(t *testing.T) {
 		C("s1", `"combined": true`), C("s2", `"combined": true`), C("s3", `"combined": true`))
 	models := latency.New(latency.Options{Clock: h.clock})
 	h.deps.Outcomes.Subscribe(models)
-	RegisterPredictive(h.c, models)
+	h.c = New(Options{Deps: h.deps, Gateway: gw, Models: models})
 	det := health.New(health.Options{Config: config.DefaultOutlier(), Store: h.store})
 	rec := outcome.NewRecorder(nil)
 	rec.Subscribe(det)

@@ -8,8 +8,8 @@ import (
 )
 
 // Strategies returns every routing strategy Tandem ships, sharing deps: the PD cascade
-// plus random, least-request and prefix-cache, and pd-predictive once the cascade has
-// latency models (RegisterPredictive). Hand them to picker.NewRouter.
+// plus random, least-request and prefix-cache, and pd-predictive when the cascade has
+// latency models (Options.Models). Hand them to picker.NewRouter.
 func Strategies(c *Cascade, deps *picker.Deps, gateway config.PD) []picker.Strategy {
 	out := []picker.Strategy{
 		c,

@@ -54,9 +54,8 @@ func newTLWith(t *testing.T, mut func(*config.PD), prefer pd.RolesetPreference, 
 	clock := load.NewManualClock(time.Unix(1_700_000_000, 0))
 	deps := picker.NewDeps(clock, gw.PrefixCache)
 	h := &tlHarness{t: t, clock: clock, deps: deps, store: pool.NewStore(), eps: map[string]*pool.Endpoint{}}
-	h.c = pd.New(pd.Options{Deps: deps, Gateway: gw, Preference: prefer})
 	h.tl = pd.NewTokenLoad(gw, ledger.Options{Clock: clock})
-	pd.RegisterTokenLoad(h.c, h.tl)
+	h.c = pd.New(pd.Options{Deps: deps, Gateway: gw, Preference: prefer, TokenLoad: h.tl})
 	res, err := config.NewResolver(config.Gateway{PD: gw, DefaultStrategy: pd.StrategyName}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
