@@ -258,7 +258,7 @@ func ParseFlags(args []string, out io.Writer, getenv func(string) string) (*Opti
 		if err != nil {
 			// A typo must not send the password in plain text, and is a mistake even where the
 			// flag decides.
-			return nil, fmt.Errorf("TANDEM_REDIS_TLS=%q: want true or false (or pass --redis-tls)", raw)
+			return nil, fmt.Errorf("TANDEM_REDIS_TLS=%q: want true or false, or unset it", raw)
 		}
 		if !set["redis-tls"] {
 			o.RedisTLS = tls

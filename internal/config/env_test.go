@@ -3,16 +3,36 @@ package config
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The rules a policy name breaks: one of the documented policies.
+// The rules a policy name breaks: one of the documented policies (TestSeedPoliciesDocumented
+// pins that the seed's are among them).
 var (
 	prefillPolicyRule = oneOf(docNames(prefillPolicyDocs))
 	decodePolicyRule  = oneOf(docNames(decodePolicyDocs))
 )
+
+// The seed's score policies, and Tandem's predictive ones, are accepted (a policy may be added,
+// none of these dropped).
+func TestSeedPoliciesDocumented(t *testing.T) {
+	for _, tc := range []struct {
+		docs []nameDoc
+		want []string
+	}{
+		{prefillPolicyDocs, []string{"prefix_cache", "least_request", "conductor", "token_load", "hybrid_cache_load", "predicted_ttft"}},
+		{decodePolicyDocs, []string{"load_balancing", "least_request", "conductor", "token_load", "predicted_tpot"}},
+	} {
+		for _, w := range tc.want {
+			if !slices.Contains(docNames(tc.docs), w) {
+				t.Errorf("%q is missing from the documented policies %v", w, docNames(tc.docs))
+			}
+		}
+	}
+}
 
 func envOf(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }

@@ -88,7 +88,7 @@ var (
 		{PolicyConductor, "estimated TBT from throughput, batch size and GPU pressure"},
 		{PolicyTokenLoad, "decode_tokens + generated_tokens"},
 		{PolicyPredictedTPOT, "predicted TPOT on the pod ÷ the TPOT objective + predicted KV hand-over ÷ the TTFT objective"},
-		{PolicyKVCacheUtilization, "kv_usage_percent + (running + pending − engine_running) × kv_percent_per_request: the KV in use as last scraped plus the requests sent since, at the pool's mean KV per running request (a pod not scraped: its requests × that mean); no fast path"},
+		{PolicyKVCacheUtilization, "kv_usage_percent + max(running + pending − engine_running, 0) × kv_percent_per_request: the KV in use as last scraped plus the requests sent since, at the pool's mean KV per running request (a pod not scraped: its requests × that mean); equal estimates go to the pod with fewer requests; no fast path"},
 	}
 )
 

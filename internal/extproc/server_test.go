@@ -316,6 +316,32 @@ func TestLifecycleDoneOnEveryPath(t *testing.T) {
 	}
 }
 
+// TestServedOutsideTheDestinationsIsNobody: the gateway's served endpoint reaches the
+// lifecycle only when it is one of the decision's destinations; a pool pod the decision did
+// not name (a confused or hostile gateway) is nobody, so no count moves to it.
+func TestServedOutsideTheDestinationsIsNobody(t *testing.T) {
+	chat := envoy.Request{Method: "POST", Path: "/v1/chat/completions", Body: []byte(chatBody)}
+	for served, want := range map[string]string{"10.0.0.1:8000": "headers 200 10.0.0.1:8000", "10.0.0.2:8000": "headers 200 "} {
+		lc := &recLifecycle{}
+		obs := newRecObserver()
+		only := func(d *picker.Decision) { d.Destination = d.Destination[:1] } // pod a only
+		c := serve(t, NewServer(twoPods(), firstWith(lc, only), Options{Observer: obs}))
+		ctx, cancel := context.WithCancel(testCtx(t))
+		s, routed, err := c.Route(ctx, chat)
+		if err != nil || routed.Immediate != nil {
+			t.Fatalf("route: %v %+v", err, routed)
+		}
+		if _, err := s.Respond(envoy.Response{Status: 200, Served: served}); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		obs.waitClosed(t, 1)
+		if events, _, _ := lc.snapshot(); len(events) == 0 || events[0] != want {
+			t.Errorf("served %s: events %q, want first %q", served, events, want)
+		}
+	}
+}
+
 // TestEmptyDecisionReleasesLifecycle: a scheduler that returns no destination gets a 503,
 // and the lifecycle it opened is still closed once.
 func TestEmptyDecisionReleasesLifecycle(t *testing.T) {

@@ -371,6 +371,9 @@ func TestCapNeverEjectsEverything(t *testing.T) {
 			[]string{"pa", "db"}, []string{"pa"}, []string{"db"}},
 		{"a single standard pod is never ejected",
 			[]podSpec{{"s", "", ""}}, []string{"s"}, nil, []string{"s"}},
+		{"pods without roleset labels (llm-d's) pair any prefill with any decode pod: one decode pod may go",
+			[]podSpec{{"p1", "prefill", ""}, {"p2", "prefill", ""}, {"d1", "decode", ""}, {"d2", "decode", ""}},
+			[]string{"d1", "d2"}, []string{"d1"}, []string{"d2"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

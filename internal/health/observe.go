@@ -374,10 +374,11 @@ func (d *Detector) capRefusesLocked(snap *pool.Snapshot, ep *pool.Endpoint, star
 		return ""
 	}
 	// The last complete pair is counted per revision: a prefill pod of one revision and a
-	// decode pod of another are no pair.
+	// decode pod of another are no pair. Pods without a roleset-name (llm-d's labelling) form
+	// the roleset "" of their revision, and pair as such.
 	inRotation := func(e *pool.Endpoint) bool { return !isEjected(e) }
 	for _, g := range snap.Rolesets() {
-		if g.Model == ep.Model && g.Name != "" &&
+		if g.Model == ep.Model &&
 			slices.ContainsFunc(g.Prefill, inRotation) && slices.ContainsFunc(g.Decode, inRotation) {
 			return ""
 		}

@@ -195,6 +195,7 @@ func TestPolicyScorerNamesDecodePoliciesInAnyCase(t *testing.T) {
 		"plugins:\n- type: decode-policy-scorer\n  parameters: {policy: KV_Cache_Utilization}\n": true,
 		"plugins:\n- type: decode-policy-scorer\n  parameters: {policy: ' Least_Request '}\n":    true,
 		"plugins:\n- type: prefill-policy-scorer\n  parameters: {policy: Least_Request}\n":       false,
+		"plugins:\n- type: decode-policy-scorer\n  parameters: {policy: '  '}\n":                 false,
 	} {
 		f, err := config.ParseFile("epp.yaml", []byte(yaml), config.FileOptions{KnownPluginTypes: pd.IsPluginType})
 		if err == nil {

@@ -119,7 +119,7 @@ func (c *Cascade) newPolicyScorer(prefill bool) picker.Factory {
 		if prefill {
 			typ = TypePrefillPolicyScorer
 		}
-		if !prefill {
+		if !prefill && strings.TrimSpace(p.Policy) != "" {
 			// Decode policies are named in any case, as AIBRIX_DECODE_SCORE_POLICY and AIBrix take them.
 			p.Policy = strings.ToLower(strings.TrimSpace(p.Policy))
 		}

@@ -8,7 +8,10 @@ import (
 func modelPool(n int, models ...string) *Snapshot {
 	eps := make([]*Endpoint, n)
 	for i := range eps {
-		labels := map[string]string{LabelModelName: models[i%len(models)]}
+		var labels map[string]string
+		if m := models[i%len(models)]; m != "" {
+			labels = map[string]string{LabelModelName: m}
+		}
 		eps[i] = NewEndpoint("ns", fmt.Sprintf("pod-%04d", i), fmt.Sprintf("10.0.%d.%d", i/250, 1+i%250), 8000, 0, labels, nil)
 	}
 	return NewStore().Publish(Info{Name: "p"}, eps, true)
@@ -36,6 +39,10 @@ func TestModelViewsMadeOnceForLabelledModels(t *testing.T) {
 	if views(one) != 1 {
 		t.Fatalf("%d views remembered after 100 unlabelled names; want 1", views(one))
 	}
+	none := modelPool(8, "") // a plain GIE pool: no model labels
+	if a := none.OfModel("m"); &a[0] != &none.Endpoints[0] || views(none) != 0 {
+		t.Fatalf("unlabelled pool: not the pool itself, or %d views remembered", views(none))
+	}
 	two := modelPool(8, "a", "b")
 	if a, b := two.OfModel("a"), two.OfModel("a"); len(a) != 4 || &a[0] != &b[0] || !two.Owns(a) {
 		t.Fatalf("two-model pool: view of %d endpoints, made twice or not owned", len(a))
@@ -47,7 +54,7 @@ func BenchmarkOfModel(b *testing.B) {
 	for _, tc := range []struct {
 		name   string
 		models []string
-	}{{"one-model-1024", []string{"m"}}, {"four-models-1024", []string{"m", "x", "y", "z"}}} {
+	}{{"one-model-1024", []string{"m"}}, {"four-models-1024", []string{"m", "x", "y", "z"}}, {"unlabelled-1024", []string{""}}} {
 		s := modelPool(1024, tc.models...)
 		b.Run(tc.name, func(b *testing.B) {
 			for b.Loop() {

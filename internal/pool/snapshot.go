@@ -28,8 +28,11 @@ type Snapshot struct {
 	byHostPort map[string]*Endpoint
 	byAddress  map[string][]*Endpoint
 	// models memoises OfModel's narrowed views (model name → endpoints), only for models some
-	// endpoint is labelled with, so a client's model names cannot grow it.
-	models sync.Map
+	// endpoint is labelled with (labelled, worked out once), so a client's model names cannot
+	// grow it.
+	models       sync.Map
+	labelledOnce sync.Once
+	labelled     map[string]struct{}
 	// rolesets memoises Rolesets.
 	rolesetsOnce sync.Once
 	rolesets     []*RolesetGroup
@@ -47,15 +50,22 @@ func (s *Snapshot) Rolesets() []*RolesetGroup {
 // Endpoints). The view of a model some endpoint is labelled with is made once per snapshot
 // (the whole of Endpoints when the pool holds no other model's pods), and is Owned.
 func (s *Snapshot) OfModel(model string) []*Endpoint {
+	s.labelledOnce.Do(func() {
+		s.labelled = map[string]struct{}{}
+		for _, e := range s.Endpoints {
+			if e.Model != "" {
+				s.labelled[e.Model] = struct{}{}
+			}
+		}
+	})
+	if _, ok := s.labelled[model]; !ok {
+		return s.Endpoints // no endpoint carries the name: every one may serve it (ForModel)
+	}
 	if v, ok := s.models.Load(model); ok {
 		return v.([]*Endpoint)
 	}
-	eps, labelled := forModel(s.Endpoints, model)
-	if labelled {
-		v, _ := s.models.LoadOrStore(model, eps)
-		eps = v.([]*Endpoint)
-	}
-	return eps
+	v, _ := s.models.LoadOrStore(model, ForModel(s.Endpoints, model))
+	return v.([]*Endpoint)
 }
 
 // Owns reports whether eps is the snapshot's Endpoints or one of its OfModel views: a slice
@@ -85,14 +95,8 @@ func sameEndpoints(a, b []*Endpoint) bool {
 // pool without the label) may go to any of them, as in a GIE pool. eps is returned as it is,
 // without a copy, when none leaves.
 func ForModel(eps []*Endpoint, model string) []*Endpoint {
-	out, _ := forModel(eps, model)
-	return out
-}
-
-// forModel is ForModel, and whether some endpoint of eps is labelled with model.
-func forModel(eps []*Endpoint, model string) (out []*Endpoint, labelled bool) {
 	if model == "" {
-		return eps, false
+		return eps
 	}
 	same, other := 0, 0
 	for _, e := range eps {
@@ -105,15 +109,15 @@ func forModel(eps []*Endpoint, model string) (out []*Endpoint, labelled bool) {
 		}
 	}
 	if same == 0 || other == 0 {
-		return eps, same > 0
+		return eps
 	}
-	out = make([]*Endpoint, 0, len(eps)-other)
+	out := make([]*Endpoint, 0, len(eps)-other)
 	for _, e := range eps {
 		if e.Model == model || e.Model == "" {
 			out = append(out, e)
 		}
 	}
-	return out, true
+	return out
 }
 
 // ByHostPort finds the endpoint serving at "ip:port".
