@@ -19,6 +19,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -242,6 +243,19 @@ func settingsSchema() map[string]any {
 		v := &config.Vars[i]
 		s := map[string]any{"description": fmt.Sprintf("%s (default %q). %s", v.Name, v.Default(), v.Description)}
 		switch {
+		case strings.HasPrefix(v.Type, "one of ") && v.AnyCase:
+			// Matched in any case: the values as written (an error lists them), or each as a
+			// pattern of its letters in either case.
+			var enum []any
+			var alts []string
+			for _, o := range strings.Split(strings.TrimPrefix(v.Type, "one of "), ", ") {
+				enum = append(enum, o)
+				alts = append(alts, anyCasePattern(o))
+			}
+			s["anyOf"] = []any{
+				map[string]any{"enum": append(enum, nil)},
+				map[string]any{"type": "string", "pattern": "^(" + strings.Join(alts, "|") + ")$"},
+			}
 		case strings.HasPrefix(v.Type, "one of "):
 			var enum []any
 			for _, o := range strings.Split(strings.TrimPrefix(v.Type, "one of "), ", ") {
@@ -275,6 +289,21 @@ func settingsSchema() map[string]any {
 	}
 	return map[string]any{"type": "object", "additionalProperties": false, "properties": props,
 		"description": "Gateway settings by their config-file key (docs/configuration.md); null keeps Tandem's default."}
+}
+
+// anyCasePattern is a JSON schema (ECMA 262) pattern matching word in any case: [lL] for
+// each letter, the rest escaped.
+func anyCasePattern(word string) string {
+	var b strings.Builder
+	for _, r := range word {
+		switch {
+		case unicode.IsLetter(r):
+			fmt.Fprintf(&b, "[%c%c]", unicode.ToLower(r), unicode.ToUpper(r))
+		default:
+			b.WriteString(regexp.QuoteMeta(string(r)))
+		}
+	}
+	return b.String()
 }
 
 // settingsBlock is values.yaml's settings section.
@@ -615,6 +644,7 @@ func TestChartRejectsBadValues(t *testing.T) {
 		{[]string{"--set", "provider.name=nginx"}, "provider"},
 		{[]string{"--set", "settings.promptLengthBuckting=true"}, "promptLengthBuckting"},
 		{[]string{"--set", "settings.pdHandoff=both"}, "pdHandoff"},
+		{[]string{"--set", "settings.decodeScorePolicy=fastest"}, "decodeScorePolicy"},
 		{[]string{"--set", "settings.tokenLoadKVWeight=heavy"}, "tokenLoadKVWeight"},
 		{[]string{"--set", "tls.secureServing=false", "--set", "tls.certSecretName=x"}, "tls.certSecretName is set but ext_proc is plaintext"},
 		{[]string{"--set", "gatewayClient=nginx"}, "gatewayClient"},
@@ -632,6 +662,18 @@ func TestChartRejectsBadValues(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: err = %v, want it to name %q", c.args, err, c.want)
 		}
+	}
+}
+
+// TestChartTakesAnyCaseWhereTandemDoes: a setting Tandem matches in any case, as AIBrix does,
+// passes the chart's schema in any case; one matched exactly does not.
+func TestChartTakesAnyCaseWhereTandemDoes(t *testing.T) {
+	if _, err := runHelm(t, "template", "tandem", chartDir, "--set", "settings.decodeScorePolicy=Load_Balancing"); err != nil {
+		t.Errorf("decodeScorePolicy=Load_Balancing (Tandem takes it): %v", err)
+	}
+	if _, err := runHelm(t, "template", "tandem", chartDir, "--set", "settings.prefillScorePolicy=Least_Request"); err == nil ||
+		!strings.Contains(err.Error(), "prefillScorePolicy") {
+		t.Errorf("prefillScorePolicy=Least_Request (Tandem refuses it): %v, want the schema to name it", err)
 	}
 }
 

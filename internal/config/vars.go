@@ -26,6 +26,8 @@ type Var struct {
 	// KeepDefault: an invalid value is a warning that keeps the default, not an error (the seed
 	// says so for AIBRIX_BUCKET_SERVE_MODE and AIBRIX_TRT_SCHEDULE_STYLE).
 	KeepDefault bool
+	// AnyCase: an enum matched in any case (Type "one of …"), as AIBrix matches it.
+	AnyCase bool
 
 	// set parses raw into g; it returns "" or the reason raw is invalid.
 	set    func(g *Gateway, raw string) string
@@ -162,7 +164,7 @@ func enumVar(name, key string, values []string, keepDefault bool, c Case, desc s
 	}
 	return Var{
 		Name: name, Key: key, Type: "one of " + strings.Join(values, ", "), Rule: rule, Description: desc,
-		KeepDefault: keepDefault,
+		KeepDefault: keepDefault, AnyCase: c == AnyCase,
 		set: func(g *Gateway, raw string) string {
 			v, ok := matchEnum(raw, values, c)
 			if !ok {
