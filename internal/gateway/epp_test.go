@@ -269,17 +269,6 @@ func startEPP(t *testing.T, e extprocv3.ExternalProcessorServer, creds credentia
 }
 
 // deadAddr returns a loopback address nobody listens on (connect is refused).
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 func lower(m map[string][]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {

@@ -138,6 +138,11 @@ func (x *exchange) awaitDecision() (decision *extprocv3.ProcessingResponse, abor
 		select {
 		case m, ok := <-x.msgs:
 			if !ok {
+				if x.ctx.Err() != nil {
+					// The exchange ended first (the client left or its body failed) and so
+					// cancelled the stream: the EPP did not fail.
+					return nil, x.ended(), true
+				}
 				return nil, x.beforeDecision(x.recvErr), true
 			}
 			switch v := m.GetResponse().(type) {

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
+
+	"github.com/tandem-epp/tandem/internal/testnet"
 )
 
 // upstream is a real HTTP model-server stand-in on 127.0.0.1 that records each request it
@@ -219,7 +221,7 @@ func TestStreamsEachChunk(t *testing.T) {
 
 func TestFallbacksOnConnectFailure(t *testing.T) {
 	up := startUpstream(t, nil)
-	dead1, dead2 := deadAddr(t), deadAddr(t)
+	dead1, dead2 := testnet.RefusedAddr(t), testnet.RefusedAddr(t)
 	cases := []struct {
 		name       string
 		dest       string
@@ -339,12 +341,12 @@ func TestEPPFailures(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			primary, fallback := startUpstream(t, nil), startUpstream(t, nil)
-			addr := deadAddr(t)
+			addr := testnet.RefusedAddr(t)
 			if c.epp != nil {
 				c.epp.dest = primary.addr
 				addr = startEPP(t, c.epp, nil)
 			}
-			gw := startGateway(t, Options{EPPAddr: addr, FailOpen: c.failOpen, DefaultEndpoints: []string{deadAddr(t), fallback.addr}})
+			gw := startGateway(t, Options{EPPAddr: addr, FailOpen: c.failOpen, DefaultEndpoints: []string{testnet.RefusedAddr(t), fallback.addr}})
 			res := do(t, post(t, gw+"/v1/completions", `{"prompt":"original"}`))
 			if res.status != c.wantStatus || (res.err != nil) != c.wantCut {
 				t.Fatalf("status %d cut %v (%q), want %d cut %v", res.status, res.err != nil, res.body, c.wantStatus, c.wantCut)

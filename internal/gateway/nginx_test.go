@@ -16,6 +16,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/extproc"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/testnet"
 )
 
 // wireEPP records every message a client sends, exactly, and answers each stream with what
@@ -62,7 +63,7 @@ func TestShimSpeaksLikeNGINXGatewayFabric(t *testing.T) {
 		return []*extprocv3.ProcessingResponse{route}
 	}}
 	eppAddr := startEPP(t, e, nil)
-	gw := startGateway(t, Options{EPPAddr: eppAddr, Client: ClientNGINX, DefaultEndpoints: []string{deadAddr(t)},
+	gw := startGateway(t, Options{EPPAddr: eppAddr, Client: ClientNGINX, DefaultEndpoints: []string{testnet.RefusedAddr(t)},
 		StripHeaders: []string{"X-Prefiller-Host-Port"}})
 	req := post(t, gw+"/v1/chat/completions?x=1", `{"model":"m","messages":[]}`)
 	req.Header.Set("X-Client", "c")
@@ -154,7 +155,7 @@ func TestNGINXClientWithTandem(t *testing.T) {
 // it), still reaches a pool pod.
 func TestNGINXClientFailsOpen(t *testing.T) {
 	up := startUpstream(t, nil)
-	gw := startGateway(t, Options{EPPAddr: deadAddr(t), Client: ClientNGINX, DefaultEndpoints: []string{up.addr}})
+	gw := startGateway(t, Options{EPPAddr: testnet.RefusedAddr(t), Client: ClientNGINX, DefaultEndpoints: []string{up.addr}})
 	res := do(t, post(t, gw+"/v1/completions", `{"model":"m","prompt":"x"}`))
 	if res.status != 200 || res.header.Get(HeaderNGINXFallback) != "true" {
 		t.Fatalf("unreachable EPP: status %d fallback %q", res.status, res.header.Get(HeaderNGINXFallback))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tandem-epp/tandem/internal/apierror"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/testnet"
 )
 
 func TestExecutorFailureClasses(t *testing.T) {
@@ -136,13 +137,7 @@ func hangingListener(t *testing.T) *pool.Endpoint {
 
 // closedPort is an address nothing listens on.
 func closedPort(t *testing.T) *pool.Endpoint {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	return endpoint("prefill-gone", "127.0.0.1", port, pool.EngineVLLM, nil, nil)
+	return endpoint("prefill-gone", "127.0.0.1", testnet.RefusedPort(t), pool.EngineVLLM, nil, nil)
 }
 
 func TestExecutorSendsTheRightRequest(t *testing.T) {

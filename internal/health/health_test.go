@@ -16,6 +16,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/testnet"
 )
 
 // fixture is a detector over a pool, fed through a real recorder.
@@ -523,13 +524,7 @@ func TestHealthProbeReturnsEndpoint(t *testing.T) {
 	defer srv.Close()
 	host, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
 	p, _ := strconv.Atoi(port)
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // a port that refuses once closed
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, deadPort, _ := net.SplitHostPort(ln.Addr().String())
-	dp, _ := strconv.Atoi(deadPort)
-	ln.Close()
+	dp := testnet.RefusedPort(t)
 
 	clock := load.NewManualClock(time.Unix(1_000_000, 0))
 	store := pool.NewStore()

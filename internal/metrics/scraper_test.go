@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/testnet"
 )
 
 // engineServer is a real HTTP server on 127.0.0.1 whose metrics page and status a test changes.
@@ -488,13 +489,8 @@ func (r *probeRecorder) ScrapeProbed(ep *pool.Endpoint, serving bool, _ time.Dur
 // port, and a good scrape is a success.
 func TestScrapesAreProbes(t *testing.T) {
 	srv := newEngineServer(t, "/metrics", vllmPage(1, 10))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, p, _ := net.SplitHostPort(ln.Addr().String())
-	ln.Close()
-	closed, _ := strconv.Atoi(p)
+	closed := testnet.RefusedPort(t)
+	p := strconv.Itoa(closed)
 	good := endpoint("ns", "good", srv.port(t), nil, nil)
 	dead := endpoint("ns", "dead", int32(closed), nil, nil)
 	metricsGone := endpoint("ns", "metrics-gone", srv.port(t), nil, map[string]string{AnnotationMetricsPort: p})
