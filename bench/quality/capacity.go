@@ -294,7 +294,7 @@ func capacities(o *options, cases []capCase, pols []policy) ([]*capResult, error
 			row.ttft80 = s.ttftP99
 		} else {
 			row.ttft100 = s.ttftP99
-			if n, secs := res.stallRouted(); secs > 0 {
+			if n, _, secs := res.stallRouted(); secs > 0 {
 				row.stallRate, row.hasStall = float64(n)/secs, true
 			}
 		}

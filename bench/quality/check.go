@@ -50,7 +50,7 @@ func checkStalls(o *options, w *workload, c clusterSpec, stdout io.Writer) error
 	}
 	fmt.Fprintf(stdout, "check stalls: %s on %s, scenario %s, %d requests, loads × %.3f req/s, seeds 1..%d\n",
 		w.name, c.name, scen, len(w.reqs), rate, o.seeds)
-	type total struct{ hits, secs float64 }
+	type total struct{ hits, unseen, secs float64 }
 	tot := map[string]*total{}
 	worse, cells := 0, 0
 	for _, l := range o.loads {
@@ -62,15 +62,16 @@ func checkStalls(o *options, w *workload, c clusterSpec, stdout io.Writer) error
 					return err
 				}
 				s, _ := summarize(res)
-				n, secs := res.stallRouted()
+				n, unseen, secs := res.stallRouted()
 				if tot[p.name] == nil {
 					tot[p.name] = &total{}
 				}
 				tot[p.name].hits += float64(n)
+				tot[p.name].unseen += float64(unseen)
 				tot[p.name].secs += secs
 				p99[p.name] = s.ttftP99
-				fmt.Fprintf(stdout, "load %.2f seed %d %s: p99 TTFT %.0f ms, SLO %.3f, %d routed into %.2f stalled pod-s (%.2f/s) %s\n",
-					l, seed, p.name, s.ttftP99*1000, s.sloPct, n, secs, float64(n)/max(secs, 1e-9), stallDetail(res))
+				fmt.Fprintf(stdout, "load %.2f seed %d %s: p99 TTFT %.0f ms, SLO %.3f, %d routed into %.2f stalled pod-s (%.2f/s; %d before any evidence) %s\n",
+					l, seed, p.name, s.ttftP99*1000, s.sloPct, n, secs, float64(n)/max(secs, 1e-9), unseen, stallDetail(res))
 			}
 			a, okA := p99["pd-predictive"]
 			b, okB := p99["least-request-nopd"]
@@ -85,6 +86,7 @@ func checkStalls(o *options, w *workload, c clusterSpec, stdout io.Writer) error
 	for _, p := range o.policies {
 		t := tot[p.name]
 		fmt.Fprintf(stdout, "RESULT check_stall_routed_per_stall_second_%s=%.3f\n", p.name, t.hits/max(t.secs, 1e-9))
+		fmt.Fprintf(stdout, "RESULT check_stall_routed_before_evidence_per_stall_second_%s=%.3f\n", p.name, t.unseen/max(t.secs, 1e-9))
 	}
 	if cells > 0 {
 		fmt.Fprintf(stdout, "RESULT check_p99_ttft_worse_than_least-request-nopd_cells_pd-predictive=%d/%d\n", worse, cells)
@@ -110,26 +112,26 @@ func stallDetail(r *runResult) string {
 		if q.failed != "" {
 			continue
 		}
-	pods:
-		for j, pod := range []string{q.prefillPod, q.decodePod} {
-			for _, s := range byPod[pod] {
-				if q.arrive >= s.from && q.arrive < s.to {
-					part := []string{"P", "D"}[j]
-					if q.prefillPod == q.decodePod {
-						part = "W"
-					}
-					age := ">300"
-					for _, lim := range []float64{0.01, 0.02, 0.04, 0.1, 0.3} {
-						if q.arrive-s.from < lim {
-							age = fmt.Sprintf("<%.0f", lim*1000)
-							break
-						}
-					}
-					cnt[class[pod]+"/"+part+age]++
-					break pods
-				}
+		in := stallsOf(q, byPod)
+		if len(in) == 0 {
+			continue
+		}
+		s := in[0]
+		part := "P"
+		switch {
+		case q.prefillPod == q.decodePod:
+			part = "W"
+		case s.pod == q.decodePod:
+			part = "D"
+		}
+		age := ">300"
+		for _, lim := range []float64{0.01, 0.02, 0.04, 0.1, 0.3} {
+			if q.arrive-s.from < lim {
+				age = fmt.Sprintf("<%.0f", lim*1000)
+				break
 			}
 		}
+		cnt[class[s.pod]+"/"+part+age]++
 	}
 	var ks []string
 	for k := range cnt {

@@ -376,9 +376,9 @@ func TestScenarioRunsRecordStalls(t *testing.T) {
 	if r := st.costRatio(); r < 0.5 || r > 2 {
 		t.Errorf("realised cost ratio %v", r)
 	}
-	routed, secs := st.stallRouted()
-	if secs <= 0 || routed < 0 {
-		t.Errorf("stallRouted = %d, %v", routed, secs)
+	routed, unseen, secs := st.stallRouted()
+	if secs <= 0 || routed < 0 || unseen < 0 || unseen > routed {
+		t.Errorf("stallRouted = %d, %d, %v", routed, unseen, secs)
 	}
 	t.Logf("%d stalls, cost ratio %.3f, %d requests routed into %.2f stalled pod-seconds", len(st.stalls), st.costRatio(), routed, secs)
 }
@@ -415,17 +415,18 @@ func TestCheckStalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := allPolicies[slices.IndexFunc(allPolicies, func(p policy) bool { return p.name == "pd-predictive" })]
-	hits, secs := 0, 0.0
+	hits, unseen, secs := 0, 0, 0.0
 	for seed := uint64(1); seed <= 2; seed++ {
 		res, err := simulate(w, o.clusters[0], pol, runOpts{params: o.params, scrape: o.scrape, seed: seed, rate: 40, scenario: "stalls", scenarioSeed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, s := res.stallRouted()
-		hits, secs = hits+n, secs+s
+		n, u, s := res.stallRouted()
+		hits, unseen, secs = hits+n, unseen+u, secs+s
 	}
 	want := fmt.Sprintf("RESULT check_stall_routed_per_stall_second_pd-predictive=%.3f\n", float64(hits)/max(secs, 1e-9))
-	if !strings.Contains(out, want) || !strings.Contains(out, "RESULT check_p99_ttft_worse_than_least-request-nopd_cells_pd-predictive=") {
+	wantUnseen := fmt.Sprintf("RESULT check_stall_routed_before_evidence_per_stall_second_pd-predictive=%.3f\n", float64(unseen)/max(secs, 1e-9))
+	if !strings.Contains(out, want) || !strings.Contains(out, wantUnseen) || !strings.Contains(out, "RESULT check_p99_ttft_worse_than_least-request-nopd_cells_pd-predictive=") {
 		t.Errorf("want %q and the p99 comparison in:\n%s", want, out)
 	}
 	for _, c := range [][]string{{"-check", "stall"}, {"-check-rate", "-1"}} {
@@ -495,5 +496,31 @@ func TestCheckTopology(t *testing.T) {
 	o, _ = parseFlags([]string{"-check", "topology", "-workloads", "mix", "-clusters", "1x2p2d", "-validate=false", "-capacity=false"}, io.Discard)
 	if err := run(o, io.Discard); err == nil || !strings.Contains(err.Error(), "has no zones") {
 		t.Errorf("a shape without zones: error %v, want one saying so", err)
+	}
+}
+
+// stallRouted counts a request once whether its prefill or its decode pod stalled when it
+// arrived, and as before any evidence while the stalled iteration had not yet lasted its
+// calibrated length (its length over sim.StallFactor).
+func TestStallRoutedBeforeEvidence(t *testing.T) {
+	iter := 0.01
+	r := &runResult{
+		stalls: []stallEvent{{pod: "d", from: 1, to: 1 + iter*sim.StallFactor}, {pod: "p", from: 1.004, to: 1.004 + iter*sim.StallFactor}},
+		recs: []record{
+			{arrive: 0.5, prefillPod: "p", decodePod: "d"},                      // before: no stall
+			{arrive: 1 + iter/2, prefillPod: "p", decodePod: "d"},               // both stalled: once, unseen in both
+			{arrive: 1.012, prefillPod: "p", decodePod: "d"},                    // both: seen in d (not yet in p)
+			{arrive: 1 + 2*iter, prefillPod: "x", decodePod: "d"},               // decode pod, seen
+			{arrive: 1 + 2*iter, prefillPod: "d", decodePod: "d", failed: "x"},  // failed: not counted
+			{arrive: 1 + iter*sim.StallFactor, prefillPod: "d", decodePod: "d"}, // the stall has ended
+		},
+	}
+	routed, unseen, secs := r.stallRouted()
+	if routed != 3 || unseen != 1 {
+		t.Errorf("routed %d, unseen %d; want 3, 1", routed, unseen)
+	}
+	// The stalls are clipped to the arrivals' span [0.5, 1.2]: 0.2 s and 0.196 s.
+	if d := secs - 0.396; d > 1e-9 || d < -1e-9 {
+		t.Errorf("stalled seconds %v, want 0.396", secs)
 	}
 }

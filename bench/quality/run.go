@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -298,10 +299,13 @@ func (r *runResult) costRatio() float64 {
 // stallRouted is how many requests were routed, while a pod stalled, to that pod (prefill or
 // decode), and the stalled pod-seconds while requests arrived (stalls after the last arrival,
 // while queues drain, can receive nothing): their ratio is requests sent into a stall per
-// second of stall.
-func (r *runResult) stallRouted() (routed int, seconds float64) {
+// second of stall. unseen counts the routed requests that arrived before every stalled
+// iteration they met had lasted as long as it would have without the stall: then no router
+// could have any evidence of the stall, so rate × unseen time per stall-second is a floor no policy that
+// routes to the pod at all goes below.
+func (r *runResult) stallRouted() (routed, unseen int, seconds float64) {
 	if len(r.recs) == 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	first, last := r.recs[0].arrive, r.recs[0].arrive
 	for i := range r.recs {
@@ -317,21 +321,33 @@ func (r *runResult) stallRouted() (routed int, seconds float64) {
 		if q.failed != "" {
 			continue
 		}
-		for _, pod := range []string{q.prefillPod, q.decodePod} {
-			hit := false
-			for _, s := range byPod[pod] {
-				if q.arrive >= s.from && q.arrive < s.to {
-					hit = true
-					break
-				}
-			}
-			if hit {
-				routed++
+		in := stallsOf(q, byPod)
+		if len(in) == 0 {
+			continue
+		}
+		routed++
+		if !slices.ContainsFunc(in, func(s stallEvent) bool { return q.arrive >= s.from+(s.to-s.from)/sim.StallFactor }) {
+			unseen++
+		}
+	}
+	return routed, unseen, seconds
+}
+
+// stallsOf is the stalls q arrived in: on its prefill pod, then on its decode pod.
+func stallsOf(q *record, byPod map[string][]stallEvent) []stallEvent {
+	var in []stallEvent
+	for j, pod := range []string{q.prefillPod, q.decodePod} {
+		if j == 1 && pod == q.prefillPod {
+			break
+		}
+		for _, s := range byPod[pod] {
+			if q.arrive >= s.from && q.arrive < s.to {
+				in = append(in, s)
 				break
 			}
 		}
 	}
-	return routed, seconds
+	return in
 }
 
 // rrScheduler is the bench's round-robin: every pod in turn, ignoring roles and load —
