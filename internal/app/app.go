@@ -300,8 +300,11 @@ func (a *App) Run(ctx context.Context) error {
 	run("outlier detection", func(ctx context.Context) error { a.health.Run(ctx); return nil })
 	run("prefix warmer", func(ctx context.Context) error { a.deps.Warmer.Run(ctx); return nil })
 	retire := a.deps.RetireDeparted(a.store)
-	run("prefix index retirer", func(ctx context.Context) error { retire(ctx); return nil })
-	run("token-load janitor", func(ctx context.Context) error { ledger.RunJanitor(ctx, 0, a.tokens.Sweepers()...); return nil })
+	run("departed endpoint retirer", func(ctx context.Context) error { retire(ctx); return nil })
+	run("janitor", func(ctx context.Context) error {
+		ledger.RunJanitor(ctx, 0, append(a.tokens.Sweepers(), a.picker.Models)...)
+		return nil
+	})
 	if a.shared != nil {
 		run("shared request counts and decode ledger", func(ctx context.Context) error { a.shared.Run(ctx); return a.shared.Close() })
 	}

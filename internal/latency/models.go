@@ -552,10 +552,9 @@ func (m *Models) Ingest(key string, s *metrics.Sample) {
 	}
 }
 
-// Forget drops the models of endpoints for which live is false, and routes whose events
-// stopped coming.
+// Forget drops the models of endpoints for which live is false (register it with
+// picker.Deps.OnForget).
 func (m *Models) Forget(live func(key string) bool) {
-	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k := range m.pods {
@@ -564,6 +563,16 @@ func (m *Models) Forget(live func(key string) bool) {
 			m.gen++
 		}
 	}
+}
+
+// Sweep forgets the routes whose events stopped coming (lost: no event for routeTTL), with
+// what they held: a booking that would keep their prefill pod overdue for ever, a stream the
+// silence detector waits on. Run it periodically (ledger.RunJanitor); it implements
+// ledger.Sweeper.
+func (m *Models) Sweep() {
+	now := m.clock.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for id, r := range m.routes {
 		last := r.picked
 		if r.lastChunk.After(last) {

@@ -73,7 +73,7 @@ func TestForgottenChargeIsNotOverdueForEver(t *testing.T) {
 	tr := r.rec.Start(outcome.KindWhole, "", "ns/a:1", 1000)
 	r.m.Charge(tr.ID(), Charge{Kind: outcome.KindWhole, Prefill: "ns/a:1", Destination: "ns/a:1", Prompt: Prompt{Tokens: 1000}, Service: 0.1})
 	r.clock.Advance(routeTTL + time.Minute)
-	r.m.Forget(func(string) bool { return true })
+	r.m.Sweep()
 	if w, _ := r.m.Prefill("ns/a:1", Prompt{Tokens: 1}); w != 0 {
 		t.Errorf("forgotten route: wait %.3f s, want 0", w)
 	}

@@ -8,7 +8,8 @@ import (
 // JanitorInterval is how often the janitor runs, as the seed says.
 const JanitorInterval = time.Minute
 
-// Sweeper is one janitor pass (Prefill, Decode and Sessions implement it).
+// Sweeper is one janitor pass (Prefill, Decode and Sessions implement it, and the latency
+// models, which forget lost routes).
 type Sweeper interface{ Sweep() }
 
 // RunJanitor calls Sweep on each sweeper every interval (JanitorInterval when ≤ 0) until ctx

@@ -53,6 +53,8 @@ type harness struct {
 	byName map[string]*pool.Endpoint
 	// match are the pair-match labels publish builds endpoints with (nil: none).
 	match pool.PairMatch
+	// forgot receives (coalesced) when the departed endpoints' state has been forgotten.
+	forgot chan struct{}
 }
 
 func newHarness(t *testing.T, gw config.PD, pods ...pod) *harness {
@@ -77,7 +79,29 @@ func newHarnessNames(t *testing.T, gw config.PD, names config.Names, pods ...pod
 	}
 	h.router = r
 	h.publish(pods...)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	h.forgot = make(chan struct{}, 1)
+	deps.OnForget(func(func(string) bool) {
+		select {
+		case h.forgot <- struct{}{}:
+		default:
+		}
+	})
+	go deps.RetireDeparted(h.store)(ctx)
 	return h
+}
+
+// departed publishes pods and waits until the state of the endpoints that departed is
+// forgotten (picker.Deps.RetireDeparted, as the application runs it).
+func (h *harness) departed(pods ...pod) {
+	h.t.Helper()
+	h.publish(pods...)
+	select {
+	case <-h.forgot:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("the departed endpoints were not forgotten within 10 s")
+	}
 }
 
 func (h *harness) publish(pods ...pod) {

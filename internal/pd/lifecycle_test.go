@@ -132,7 +132,7 @@ func TestDecodePodGoesAwayMidTraffic(t *testing.T) {
 	if h.deps.Running.InFlight(dAKey) == 0 || h.c.PendingDecode(dAKey) == 0 {
 		t.Fatal("setup: nothing went to dA, or none of it is pending")
 	}
-	h.publish(pods[0], pods[2], pods[3]) // dA is gone
+	h.departed(pods[0], pods[2], pods[3]) // dA is gone
 	for range 50 {
 		d := h.mustPick(prompt("x", 8))
 		if first(d.Destination) != "dB" || first(d.Prefill) != "pB" {

@@ -80,7 +80,6 @@ func (s *Chain) Name() string { return s.StrategyName }
 
 // Pick implements Strategy.
 func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
-	s.Deps.ForgetGone(c.Snap)
 	if s.Deps != nil && s.Deps.Rand != nil {
 		c.intn = s.Deps.Rand
 	}

@@ -3,7 +3,6 @@ package picker
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/load"
@@ -42,9 +41,7 @@ type Deps struct {
 	// use must not serve concurrent picks. Nil (production) uses math/rand/v2's global source.
 	Rand func(n int) int
 
-	// pruned is the newest snapshot version ForgetGone pruned for.
-	pruned atomic.Uint64
-	// forgets are the OnForget callbacks, called by ForgetGone.
+	// forgets are the OnForget callbacks, called when endpoints depart (RetireDeparted).
 	forgetMu sync.Mutex
 	forgets  []func(live func(key string) bool)
 }
@@ -64,47 +61,22 @@ func ForgetAbsent(k Keyed, live func(key string) bool) {
 	}
 }
 
-// OnForget registers f to run whenever ForgetGone prunes for a newer snapshot, with a test
-// of which endpoints are still in the pool: per-endpoint state outside the Deps (a strategy's
-// own trackers, latency models) is pruned in the same place and at the same moment as the
-// shared counters.
+// OnForget registers f to run whenever endpoints depart (RetireDeparted), with a test of
+// which endpoints are still live: per-endpoint state outside the Deps (a strategy's own
+// trackers, latency models) is pruned in the same place and at the same moment as the shared
+// counters. f runs off the request path, concurrently with picks.
 func (d *Deps) OnForget(f func(live func(key string) bool)) {
 	d.forgetMu.Lock()
 	defer d.forgetMu.Unlock()
 	d.forgets = append(d.forgets, f)
 }
 
-// ForgetGone drops the per-endpoint state of endpoints not in snap — Running, Drain and
-// whatever OnForget registered — once per snapshot newer than the last one pruned for: a
-// request still holding an older snapshot must not forget endpoints that joined since. Every
-// strategy calls it, so no signal keeps an entry for every endpoint that ever existed.
-func (d *Deps) ForgetGone(snap *pool.Snapshot) {
-	if d == nil || snap == nil {
-		return
-	}
-	old := d.pruned.Load()
-	if snap.Version <= old || !d.pruned.CompareAndSwap(old, snap.Version) {
-		return
-	}
-	if d.Running != nil {
-		ForgetAbsent(d.Running, snap.Has)
-	}
-	if d.Drain != nil {
-		ForgetAbsent(d.Drain, snap.Has)
-	}
-	d.forgetMu.Lock()
-	forgets := d.forgets
-	d.forgetMu.Unlock()
-	for _, f := range forgets {
-		f(snap.Has)
-	}
-}
-
-// RetireDeparted keeps the prefix index to the pool, off the request path: it watches store from
-// now on and returns the loop to run (until ctx ends), which on every snapshot forgets the
-// endpoints that left, and those that came back at another address (the same name and port,
-// another pod: a restart must not inherit its predecessor's affinity). Without it an endpoint's
-// blocks stay until they age out (AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS).
+// RetireDeparted keeps the picks' per-endpoint state to the pool, off the request path: it
+// watches store from now on and returns the loop to run (until ctx ends), which on every
+// snapshot forgets the endpoints that left and those that came back at another address (the
+// same name and port, another pod: a restart inherits neither its predecessor's affinity nor
+// its counts nor its latency model). Without it, state is kept for every endpoint that was
+// ever picked, and prefix blocks stay until they age out (AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS).
 func (d *Deps) RetireDeparted(store *pool.Store) (run func(ctx context.Context)) {
 	departures := store.WatchDepartures() // from now on, none lost however publishes coalesce
 	return func(ctx context.Context) {
@@ -113,11 +85,32 @@ func (d *Deps) RetireDeparted(store *pool.Store) (run func(ctx context.Context))
 			case <-ctx.Done():
 				return
 			case <-departures.C:
-				if gone := departures.Take(); len(gone) > 0 && d.Prefix != nil {
-					d.Prefix.ForgetAll(gone)
+				if gone := departures.Take(); len(gone) > 0 {
+					d.forget(gone)
 				}
 			}
 		}
+	}
+}
+
+// forget drops the state of the endpoints gone: the prefix index's blocks, Running, Drain and
+// whatever OnForget registered.
+func (d *Deps) forget(gone map[string]struct{}) {
+	live := func(key string) bool { _, left := gone[key]; return !left }
+	if d.Prefix != nil {
+		d.Prefix.ForgetAll(gone)
+	}
+	if d.Running != nil {
+		ForgetAbsent(d.Running, live)
+	}
+	if d.Drain != nil {
+		ForgetAbsent(d.Drain, live)
+	}
+	d.forgetMu.Lock()
+	forgets := d.forgets
+	d.forgetMu.Unlock()
+	for _, f := range forgets {
+		f(live)
 	}
 }
 

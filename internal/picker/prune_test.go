@@ -11,50 +11,53 @@ import (
 
 // The per-endpoint signals every strategy shares (requests running, drain rate) must not
 // keep an entry for every endpoint that ever existed: a pool served only by non-PD
-// strategies still forgets the endpoints that left, at the first pick on a newer
-// snapshot. A request still holding an older snapshot prunes nothing. Worked by hand:
-// a and b each serve one completed request (both have a running counter and a drain
-// window), then b leaves the pool. State registered with OnForget is asked about the same
-// endpoints at the same moment, once per newer snapshot.
-func TestChainForgetsEndpointsThatLeft(t *testing.T) {
+// strategies still forgets the endpoints that left, off the request path, as the store
+// publishes their departure; a pod restarted at another address under the same name starts
+// afresh. Worked by hand: a and b each serve one completed request (both have a running
+// counter and a drain window), then b leaves the pool, then a comes back as another pod.
+// State registered with OnForget is asked about the same endpoints at the same moment.
+func TestDepartedEndpointsAreForgotten(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	deps := NewDeps(nil, config.DefaultPD().PrefixCache)
 	chain := NewLeastRequestStrategy(deps)
 	a, b := ep("a", "", ""), ep("b", "", "")
-	var asked [][]bool // per OnForget call: is a live, is b live
-	deps.OnForget(func(live func(key string) bool) { asked = append(asked, []bool{live(a.Key()), live(b.Key())}) })
+	asked := make(chan []bool, 4) // per OnForget call: is a live, is b live
+	deps.OnForget(func(live func(key string) bool) { asked <- []bool{live(a.Key()), live(b.Key())} })
 	store := pool.NewStore()
 	v1 := store.Publish(pool.Info{}, []*pool.Endpoint{a, b}, true)
-	pickOn := func(snap *pool.Snapshot, cands ...*pool.Endpoint) *Decision {
+	go deps.RetireDeparted(store)(ctx)
+	pickOn := func(snap *pool.Snapshot, cands ...*pool.Endpoint) {
 		t.Helper()
 		d, err := chain.Pick(context.Background(), &Cycle{Req: parse(t, nil, "hi"), Snap: snap, Candidates: cands, State: &CycleState{}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d
+		d.Lifecycle.Done(nil)
 	}
-	pickOn(v1, a).Lifecycle.Done(nil)
-	pickOn(v1, b).Lifecycle.Done(nil)
+	pickOn(v1, a)
+	pickOn(v1, b)
+	keys := func() [][]string { return [][]string{deps.Running.Keys(), deps.Drain.Keys()} }
 
 	v2 := store.Publish(pool.Info{}, []*pool.Endpoint{a}, true)
-	pickOn(v1, a).Lifecycle.Done(nil) // an older snapshot: nothing is forgotten
-	if !slices.Contains(deps.Running.Keys(), b.Key()) {
-		t.Fatal("a pick on an older snapshot forgot b")
+	if got := <-asked; !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("b left: OnForget saw a, b live %v, want [true false]", got)
 	}
-	pickOn(v2, a).Lifecycle.Done(nil)
-	cases := []struct {
-		name string
-		keys []string
-	}{
-		{"running", deps.Running.Keys()},
-		{"drain", deps.Drain.Keys()},
-	}
-	for _, tc := range cases {
-		if slices.Contains(tc.keys, b.Key()) || !slices.Contains(tc.keys, a.Key()) {
-			t.Errorf("%s keys %v after b left; want only %s", tc.name, tc.keys, a.Key())
+	for i, ks := range keys() {
+		if slices.Contains(ks, b.Key()) || !slices.Contains(ks, a.Key()) {
+			t.Errorf("%s keys %v after b left; want only %s", []string{"running", "drain"}[i], ks, a.Key())
 		}
 	}
-	pickOn(v2, a).Lifecycle.Done(nil) // the same snapshot again: nothing more to prune
-	if want := [][]bool{{true, true}, {true, false}}; !slices.EqualFunc(asked, want, slices.Equal[[]bool]) {
-		t.Errorf("OnForget saw %v, want %v (v1 once, then v2 once)", asked, want)
+
+	pickOn(v2, a)
+	restarted := pool.NewEndpoint(a.Namespace, a.Name, "10.9.9.9", a.Port, 0, nil, nil)
+	store.Publish(pool.Info{}, []*pool.Endpoint{restarted}, true)
+	if got := <-asked; !slices.Equal(got, []bool{false, true}) {
+		t.Errorf("a restarted: OnForget saw a, b live %v, want [false true]", got)
+	}
+	for i, ks := range keys() {
+		if len(ks) != 0 {
+			t.Errorf("%s keys %v after a restarted at another address; want none", []string{"running", "drain"}[i], ks)
+		}
 	}
 }

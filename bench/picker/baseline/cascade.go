@@ -210,7 +210,6 @@ func (c *Cascade) pruneFor(snap *pool.Snapshot) {
 	if snap == nil {
 		return
 	}
-	c.deps.ForgetGone(snap) // Running and Drain, shared with the other strategies
 	old := c.version.Load()
 	// Only a newer snapshot prunes: a request still holding an older one must not forget
 	// the counters of endpoints that joined since.
