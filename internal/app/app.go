@@ -129,8 +129,9 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Outcomes of routed requests (as the ext_proc server saw them) and probes, and passive
-	// health reading them. The latency models read the strategies' recorder (Deps.Outcomes).
+	// The one record of every routed request (written by the decisions' lifecycles and the
+	// ext_proc server) and of every probe, and passive health reading it; the latency models
+	// and the advisor read it too (BuildPicker).
 	a.outcomes = outcome.NewRecorder(nil)
 	a.health = health.New(health.Options{Config: gw.Outlier, Store: a.store, Observer: healthObserver{tel.m},
 		Logger: log.WithName("outlier-detection"), Recorder: a.outcomes})
@@ -144,7 +145,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	a.objectives = objectives
 	pk, err := BuildPicker(PickerOptions{Gateway: gw, File: cfgFile, Objectives: objectives,
 		Reporter: tel.annotationReporter(), Logger: log, Gauges: tel.m, BucketMetrics: tel.m, Predictions: tel.m, Health: a.health,
-		Transfer: a.transfer})
+		Transfer: a.transfer, Outcomes: a.outcomes})
 	if err != nil {
 		return nil, err
 	}

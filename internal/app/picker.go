@@ -14,6 +14,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/latency"
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/load"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/prefix"
@@ -41,6 +42,9 @@ type PickerOptions struct {
 	// Transfer is the transfer proof's lenient policy: decode pods it holds are left out of
 	// picks while the pool can do without them. Nil holds none.
 	Transfer *proof.Gate
+	// Outcomes, when set, is the recorder of the routed requests (Deps.Outcomes) the ext_proc
+	// server and passive health share; nil: a fresh one.
+	Outcomes *outcome.Recorder
 }
 
 // Picker is the assembled picker: the router the ext_proc server calls, its dependencies and
@@ -80,6 +84,9 @@ func BuildPicker(o PickerOptions) (*Picker, error) {
 	}
 	gw := o.Gateway
 	deps := picker.NewDeps(clock, gw.PD.PrefixCache)
+	if o.Outcomes != nil {
+		deps.Outcomes = o.Outcomes
+	}
 	if o.Transfer != nil {
 		deps.OnForget(o.Transfer.Forget) // decode pods that left lose their proof state
 	}

@@ -90,15 +90,21 @@ func (st *stream) holdUnobserved() bool {
 		return false
 	}
 	st.finished = true
-	st.endRoute(errUnobserved)
 	st.leaveRetry()
-	lc, srv := st.lifecycle, st.srv
+	// The outcome record ends with the hold too: its readers count the request in flight as
+	// the trackers do. The lifecycle ends a record it started; one the server started ends
+	// unobserved.
+	lc, srv, route, own := st.lifecycle, st.srv, st.route, st.ownRoute
+	st.route = nil
 	time.AfterFunc(hold, func() {
 		defer func() {
 			if r := recover(); r != nil {
 				srv.recovered("extproc_hold", r, debug.Stack())
 			}
 		}()
+		if own {
+			route.End(errUnobserved)
+		}
 		lc.Done(nil)
 	})
 	return true

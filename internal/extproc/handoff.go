@@ -141,11 +141,12 @@ func (st *stream) startHandoff(req *request.Request, d *picker.Decision) ([]byte
 	}
 	po, _ := d.Lifecycle.(pd.PrefillObserver)
 	route := st.route
+	route.ReportsLeg()
 	in.PrefillDone = func(err error) {
+		route.PrefillEnd(legOutcome(err), true) // classified, before the lifecycle's report
 		if po != nil {
 			po.PrefillDone(err)
 		}
-		route.PrefillEnd(legOutcome(err), true)
 	}
 	h, err := adapters.New(st.ctx, in)
 	if err != nil {

@@ -14,27 +14,30 @@ import (
 	"github.com/tandem-epp/tandem/internal/request"
 )
 
-// The ext_proc server is the writer of every routed request's outcome (Options.Outcomes): it
-// starts the route once the decision is adopted (unless the strategy did), and reports the
-// prefill leg, the response headers (and the endpoint that served), the body chunks and the
-// end, translating what it saw into outcome.Failure so readers can tell an endpoint's fault
-// from a client's.
+// Every routed request has one outcome record, the decision's Route (Options.Outcomes, the
+// strategies' recorder). The decision's lifecycle writes its events; the ext_proc server
+// reports into it first what only it knows — how the prefill leg and the request ended,
+// translated into outcome.Failure so readers can tell an endpoint's fault from a client's, and
+// the endpoint the gateway says served — and writes every event itself when the strategy
+// started no record.
 
 // errUnobserved ends the route of a destination-only client, which never sends the response:
 // nothing is known of the endpoint.
 var errUnobserved = errors.New("the gateway client does not report responses")
 
-// startRoute begins the decision's outcome record: the kind, the endpoints, the fallbacks the
-// gateway receives. It is always the server's own route: the strategy's lifecycle records to
-// another recorder (picker.Deps.Outcomes), and writing the server's events into that route
-// too would count every chunk twice and lose the failures' classification (its writer's
-// reports come first).
+// startRoute adopts the decision's outcome record, or starts one (the kind, the endpoints)
+// when the strategy did not, and notes the fallbacks the gateway receives. The server writes
+// the response chunks only into a record it started: the strategy's lifecycle writes them into
+// its own.
 func (st *stream) startRoute(req *request.Request, d *picker.Decision, mode string) {
-	kind, prefill := outcome.KindWhole, ""
-	if mode != "" {
-		kind, prefill = outcome.KindPD, d.Prefill[0].Key()
+	st.ownRoute = d.Route == nil
+	if st.ownRoute {
+		kind, prefill := outcome.KindWhole, ""
+		if mode != "" {
+			kind, prefill = outcome.KindPD, d.Prefill[0].Key()
+		}
+		d.Route = st.srv.opts.Outcomes.Start(kind, prefill, d.Destination[0].Key(), req.PromptTokens)
 	}
-	d.Route = st.srv.opts.Outcomes.Start(kind, prefill, d.Destination[0].Key(), req.PromptTokens)
 	st.promptTokens = req.PromptTokens
 	if st.fallbacks && len(d.Destination) > 1 {
 		keys := make([]string, len(d.Destination)-1)
@@ -46,10 +49,10 @@ func (st *stream) startRoute(req *request.Request, d *picker.Decision, mode stri
 	st.route = d.Route
 }
 
-// routeResponse reports the response headers: the status and the endpoint that served (the
-// gateway names it by host:port: ep when it is one of the decision's destinations, else looked
-// up in the pool). Without the EPP hand-off, which reports the prefill leg itself, the answer
-// also tells how the leg ended (outcome.Tracker.Answered).
+// routeResponse reports the response headers, before the lifecycle does: the status and the
+// endpoint that served (the gateway names it by host:port: ep when it is one of the decision's
+// destinations, else looked up in the pool). Without the EPP hand-off, which reports the
+// prefill leg itself, the answer also tells how the leg ended (outcome.Tracker.Answered).
 func (st *stream) routeResponse(code int, served string, ep *pool.Endpoint) {
 	if st.route == nil {
 		return
@@ -67,7 +70,8 @@ func (st *stream) routeResponse(code int, served string, ep *pool.Endpoint) {
 	st.route.Answered(code, key, ep != nil && ep.Role != pool.RoleDecode)
 }
 
-// endRoute ends the outcome record with what the stream knows of how the request ended.
+// endRoute ends the outcome record with what the stream knows of how the request ended, before
+// the lifecycle does (the first report wins).
 func (st *stream) endRoute(err error) {
 	if st.route == nil {
 		return

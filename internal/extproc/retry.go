@@ -182,10 +182,11 @@ func (st *stream) endAttempt(aerr *apierror.Error) {
 	st.ho.stop()
 	st.ho.h.Done()
 	st.ho = eppHandoff{}
+	retried := fmt.Errorf("%w: %s", ErrAttemptRetried, aerr.Message)
+	st.endRoute(retried)
 	if st.lifecycle != nil {
-		st.lifecycle.Done(fmt.Errorf("%w: %s", ErrAttemptRetried, aerr.Message))
+		st.lifecycle.Done(retried)
 	}
-	st.endRoute(aerr)
 	st.decision, st.lifecycle, st.finished = nil, nil, true
 }
 

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"errors"
+	"maps"
 	"net"
 	"net/http"
 	"strings"
@@ -15,10 +16,10 @@ import (
 	"github.com/tandem-epp/tandem/internal/ledger"
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pd"
+	"github.com/tandem-epp/tandem/internal/testnet"
 )
 
-// lifecycleRoutes keeps the events of the routes the strategies' lifecycles record (the
-// latency models' recorder, Deps.Outcomes).
+// lifecycleRoutes keeps the events of the outcome records (Deps.Outcomes).
 type lifecycleRoutes struct {
 	mu  sync.Mutex
 	evs []outcome.Event
@@ -222,5 +223,48 @@ func TestRoutedWholeIsNoPrefillForTheModels(t *testing.T) {
 		if backlog, charges := models.Local(k, models.Now()); backlog != 0 || charges != 0 {
 			t.Errorf("%s still booked: %v s, %d charges", name, backlog, charges)
 		}
+	}
+}
+
+// TestOneOutcomeRecordPerRequest: a routed request has one outcome record, the decision's,
+// which every reader reads: the strategy's lifecycle starts it and writes its events, the
+// server reports into it what only it knows (here, the endpoint that served), and each event is
+// written once — one start, one prefill end (inferred: a sidecar ran the leg), one first byte,
+// each later chunk once, one end.
+func TestOneOutcomeRecordPerRequest(t *testing.T) {
+	var seen lifecycleRoutes
+	rg := newRetryRigWith(t, config.Retry{}, http.StatusOK, testnet.RefusedAddr(t), func(rg *retryRig, gw *config.Gateway, _ *Options) {
+		gw.PD.Handoff = config.HandoffSidecar
+		rg.deps.Outcomes.Subscribe(&seen)
+	})
+	s, routed, err := rg.client.Route(testCtx(t), retryReq)
+	if err != nil || routed.Immediate != nil {
+		t.Fatalf("route: %v %+v", err, routed)
+	}
+	decode := rg.eps["decode-a"]
+	if _, err := s.Respond(envoy.Response{Status: 200, Served: decode.HostPort(),
+		Chunks: [][]byte{[]byte("data: a\n\n"), []byte("data: b\n\n"), []byte("data: [DONE]\n\n")}}); err != nil {
+		t.Fatal(err)
+	}
+	count := map[outcome.Phase]int{}
+	ids := map[uint64]bool{}
+	var end outcome.Route
+	for _, e := range seen.events() {
+		if e.Phase == outcome.PhaseProbe {
+			continue
+		}
+		count[e.Phase]++
+		ids[e.Route.ID] = true
+		if e.Phase == outcome.PhaseEnd {
+			end = e.Route
+		}
+	}
+	want := map[outcome.Phase]int{outcome.PhaseStart: 1, outcome.PhasePrefillEnd: 1, outcome.PhaseFirstByte: 1,
+		outcome.PhaseProgress: 2, outcome.PhaseEnd: 1}
+	if len(ids) != 1 || !maps.Equal(count, want) {
+		t.Fatalf("%d routes, events %v; want one route with %v", len(ids), count, want)
+	}
+	if end.Kind != outcome.KindPD || end.Served != decode.Key() || end.Chunks != 3 || end.Status != 200 || end.Err != nil {
+		t.Errorf("the record at its end: %+v", end)
 	}
 }

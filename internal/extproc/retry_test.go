@@ -118,7 +118,7 @@ func newRetryRigWith(t *testing.T, retry config.Retry, prefillStatus int, addr s
 		setup(rg, &gw, &opts)
 	}
 	rg.det = health.New(health.Options{Config: config.DefaultOutlier(), Store: store})
-	rec := outcome.NewRecorder(nil)
+	rec := rg.deps.Outcomes // the one record of each request, as the application wires it
 	rec.Subscribe(rg.det)
 	rg.rec = rec
 	res, err := config.NewResolver(gw, config.Options{})

@@ -75,11 +75,10 @@ type Options struct {
 	// its decision's trackers and ledger charges after its stream ended (such a client never
 	// sends the response phase). Zero releases them at the end of the stream.
 	DestinationOnlyHold time.Duration
-	// Outcomes records what happens to every routed request (internal/outcome), its failures
-	// classified, for passive health; nil records nothing. It must not be the strategies'
-	// recorder (picker.Deps.Outcomes, which their lifecycles write and the latency models
-	// read): the server starts a route of its own for every decision, so a reader of both
-	// writers would count each request twice.
+	// Outcomes is the strategies' recorder (picker.Deps.Outcomes): the server reports into each
+	// decision's Route what only it knows (failures classified, the endpoint that served), and
+	// starts the route here for a decision whose strategy started none. Nil: such decisions
+	// record nothing.
 	Outcomes *outcome.Recorder
 	// Health, when set, cancels a sync prefill leg whose pod is ejected while it runs, so
 	// the pair-level retry can try another pick at once.

@@ -79,8 +79,10 @@ type stream struct {
 	promptTokens int
 	served       *pool.Endpoint
 
-	// route records the decision's outcome (internal/outcome); nil records nothing.
-	route *outcome.Tracker
+	// route records the decision's outcome (internal/outcome); nil records nothing. ownRoute:
+	// the server started it (the strategy did not), so it writes the chunks too.
+	route    *outcome.Tracker
+	ownRoute bool
 	// retrying: this stream's second attempt holds one of the retry budget's slots;
 	// firstFailure is the failure of the attempt it retries.
 	retrying     bool
@@ -532,12 +534,12 @@ func (st *stream) onResponseHeaders(msg *extprocv3.ProcessingRequest, h *extproc
 		if !st.respHeaders {
 			st.resp.headers(joinHeaders(h.GetHeaders().GetHeaders()))
 		}
-		if st.lifecycle != nil && !st.respHeaders && !st.finished {
-			st.lifecycle.ResponseHeaders(code, servedEP)
-		}
 		if !st.respHeaders {
 			st.routeResponse(code, served, servedEP)
 			st.xfer.status, st.served = code, servedEP
+		}
+		if st.lifecycle != nil && !st.respHeaders && !st.finished {
+			st.lifecycle.ResponseHeaders(code, servedEP)
 		}
 		st.respHeaders = true
 		set = headerOptions(set, d.ResponseHeaders)
@@ -609,7 +611,9 @@ func (st *stream) onResponseBody(b *extprocv3.HttpBody) error {
 	if st.lifecycle != nil && !st.finished {
 		st.lifecycle.ResponseBody(len(b.GetBody()), eos)
 	}
-	st.route.Chunk(len(b.GetBody()))
+	if st.ownRoute {
+		st.route.Chunk(len(b.GetBody()))
+	}
 	st.resp.chunk(b.GetBody())
 	if eos {
 		// The last chunk: release what the request holds before the client can see it.
@@ -627,10 +631,10 @@ func (st *stream) finish(err error) {
 	if err == nil && st.ho.active() {
 		st.ho.h.Completed() // an async prefill leg may still report its (certain) success
 	}
+	st.endRoute(err)
 	if st.lifecycle != nil {
 		st.lifecycle.Done(err)
 	}
-	st.endRoute(err)
 	st.leaveRetry()
 }
 

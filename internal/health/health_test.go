@@ -444,6 +444,17 @@ func TestPrefillLegAndCallerErrors(t *testing.T) {
 	if st := f.d.Status(f.key("da")); st.Consecutive5xx != 0 || st.RecentFailure {
 		t.Errorf("the decode pod is blamed for its prefill pod: %+v", st)
 	}
+	// A pair routed whole ran no leg: its decode pod's failure before any answer is the decode
+	// pod's (the record is the pair's, its leg ErrPrefillNotRun).
+	whole := f.rec.Start(outcome.KindPD, f.key("pb"), f.key("db"), 10)
+	whole.PrefillEnd(outcome.ErrPrefillNotRun, false)
+	whole.End(&outcome.Failure{Origin: outcome.OriginGateway, Err: errors.New("connection refused")})
+	if st := f.d.Status(f.key("db")); st.ConsGateway != 1 {
+		t.Errorf("a pair routed whole whose decode pod refused: decode pod %+v, want one gateway failure", st)
+	}
+	if st := f.d.Status(f.key("pb")); st.RecentFailure || st.ConsGateway != 0 {
+		t.Errorf("a pair routed whole blamed its prefill pod: %+v", st)
+	}
 	// An inferred prefill end (sidecar) says nothing.
 	tr := f.rec.Start(outcome.KindPD, f.key("pb"), f.key("db"), 10)
 	tr.PrefillEnd(errors.New("x"), false)

@@ -7,14 +7,14 @@
 // Writer: a strategy starts a Route when it decides (Recorder.Start) and the decision's
 // lifecycle reports the events (PrefillEnd, Response, Chunk, End; Answered is Response with
 // what an answer says of the prefill leg; Transfer, the proof of a PD route's KV transfer,
-// rides on End); each is stamped with the
-// recorder's clock and handed to every Reader at once, synchronously, so a reader sees the
-// events of one route in order.
+// rides on End); each is stamped with the recorder's clock and handed to every Reader at
+// once, synchronously, so a reader sees the events of one route in order.
 //
-// A process has two recorders, each with one route per request: the strategies' (the
-// lifecycles write it, picker.Deps.Outcomes; the latency models read it) and the ext_proc
-// server's (it writes what the stream saw, failures classified as Failure; passive health
-// reads it). A reader subscribes to one of them, never both.
+// A process has one recorder and one route per request (picker.Deps.Outcomes, the decision's
+// Route). The ext_proc server reports into it, before the lifecycle, what only the stream
+// knows: how the prefill leg and the request ended, classified as Failure, and the endpoint
+// the gateway says served. The first report of an event wins, so the lifecycle's later one
+// changes nothing. It starts the route itself for a decision whose strategy started none.
 //
 // Reader: implement Observe and Subscribe it. Observe runs on the request path (ext_proc
 // stream goroutines, the hand-off): it must be quick and must not block.

@@ -206,14 +206,18 @@ func (r *Recorder) publish(p Phase, route *Route) {
 
 var events = sync.Pool{New: func() any { return new(Event) }}
 
-// Tracker is the writer side of one route: the decision's lifecycle reports to it. Every
-// method is safe for concurrent use, records its event once, and ignores events after End.
-// Methods on a nil Tracker do nothing.
+// Tracker is the writer side of one route: the decision's lifecycle reports to it, and the
+// ext_proc server reports first what it knows better (how the prefill leg and the request
+// ended, classified; the endpoint that served). Every method is safe for concurrent use,
+// records its event once (the first report wins), and ignores events after End. Methods on a
+// nil Tracker do nothing.
 type Tracker struct {
 	rec   *Recorder
 	mu    sync.Mutex
 	r     Route
 	ended bool
+	// legReported: the prefill leg's end will be reported by what runs it (ReportsLeg).
+	legReported bool
 }
 
 // ID is the route's identifier, unique in the process (0 for a nil Tracker): what a
@@ -242,17 +246,37 @@ func (t *Tracker) PrefillEnd(err error, observed bool) {
 	t.rec.publish(PhasePrefillEnd, &r)
 }
 
-// Answered reports the destination's response headers (Response) with what they say of a PD
-// route's prefill leg when nothing reported its end yet: a decode-side sidecar answers only
-// once its prefill call returned, so the leg has ended (inferred, not observed); an endpoint
-// that served the request whole (ranWhole: a combined fallback) ran the prompt itself, so no
-// leg ran (ErrPrefillNotRun). Both of a request's recorders infer it here.
-func (t *Tracker) Answered(status int, served string, ranWhole bool) {
-	var leg error
-	if ranWhole {
-		leg = ErrPrefillNotRun
+// ReportsLeg says the prefill leg's end will be reported by what runs it (an EPP hand-off,
+// through PrefillEnd), so Answered does not infer it: an asynchronous leg may still be running
+// when the decode pod answers.
+func (t *Tracker) ReportsLeg() {
+	if t == nil {
+		return
 	}
-	t.PrefillEnd(leg, false)
+	t.mu.Lock()
+	t.legReported = true
+	t.mu.Unlock()
+}
+
+// Answered reports the destination's response headers (Response) with what they say of a PD
+// route's prefill leg when nothing reported its end yet and nothing will (ReportsLeg): a
+// decode-side sidecar answers only once its prefill call returned, so the leg has ended
+// (inferred, not observed); an endpoint that served the request whole (ranWhole: a combined
+// fallback) ran the prompt itself, so no leg ran (ErrPrefillNotRun).
+func (t *Tracker) Answered(status int, served string, ranWhole bool) {
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	reported := t.legReported
+	t.mu.Unlock()
+	if !reported {
+		var leg error
+		if ranWhole {
+			leg = ErrPrefillNotRun
+		}
+		t.PrefillEnd(leg, false)
+	}
 	t.Response(status, served)
 }
 

@@ -98,6 +98,16 @@ func TestRouteEvents(t *testing.T) {
 				t.Errorf("prefill err %v observed %v at %v status %d, want reset true 30ms 503", r.PrefillErr, r.PrefillObserved, r.PrefillEnd.Sub(r.Picked), r.Status)
 			}
 		}},
+		{"pd, epp hand-off still running: Answered infers nothing once the leg is reported by what runs it", KindPD, []step{
+			{0, func(tr *Tracker) { tr.ReportsLeg() }},
+			{ms(20), func(tr *Tracker) { tr.Answered(200, "ns/d:8000", false) }},
+			{ms(30), func(tr *Tracker) { tr.PrefillEnd(nil, true) }},
+			{ms(1), func(tr *Tracker) { tr.End(nil) }},
+		}, []Phase{PhaseStart, PhasePrefillEnd, PhaseEnd}, func(t *testing.T, r Route) {
+			if r.PrefillErr != nil || !r.PrefillObserved || r.PrefillEnd.Sub(r.Picked) != ms(50) || r.Status != 200 {
+				t.Errorf("prefill err %v observed %v at %v status %d, want nil true 50ms 200", r.PrefillErr, r.PrefillObserved, r.PrefillEnd.Sub(r.Picked), r.Status)
+			}
+		}},
 		{"whole: no prefill end event; a failure ends it", KindWhole, []step{
 			{ms(10), func(tr *Tracker) { tr.PrefillEnd(nil, true) }}, // not a PD route
 			{ms(40), func(tr *Tracker) { tr.End(boom) }},

@@ -44,7 +44,7 @@ func (c *Cascade) combinedDecision(s *selection, step string, ranked []*pool.End
 	ranked = ranked[:min(len(ranked), fallbacks+1)]
 	s.trace.Add(step)
 	d := &picker.Decision{Outcome: picker.OutcomeCombined, Step: step, Destination: ranked, Trace: s.trace}
-	d.Lifecycle = newWholeLifecycle(c, ranked, s.promptTokens)
+	newWholeLifecycle(c, ranked, s.promptTokens).adopt(d)
 	return d
 }
 

@@ -206,7 +206,7 @@ func (h *DisaggHandler) Result(_ context.Context, cy *picker.Cycle, done map[str
 			d.SetHeaders = map[string]string{HeaderPrefillerHostPort: prefill[0].HostPort()}
 			lc := newPairLifecycle(h.c, prefill[0], decode, cy.Req.PromptTokens)
 			lc.dest = d.Destination
-			d.Lifecycle = lc
+			lc.adopt(d)
 		}
 	}
 	return d, nil

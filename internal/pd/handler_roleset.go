@@ -659,7 +659,7 @@ func (h *RolesetHandler) Result(_ context.Context, cy *picker.Cycle, done map[st
 		d.Step = strings.Join(s.fastSteps, stepSeparator)
 	}
 	lc := newPairLifecycle(c, pp.Endpoint, dp.Endpoint, cy.Req.PromptTokens)
-	d.Lifecycle = lc
+	lc.adopt(d)
 	d.Destination = withFallbacks(h.fallbacks, dp.Endpoint, s.pt.rolesets[ri].Decode, func(e *pool.Endpoint) int64 {
 		return c.deps.Running.InFlightOf(e) + c.pending.InFlightOf(e)
 	})
@@ -734,7 +734,9 @@ func (h *RolesetHandler) wholeDecision(s *selection, opt Option, maxTokens int) 
 	lc.route.Cached(opt.Prompt.Cached)
 	pr.charge(lc.RouteID(), opt, s.obj, maxTokens)
 	pr.traceOption(s.trace, opt)
-	return &picker.Decision{Outcome: kind, Step: opt.Step, Destination: ranked, Trace: s.trace, Lifecycle: lc}
+	d := &picker.Decision{Outcome: kind, Step: opt.Step, Destination: ranked, Trace: s.trace}
+	lc.adopt(d)
+	return d
 }
 
 // PostPick implements picker.PostPick: under the predictive plugins, the pod that now holds

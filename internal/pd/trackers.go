@@ -16,7 +16,7 @@ import (
 // which also feeds the decode pod's drain rate. The end of the prefill leg (however it
 // ends) feeds the prefill pod's drain rate, which step 0b divides its backlog by. Every
 // release is idempotent. Every event also goes to the route's outcome record in
-// Deps.Outcomes (the latency models read it; passive health reads the ext_proc server's).
+// Deps.Outcomes, the decision's Route.
 type lifecycle struct {
 	deps       *picker.Deps
 	key        string // the destination endpoint's key; the served one once known
@@ -57,6 +57,9 @@ func newWholeLifecycle(c *Cascade, ranked []*pool.Endpoint, promptTokens int) *l
 	return &lifecycle{deps: c.deps, key: ranked[0].Key(), dest: ranked, releaseRunning: c.deps.Running.Start(ranked[0].Key()),
 		route: c.deps.Outcomes.Start(outcome.KindWhole, "", ranked[0].Key(), promptTokens)}
 }
+
+// adopt makes l the decision's lifecycle and its outcome record the decision's route.
+func (l *lifecycle) adopt(d *picker.Decision) { d.Lifecycle, d.Route = l, l.route }
 
 // RouteID is the route's outcome ID (0 without a recorder): what a pick's charge on the
 // latency models is keyed by.

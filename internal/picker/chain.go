@@ -106,7 +106,7 @@ func (s *Chain) Pick(ctx context.Context, c *Cycle) (*Decision, error) {
 			}
 		})
 		t.dest = d.Destination
-		d.Lifecycle = t
+		d.Lifecycle, d.Route = t, t.route
 	}
 	return d, nil
 }

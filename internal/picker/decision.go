@@ -65,9 +65,11 @@ type Decision struct {
 	// PD is the request's effective PD configuration (gateway settings with the profile's
 	// overrides): the hand-off's timeouts, abort and watchdog settings.
 	PD config.PD
-	// Route records what happens to the routed request (internal/outcome) for passive
-	// health: the ext_proc server starts it, in its own recorder, once the request is routed.
-	// A strategy does not set it (its lifecycle records to Deps.Outcomes). Nil records nothing.
+	// Route is the one record of what happens to the routed request (internal/outcome), which
+	// every reader reads (latency models, advisor, passive health, transfer proof). A strategy
+	// whose Lifecycle writes a record sets it (in Deps.Outcomes); the ext_proc server starts one
+	// in the same recorder when the strategy did not, and reports into it first what only it
+	// knows (the classified endings, the endpoint that served). Nil records nothing.
 	Route *outcome.Tracker
 }
 

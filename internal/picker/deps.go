@@ -30,10 +30,10 @@ type Deps struct {
 	// without it they are applied synchronously after the pick.
 	Warmer *prefix.Warmer
 	Clock  load.Clock
-	// Outcomes records what happened to every routed request as the decisions' lifecycles
-	// saw it (they write it; the latency models read it). Passive health reads another
-	// recorder, the ext_proc server's (extproc.Options.Outcomes), which classifies failures;
-	// each request has one route in each. Nil records nothing.
+	// Outcomes records what happened to every routed request, one route each (Decision.Route):
+	// the decisions' lifecycles write it, the ext_proc server reports into it first what only it
+	// knows (give it this recorder: extproc.Options.Outcomes), and every reader reads it
+	// (latency models, advisor, passive health, transfer proof). Nil records nothing.
 	Outcomes *outcome.Recorder
 	// Rand, when set, is the source of every random choice the strategies built on these
 	// deps make (ties, random picks): a virtual-time simulation seeds it so a run is

@@ -1,6 +1,7 @@
 package proof
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -229,8 +230,8 @@ func (g *Gate) trialUndecided(key string, picked time.Time) {
 // Observe implements outcome.Reader: the verdict of every ended PD route.
 func (g *Gate) Observe(e *outcome.Event) {
 	r := &e.Route
-	if e.Phase != outcome.PhaseEnd || r.Kind != outcome.KindPD {
-		return
+	if e.Phase != outcome.PhaseEnd || r.Kind != outcome.KindPD || errors.Is(r.PrefillErr, outcome.ErrPrefillNotRun) {
+		return // no KV transfer to prove: not a pair, or routed whole
 	}
 	decode := r.ServedBy()
 	if res := Result(r.Transfer); res != Verified && res != Recomputed {

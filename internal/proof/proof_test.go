@@ -298,6 +298,12 @@ func TestGateTrialIsOneRequest(t *testing.T) {
 	if !g.Held(d) {
 		t.Fatal("a second request let through while the trial runs")
 	}
+	// A pair routed whole (a destination-only client) transferred nothing: no verdict on the trial.
+	g.Observe(&outcome.Event{Phase: outcome.PhaseEnd, Route: outcome.Route{Kind: outcome.KindPD, Destination: d,
+		PrefillErr: outcome.ErrPrefillNotRun, Picked: c.t}})
+	if !g.Held(d) {
+		t.Fatal("a pair routed whole to the held pod freed its trial")
+	}
 	g.TrialStarted("ns/decode-1:8000") // a pod not held: nothing
 	g.Observe(&outcome.Event{Phase: outcome.PhaseEnd, Route: outcome.Route{Kind: outcome.KindPD, Destination: d, Transfer: string(Unknown), Picked: early}})
 	if !g.Held(d) {
