@@ -427,7 +427,7 @@ func TestCheckStalls(t *testing.T) {
 	want := fmt.Sprintf("RESULT check_stall_routed_per_stall_second_pd-predictive=%.3f\n", float64(hits)/max(secs, 1e-9))
 	wantUnseen := fmt.Sprintf("RESULT check_stall_routed_before_evidence_per_stall_second_pd-predictive=%.3f\n", float64(unseen)/max(secs, 1e-9))
 	if !strings.Contains(out, want) || !strings.Contains(out, wantUnseen) || !strings.Contains(out, "RESULT check_p99_ttft_worse_than_least-request-nopd_cells_pd-predictive=") {
-		t.Errorf("want %q and the p99 comparison in:\n%s", want, out)
+		t.Errorf("want %q, %q and the p99 comparison in:\n%s", want, wantUnseen, out)
 	}
 	for _, c := range [][]string{{"-check", "stall"}, {"-check-rate", "-1"}} {
 		if _, err := parseFlags(c, io.Discard); err == nil || !strings.Contains(err.Error(), c[0]) {

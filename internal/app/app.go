@@ -138,7 +138,8 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	a.outcomes.Subscribe(a.health)
 	// The proof of each PD request's KV transfer, judged by the ext_proc server onto the route,
 	// counted, and (lenient policy) holding out decode pods that keep recomputing.
-	a.transfer = proof.NewGate(proof.GateOptions{Observer: tel.m, Logger: log.WithName("pd-transfer")})
+	a.transfer = proof.NewGate(proof.GateOptions{Observer: tel.m, Logger: log.WithName("pd-transfer"),
+		InPool: func(key string) bool { return a.store.Load().Has(key) }})
 	a.outcomes.Subscribe(a.transfer)
 	// InferenceObjectives (x-gateway-inference-objective), from the cluster or the endpoints file.
 	objectives := &objective.Set{}

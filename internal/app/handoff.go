@@ -61,7 +61,13 @@ func (l *timedLifecycle) PrefillDone(err error) {
 	}
 }
 
-var _ pd.PrefillObserver = (*timedLifecycle)(nil)
+// RoutedWhole implements pd.WholeRouter: the wrapped PD lifecycle learns its pair runs whole.
+func (l *timedLifecycle) RoutedWhole() { pd.RoutedWhole(l.inner) }
+
+var (
+	_ pd.PrefillObserver = (*timedLifecycle)(nil)
+	_ pd.WholeRouter     = (*timedLifecycle)(nil)
+)
 
 // Deps are the picker's shared counters (requests running per endpoint), for tests that
 // check every path releases what it took.

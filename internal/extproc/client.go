@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"github.com/tandem-epp/tandem/internal/config"
+	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 )
@@ -68,12 +69,9 @@ func routeWhole(d *picker.Decision) {
 	if d.Outcome != picker.OutcomePD || len(d.Prefill) == 0 {
 		return
 	}
-	switch lc := d.Lifecycle.(type) {
-	case pd.WholeRouter:
-		lc.RoutedWhole() // the prefill pod's in-flight count and ledger charges end here
-	case pd.PrefillObserver:
-		lc.PrefillDone(nil)
-	}
+	// The outcome record hears first that no leg runs, whatever the lifecycle can tell it.
+	d.Route.PrefillEnd(outcome.ErrPrefillNotRun, false)
+	pd.RoutedWhole(d.Lifecycle) // the prefill pod's in-flight count and ledger charges end here
 	d.Trace.Add(StepRoutedWhole + ":destination_only_client")
 	d.Step += "+" + StepRoutedWhole
 	d.Outcome = picker.OutcomeCombined
@@ -92,9 +90,8 @@ func (st *stream) holdUnobserved() bool {
 	st.finished = true
 	st.leaveRetry()
 	// The outcome record ends with the hold too: its readers count the request in flight as
-	// the trackers do. The lifecycle ends a record it started; one the server started ends
-	// unobserved.
-	lc, srv, route, own := st.lifecycle, st.srv, st.route, st.ownRoute
+	// the trackers do.
+	lc, srv, route := st.lifecycle, st.srv, st.route
 	st.route = nil
 	time.AfterFunc(hold, func() {
 		defer func() {
@@ -102,9 +99,7 @@ func (st *stream) holdUnobserved() bool {
 				srv.recovered("extproc_hold", r, debug.Stack())
 			}
 		}()
-		if own {
-			route.End(errUnobserved)
-		}
+		route.End(errUnobserved) // before the lifecycle's: nothing was seen of the answer
 		lc.Done(nil)
 	})
 	return true

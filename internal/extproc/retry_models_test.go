@@ -3,7 +3,6 @@ package extproc
 import (
 	"errors"
 	"maps"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -45,15 +44,10 @@ func (c *lifecycleRoutes) events() []outcome.Event {
 func TestPrefillRetryReleasesModelsAndLedgers(t *testing.T) {
 	for _, strategy := range []string{pd.StrategyPredictive, pd.StrategyName} {
 		t.Run(strategy, func(t *testing.T) {
-			gone, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			gone.Close()
 			var models *latency.Models
 			var tokens *pd.TokenLoad
 			var seen lifecycleRoutes
-			rg := newRetryRigWith(t, config.DefaultRetry(), http.StatusOK, gone.Addr().String(), func(rg *retryRig, gw *config.Gateway, _ *Options) {
+			rg := newRetryRigWith(t, config.DefaultRetry(), http.StatusOK, testnet.RefusedAddr(t), func(rg *retryRig, gw *config.Gateway, _ *Options) {
 				gw.DefaultStrategy = strategy
 				models = latency.New(latency.Options{})
 				rg.deps.Outcomes.Subscribe(models)

@@ -23,6 +23,7 @@ import (
 	"github.com/tandem-epp/tandem/internal/pd"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
+	"github.com/tandem-epp/tandem/internal/testnet"
 )
 
 // retryObserver counts retry results (and ignores the rest).
@@ -62,12 +63,7 @@ type retryRig struct {
 
 func newRetryRig(t *testing.T, retry config.Retry, prefillStatus int) *retryRig {
 	t.Helper()
-	gone, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gone.Close() // nothing listens there any more: connections are refused
-	return newRetryRigAt(t, retry, prefillStatus, gone.Addr().String())
+	return newRetryRigAt(t, retry, prefillStatus, testnet.RefusedAddr(t)) // connections are refused
 }
 
 // newRetryRigAt is newRetryRig with prefill-a at addr.

@@ -268,7 +268,7 @@ func startEPP(t *testing.T, e extprocv3.ExternalProcessorServer, creds credentia
 	return ln.Addr().String()
 }
 
-// deadAddr returns a loopback address nobody listens on (connect is refused).
+// lower maps header names to lower case, joining repeated values with ",".
 func lower(m map[string][]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range m {

@@ -553,14 +553,25 @@ func (m *Models) Ingest(key string, s *metrics.Sample) {
 }
 
 // Forget drops the models of endpoints for which live is false (register it with
-// picker.Deps.OnForget).
+// picker.Deps.OnForget), and detaches the routes that counted there: a pod that comes back
+// under the same key (a restart) starts from nothing, and the old pod's requests, ending
+// later, change nothing on it.
 func (m *Models) Forget(live func(key string) bool) {
+	now := m.clock.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k := range m.pods {
 		if !live(k) {
 			delete(m.pods, k)
 			m.gen++
+		}
+	}
+	for id, r := range m.routes {
+		switch {
+		case !live(r.dest):
+			m.dropRouteLocked(id, r, now)
+		case r.prefillOn != "" && !live(r.prefillOn):
+			r.prefillDone = true // its booking went with the pod
 		}
 	}
 }
@@ -579,16 +590,23 @@ func (m *Models) Sweep() {
 			last = r.lastChunk // a long answer still streaming is not forgotten
 		}
 		if now.Sub(last) > routeTTL {
-			delete(m.routes, id)
-			r.life.gone = true
-			if d := m.pods[r.dest]; d != nil && !r.firstByte.IsZero() {
-				d.silence.ended()
-			}
-			if q := m.pods[r.prefillOn]; q != nil && r.charged && !r.prefillDone {
-				r.prefillDone = true
-				q.ledger.drop(now, r.due, r.shiftAt, r.service)
-			}
+			m.dropRouteLocked(id, r, now)
 		}
+	}
+}
+
+// dropRouteLocked forgets a route and gives back what it holds on the pods that are still
+// modelled: its stream on the destination's silence detector, its booking on the prefill
+// pod's ledger.
+func (m *Models) dropRouteLocked(id uint64, r *route, now time.Time) {
+	delete(m.routes, id)
+	r.life.gone = true
+	if d := m.pods[r.dest]; d != nil && !r.firstByte.IsZero() {
+		d.silence.ended()
+	}
+	if q := m.pods[r.prefillOn]; q != nil && r.charged && !r.prefillDone {
+		r.prefillDone = true
+		q.ledger.drop(now, r.due, r.shiftAt, r.service)
 	}
 }
 

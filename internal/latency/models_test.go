@@ -1,6 +1,7 @@
 package latency
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -414,6 +415,28 @@ func TestForget(t *testing.T) {
 	r.m.Forget(func(k string) bool { return k == "ns/a:1" })
 	if keys := r.m.Keys(); len(keys) != 1 || keys[0] != "ns/a:1" {
 		t.Errorf("keys %v", keys)
+	}
+}
+
+// A pod restarted under the same key starts afresh: the old pod's requests, ending after the
+// restart, neither give back the new pod's bookings nor count down its requests.
+func TestForgottenPodsRoutesChangeNothingAfterARestart(t *testing.T) {
+	r := newRig(Options{})
+	const prefill = "ns/p:1"
+	old := r.chargePD(prefill, 0.5)                             // booked on the old prefill pod, decoding on ns/d:1
+	oldWhole := r.rec.Start(outcome.KindWhole, "", prefill, 10) // running whole on the old pod
+	r.m.Charge(oldWhole.ID(), Charge{Kind: outcome.KindWhole, Prefill: prefill, Destination: prefill, Prompt: Prompt{Tokens: 10}, Service: 0.1})
+	r.m.Forget(func(k string) bool { return k != prefill }) // restarted at another address
+	_ = r.chargePD(prefill, 0.5)                            // the new pod's first request
+	w0, _ := r.m.Prefill(prefill, Prompt{Tokens: 1})
+	_, n0 := r.m.Local(prefill, r.clock.Now())
+	old.PrefillEnd(errors.New("the old pod is gone"), true)
+	old.End(errors.New("the old pod is gone"))
+	oldWhole.End(errors.New("the old pod is gone"))
+	w1, _ := r.m.Prefill(prefill, Prompt{Tokens: 1})
+	_, n1 := r.m.Local(prefill, r.clock.Now())
+	if n0 != 1 || n1 != n0 || math.Abs(w1-w0) > 1e-9 {
+		t.Errorf("the new pod: wait %.3f s, %d charges before the old routes ended; %.3f s, %d after (want 1 charge, unchanged)", w0, n0, w1, n1)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +54,8 @@ type harness struct {
 	byName map[string]*pool.Endpoint
 	// match are the pair-match labels publish builds endpoints with (nil: none).
 	match pool.PairMatch
-	// forgot receives (coalesced) when the departed endpoints' state has been forgotten.
-	forgot chan struct{}
+	// forgot receives the test of every forgetting pass (picker.Deps.OnForget).
+	forgot chan func(string) bool
 }
 
 func newHarness(t *testing.T, gw config.PD, pods ...pod) *harness {
@@ -81,26 +82,39 @@ func newHarnessNames(t *testing.T, gw config.PD, names config.Names, pods ...pod
 	h.publish(pods...)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	h.forgot = make(chan struct{}, 1)
-	deps.OnForget(func(func(string) bool) {
+	h.forgot = make(chan func(string) bool, 64)
+	deps.OnForget(func(live func(string) bool) {
 		select {
-		case h.forgot <- struct{}{}:
-		default:
+		case h.forgot <- live:
+		default: // a test that does not wait for forgetting
 		}
 	})
 	go deps.RetireDeparted(h.store)(ctx)
 	return h
 }
 
-// departed publishes pods and waits until the state of the endpoints that departed is
-// forgotten (picker.Deps.RetireDeparted, as the application runs it).
+// departed publishes pods and waits until the state of the endpoints that left is forgotten
+// (picker.Deps.RetireDeparted, as the application runs it).
 func (h *harness) departed(pods ...pod) {
 	h.t.Helper()
+	before := h.byName
 	h.publish(pods...)
-	select {
-	case <-h.forgot:
-	case <-time.After(10 * time.Second):
-		h.t.Fatal("the departed endpoints were not forgotten within 10 s")
+	var left []string
+	for name, e := range before {
+		if h.byName[name] == nil {
+			left = append(left, e.Key())
+		}
+	}
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case live := <-h.forgot:
+			if !slices.ContainsFunc(left, live) {
+				return // a pass over this pool: none of those that left is live
+			}
+		case <-timeout:
+			h.t.Fatalf("%v were not forgotten within 10 s", left)
+		}
 	}
 }
 

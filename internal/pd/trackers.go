@@ -206,6 +206,18 @@ type WholeRouter interface {
 	RoutedWhole()
 }
 
+// RoutedWhole tells lc, a PD decision's lifecycle (perhaps wrapped), that its pair runs whole
+// on the decode pod: WholeRouter's RoutedWhole, else the end of a prefill leg
+// (PrefillObserver) so that what the pick charged to the prefill pod is released.
+func RoutedWhole(lc picker.Lifecycle) {
+	switch l := lc.(type) {
+	case WholeRouter:
+		l.RoutedWhole()
+	case PrefillObserver:
+		l.PrefillDone(nil)
+	}
+}
+
 var (
 	_ picker.Lifecycle = (*lifecycle)(nil)
 	_ PrefillObserver  = (*lifecycle)(nil)

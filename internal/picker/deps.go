@@ -61,10 +61,12 @@ func ForgetAbsent(k Keyed, live func(key string) bool) {
 	}
 }
 
-// OnForget registers f to run whenever endpoints depart (RetireDeparted), with a test of
-// which endpoints are still live: per-endpoint state outside the Deps (a strategy's own
-// trackers, latency models) is pruned in the same place and at the same moment as the shared
-// counters. f runs off the request path, concurrently with picks.
+// OnForget registers f to run whenever the pool changes (RetireDeparted), with a test of which
+// endpoints' state is still good: an endpoint in the pool that has not come back as another
+// pod since the last run (a restart is forgotten once). Per-endpoint state outside the Deps (a
+// strategy's own trackers, latency models) is pruned in the same place and at the same moment as
+// the shared counters. f runs off the request path, concurrently with picks; it must not keep
+// the test, which is about this change only.
 func (d *Deps) OnForget(f func(live func(key string) bool)) {
 	d.forgetMu.Lock()
 	defer d.forgetMu.Unlock()
@@ -73,31 +75,37 @@ func (d *Deps) OnForget(f func(live func(key string) bool)) {
 
 // RetireDeparted keeps the picks' per-endpoint state to the pool, off the request path: it
 // watches store from now on and returns the loop to run (until ctx ends), which on every
-// snapshot forgets the endpoints that left and those that came back at another address (the
-// same name and port, another pod: a restart inherits neither its predecessor's affinity nor
-// its counts nor its latency model). Without it, state is kept for every endpoint that was
-// ever picked, and prefix blocks stay until they age out (AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS).
+// snapshot forgets the endpoints that are not in it — those that left, and any a request that
+// ended after they left counted again — and those that came back at another address (the same
+// name and port, another pod: a restart inherits neither its predecessor's affinity nor its
+// counts nor its latency model). Without it, state is kept for every endpoint that was ever
+// picked, and prefix blocks stay until they age out (AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS).
 func (d *Deps) RetireDeparted(store *pool.Store) (run func(ctx context.Context)) {
 	departures := store.WatchDepartures() // from now on, none lost however publishes coalesce
+	changes := store.Changes()
 	return func(ctx context.Context) {
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-departures.C:
-				if gone := departures.Take(); len(gone) > 0 {
-					d.forget(gone)
-				}
+			case <-changes:
+				d.retire(store.Load(), departures.Take())
 			}
 		}
 	}
 }
 
-// forget drops the state of the endpoints gone: the prefix index's blocks, Running, Drain and
-// whatever OnForget registered.
-func (d *Deps) forget(gone map[string]struct{}) {
-	live := func(key string) bool { _, left := gone[key]; return !left }
-	if d.Prefix != nil {
+// retire drops the state of the endpoints not in snap or gone (departed or restarted since the
+// last call): the prefix index's blocks of those gone, Running, Drain and whatever OnForget
+// registered.
+func (d *Deps) retire(snap *pool.Snapshot, gone map[string]struct{}) {
+	live := func(key string) bool {
+		if _, left := gone[key]; left {
+			return false
+		}
+		return snap.Has(key)
+	}
+	if d.Prefix != nil && len(gone) > 0 {
 		d.Prefix.ForgetAll(gone)
 	}
 	if d.Running != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/tandem-epp/tandem/internal/config"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -38,9 +39,19 @@ func TestDepartedEndpointsAreForgotten(t *testing.T) {
 	pickOn(v1, a)
 	pickOn(v1, b)
 	keys := func() [][]string { return [][]string{deps.Running.Keys(), deps.Drain.Keys()} }
+	next := func() []bool {
+		t.Helper()
+		select {
+		case got := <-asked:
+			return got
+		case <-time.After(10 * time.Second):
+			t.Fatal("the pool changed and nothing was forgotten within 10 s")
+			return nil
+		}
+	}
 
 	v2 := store.Publish(pool.Info{}, []*pool.Endpoint{a}, true)
-	if got := <-asked; !slices.Equal(got, []bool{true, false}) {
+	if got := next(); !slices.Equal(got, []bool{true, false}) {
 		t.Errorf("b left: OnForget saw a, b live %v, want [true false]", got)
 	}
 	for i, ks := range keys() {
@@ -52,12 +63,50 @@ func TestDepartedEndpointsAreForgotten(t *testing.T) {
 	pickOn(v2, a)
 	restarted := pool.NewEndpoint(a.Namespace, a.Name, "10.9.9.9", a.Port, 0, nil, nil)
 	store.Publish(pool.Info{}, []*pool.Endpoint{restarted}, true)
-	if got := <-asked; !slices.Equal(got, []bool{false, true}) {
-		t.Errorf("a restarted: OnForget saw a, b live %v, want [false true]", got)
+	if got := next(); !slices.Equal(got, []bool{false, false}) {
+		t.Errorf("a restarted (b long gone): OnForget saw a, b live %v, want [false false]", got)
 	}
 	for i, ks := range keys() {
 		if len(ks) != 0 {
 			t.Errorf("%s keys %v after a restarted at another address; want none", []string{"running", "drain"}[i], ks)
 		}
+	}
+}
+
+// A request still in flight on an endpoint when it left ends after its state was forgotten,
+// and counts its completion there again: the next change of the pool forgets it for good.
+func TestLateEndOfDepartedEndpointIsForgotten(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	deps := NewDeps(nil, config.DefaultPD().PrefixCache)
+	chain := NewLeastRequestStrategy(deps)
+	a, b := ep("a", "", ""), ep("b", "", "")
+	forgot := make(chan struct{}, 4)
+	deps.OnForget(func(func(string) bool) { forgot <- struct{}{} })
+	store := pool.NewStore()
+	v1 := store.Publish(pool.Info{}, []*pool.Endpoint{a, b}, true)
+	go deps.RetireDeparted(store)(ctx)
+	wait := func() {
+		t.Helper()
+		select {
+		case <-forgot:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the pool changed and nothing was forgotten within 10 s")
+		}
+	}
+	d, err := chain.Pick(context.Background(), &Cycle{Req: parse(t, nil, "hi"), Snap: v1, Candidates: []*pool.Endpoint{b}, State: &CycleState{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Publish(pool.Info{}, []*pool.Endpoint{a}, true) // b leaves with a request in flight
+	wait()
+	d.Lifecycle.Done(nil) // which ends now, counting b's completion
+	if !slices.Contains(deps.Drain.Keys(), b.Key()) {
+		t.Fatal("setup: the late end recorded nothing on b")
+	}
+	store.Publish(pool.Info{}, []*pool.Endpoint{a}, true)
+	wait()
+	if slices.Contains(deps.Drain.Keys(), b.Key()) || slices.Contains(deps.Running.Keys(), b.Key()) {
+		t.Errorf("drain %v, running %v: the departed b is back after the next change", deps.Drain.Keys(), deps.Running.Keys())
 	}
 }

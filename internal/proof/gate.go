@@ -42,11 +42,14 @@ type GateOptions struct {
 	Now                 func() time.Time
 	Observer            Observer
 	Logger              logr.Logger
+	// InPool tells whether an endpoint is in the pool now: a verdict or leg sample that comes
+	// after its pod left is dropped rather than bringing its state back. Nil: every endpoint is.
+	InPool func(key string) bool
 }
 
 // Gate is the per decode pod state of the proof: its recent verdicts, whether its engine counts
-// transferred KV as cached tokens, and whether it is held out. It reads the ext_proc server's outcome recorder
-// (Observe); Held is called on every pick and reads an atomic snapshot. Safe for concurrent use.
+// transferred KV as cached tokens, and whether it is held out. It reads the requests' outcome
+// records (Observe); Held is called on every pick and reads an atomic snapshot. Safe for concurrent use.
 type Gate struct {
 	o    GateOptions
 	mu   sync.Mutex
@@ -54,8 +57,6 @@ type Gate struct {
 	held atomic.Pointer[map[string]time.Time]
 	// counts: endpoint keys (and "model\x00"+model) whose answers verified a transfer by usage.
 	counts sync.Map
-	// live is the newest pool's membership test Forget was given (under mu; nil: none yet).
-	live func(key string) bool
 	// legs: per prefill pod, its recent requests behind a decode-side sidecar, newest last
 	// (under mu).
 	legs map[string][]LegSample
@@ -167,7 +168,6 @@ func (g *Gate) SawTransfer(key, model string) {
 func (g *Gate) Forget(live func(key string) bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.live = live
 	gone := false
 	for k := range g.pods {
 		if !live(k) {
@@ -267,7 +267,7 @@ func (g *Gate) RecordPicked(key string, res Result, picked time.Time) {
 	defer g.mu.Unlock()
 	now := g.o.Now()
 	st := g.pods[key]
-	if st == nil && g.live != nil && !g.live(key) {
+	if st == nil && g.o.InPool != nil && !g.o.InPool(key) {
 		return // a verdict that came after its pod left the pool
 	}
 	if st == nil {
@@ -320,7 +320,7 @@ func (g *Gate) AddLeg(prefill string, l LegSample) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.live != nil && !g.live(prefill) {
+	if g.o.InPool != nil && !g.o.InPool(prefill) {
 		return
 	}
 	l.at = g.o.Now()

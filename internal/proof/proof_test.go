@@ -164,8 +164,9 @@ func TestGateHoldsAndTrials(t *testing.T) {
 }
 
 func TestGateForgetsDepartedPods(t *testing.T) {
-	g := NewGate(GateOptions{})
 	const gone, stays = "ns/decode-0:8000", "ns/decode-1:8000"
+	inPool := map[string]bool{gone: true, stays: true}
+	g := NewGate(GateOptions{InPool: func(key string) bool { return inPool[key] }})
 	for _, d := range []string{gone, stays} {
 		g.SawTransfer(d, "m")
 		g.Record(d, Recomputed)
@@ -174,6 +175,7 @@ func TestGateForgetsDepartedPods(t *testing.T) {
 	if !g.Held(gone) || !g.Held(stays) {
 		t.Fatal("setup: both pods should be held")
 	}
+	delete(inPool, gone)
 	g.Forget(func(key string) bool { return key == stays })
 	if g.Held(gone) || !g.Held(stays) {
 		t.Fatalf("after forgetting: held %v (gone), %v (stays)", g.Held(gone), g.Held(stays))
@@ -189,6 +191,13 @@ func TestGateForgetsDepartedPods(t *testing.T) {
 	g.Record(gone, Recomputed)
 	if g.Held(gone) {
 		t.Error("a departed pod held again by late verdicts")
+	}
+	// A pod back in the pool under the same key (a restart) is judged again from its verdicts.
+	inPool[gone] = true
+	g.Record(gone, Recomputed)
+	g.Record(gone, Recomputed)
+	if !g.Held(gone) {
+		t.Error("a pod back in the pool is not judged by its verdicts")
 	}
 	// The model's engine still counts transfers: a new pod of it is judged by its usage.
 	if !g.CountsTransfers("ns/decode-2:8000", "m") {
