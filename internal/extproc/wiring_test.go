@@ -34,8 +34,15 @@ func TestRoutedWholeAsWired(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := apptest.Start(t, apptest.Options{Args: []string{"--endpoints-file=" + path, "--gateway-client=destination-only"}, Env: map[string]string{}})
-	var ends prefillEnds
-	a.Deps().Outcomes.Subscribe(&ends)
+	var mu sync.Mutex
+	var ends []outcome.Route // the prefill ends of every outcome record
+	a.Deps().Outcomes.Subscribe(observeFunc(func(e *outcome.Event) {
+		if e.Phase == outcome.PhasePrefillEnd {
+			mu.Lock()
+			ends = append(ends, e.Route)
+			mu.Unlock()
+		}
+	}))
 	var prefill string
 	for _, e := range a.Store().Load().Endpoints {
 		if e.Name == "prefill-0" {
@@ -62,7 +69,9 @@ func TestRoutedWholeAsWired(t *testing.T) {
 		t.Fatalf("route: %v %+v", err, routed)
 	}
 	_ = s.CloseSend()
-	got := ends.all()
+	mu.Lock()
+	got := ends
+	mu.Unlock()
 	if len(got) != 2 {
 		t.Fatalf("%d prefill ends, want the setup's and the routed request's", len(got))
 	}
@@ -74,22 +83,7 @@ func TestRoutedWholeAsWired(t *testing.T) {
 	}
 }
 
-// prefillEnds keeps the prefill-end events of every outcome record.
-type prefillEnds struct {
-	mu  sync.Mutex
-	got []outcome.Route
-}
+// observeFunc is an outcome.Reader.
+type observeFunc func(*outcome.Event)
 
-func (p *prefillEnds) Observe(e *outcome.Event) {
-	if e.Phase == outcome.PhasePrefillEnd {
-		p.mu.Lock()
-		p.got = append(p.got, e.Route)
-		p.mu.Unlock()
-	}
-}
-
-func (p *prefillEnds) all() []outcome.Route {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]outcome.Route(nil), p.got...)
-}
+func (f observeFunc) Observe(e *outcome.Event) { f(e) }
