@@ -18,8 +18,8 @@ import (
 
 // TestRoutedWholeAsWired: Tandem wired as cmd/epp wires it (telemetry wraps every lifecycle), a
 // pair routed whole for a destination-only client. Its outcome record says no prefill leg ran,
-// and passive health, which reads the same record, credits the prefill pod with nothing (a leg
-// that never ran must not clear a failure it had).
+// passive health, which reads the same record, credits the prefill pod with nothing (a leg that
+// never ran must not clear a failure it had), and its drain rate counts no completion.
 func TestRoutedWholeAsWired(t *testing.T) {
 	pre, dec := fuzzPod(), fuzzPod()
 	t.Cleanup(pre.Close)
@@ -80,6 +80,10 @@ func TestRoutedWholeAsWired(t *testing.T) {
 	}
 	if st := a.Health().Status(prefill); st.ConsGateway != 1 {
 		t.Errorf("a pair routed whole cleared its prefill pod's failure: %+v", st)
+	}
+	// The pick's charges on the prefill pod end without a completion there (no leg ran).
+	if r, n := a.Deps().Drain.PerSecond(prefill), a.Cascade().PrefillInFlight(prefill); r != 0 || n != 0 {
+		t.Errorf("the prefill pod after a pair routed whole: drain %v/s, %d prefills in flight; want 0, 0", r, n)
 	}
 }
 

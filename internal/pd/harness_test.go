@@ -54,6 +54,8 @@ type harness struct {
 	byName map[string]*pool.Endpoint
 	// match are the pair-match labels publish builds endpoints with (nil: none).
 	match pool.PairMatch
+	// addrs: each pod's address, kept across publishes (a pod that stays is the same pod).
+	addrs map[string]string
 	// forgot receives the test of every forgetting pass (picker.Deps.OnForget).
 	forgot chan func(string) bool
 }
@@ -121,7 +123,7 @@ func (h *harness) departed(pods ...pod) {
 func (h *harness) publish(pods ...pod) {
 	h.byName = map[string]*pool.Endpoint{}
 	eps := make([]*pool.Endpoint, 0, len(pods))
-	for i, p := range pods {
+	for _, p := range pods {
 		labels := map[string]string{pool.LabelModelName: "m"}
 		if p.role != "" {
 			labels[pool.LabelRoleName] = p.role
@@ -136,11 +138,25 @@ func (h *harness) publish(pods ...pod) {
 		if p.routing != "" {
 			ann[pool.AnnotationConfig] = `{"profiles": {"default": {"routingConfig": ` + p.routing + `}}}`
 		}
-		e := h.match.NewEndpoint("ns", p.name, fmt.Sprintf("10.0.%d.%d", i/250, i%250+1), 8000, 0, labels, ann)
+		e := h.match.NewEndpoint("ns", p.name, h.addressOf(p.name), 8000, 0, labels, ann)
 		h.byName[p.name] = e
 		eps = append(eps, e)
 	}
 	h.store.Publish(pool.Info{Name: "pool"}, eps, true)
+}
+
+// addressOf is the pod's address: the next free one the first time it is published.
+func (h *harness) addressOf(name string) string {
+	if h.addrs == nil {
+		h.addrs = map[string]string{}
+	}
+	a, ok := h.addrs[name]
+	if !ok {
+		n := len(h.addrs)
+		a = fmt.Sprintf("10.0.%d.%d", n/250, n%250+1)
+		h.addrs[name] = a
+	}
+	return a
 }
 
 func (h *harness) key(name string) string {

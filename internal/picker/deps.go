@@ -74,11 +74,14 @@ func (d *Deps) OnForget(f func(live func(key string) bool)) {
 }
 
 // RetireDeparted keeps the picks' per-endpoint state to the pool, off the request path: it
-// watches store from now on and returns the loop to run (until ctx ends), which on every
-// snapshot forgets the endpoints that are not in it — those that left, and any a request that
-// ended after they left counted again — and those that came back at another address (the same
-// name and port, another pod: a restart inherits neither its predecessor's affinity nor its
-// counts nor its latency model). Without it, state is kept for every endpoint that was ever
+// watches store from now on and returns the loop to run (until ctx ends), which on every synced
+// snapshot forgets the endpoints that are not in it and those whose pod changed (pool.Departures:
+// left, came back at another address, or joined), so a pod that joins under a key another pod
+// used — a restart, even after a gap in which that pod's last requests ended and counted again
+// — inherits neither its affinity nor its counts nor its latency model. A request picked on the
+// new snapshot before the pass runs is forgotten with them (its count is low until it ends).
+// An unsynced snapshot (a source still listing, or one that lost its pool) forgets nothing
+// until the next synced one. Without the loop, state is kept for every endpoint that was ever
 // picked, and prefix blocks stay until they age out (AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS).
 func (d *Deps) RetireDeparted(store *pool.Store) (run func(ctx context.Context)) {
 	departures := store.WatchDepartures() // from now on, none lost however publishes coalesce
@@ -89,7 +92,13 @@ func (d *Deps) RetireDeparted(store *pool.Store) (run func(ctx context.Context))
 			case <-ctx.Done():
 				return
 			case <-changes:
-				d.retire(store.Load(), departures.Take())
+				if !store.Load().Synced {
+					continue // its departures wait for the next synced snapshot
+				}
+				gone := departures.Take()
+				// Loaded after the departures were taken: a publish in between leaves its
+				// departures for the next pass and its endpoints live in this one.
+				d.retire(store.Load(), gone)
 			}
 		}
 	}

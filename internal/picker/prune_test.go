@@ -73,9 +73,11 @@ func TestDepartedEndpointsAreForgotten(t *testing.T) {
 	}
 }
 
-// A request still in flight on an endpoint when it left ends after its state was forgotten,
-// and counts its completion there again: the next change of the pool forgets it for good.
-func TestLateEndOfDepartedEndpointIsForgotten(t *testing.T) {
+// A pod deleted with a request in flight (it leaves the pool), whose request ends after its
+// state was forgotten and counts its completion there again, then back as a new pod under the
+// same name (a StatefulSet restart, no other change of the pool between): the new pod starts
+// from nothing.
+func TestRestartAfterAGapStartsAfresh(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	deps := NewDeps(nil, config.DefaultPD().PrefixCache)
@@ -104,9 +106,10 @@ func TestLateEndOfDepartedEndpointIsForgotten(t *testing.T) {
 	if !slices.Contains(deps.Drain.Keys(), b.Key()) {
 		t.Fatal("setup: the late end recorded nothing on b")
 	}
-	store.Publish(pool.Info{}, []*pool.Endpoint{a}, true)
+	b2 := pool.NewEndpoint(b.Namespace, b.Name, "10.9.9.9", b.Port, 0, nil, nil)
+	store.Publish(pool.Info{}, []*pool.Endpoint{a, b2}, true) // the new pod is ready
 	wait()
 	if slices.Contains(deps.Drain.Keys(), b.Key()) || slices.Contains(deps.Running.Keys(), b.Key()) {
-		t.Errorf("drain %v, running %v: the departed b is back after the next change", deps.Drain.Keys(), deps.Running.Keys())
+		t.Errorf("drain %v, running %v: the new pod b inherits the old one's late state", deps.Drain.Keys(), deps.Running.Keys())
 	}
 }

@@ -168,9 +168,11 @@ type Store struct {
 	departs []*Departures
 }
 
-// Departures collects, from every Publish, the endpoint keys that left the pool or came back
-// at another address (the same name and port, another pod), until Take: however the
-// notifications coalesce, no departure between two Takes is lost.
+// Departures collects, from every Publish, the endpoint keys whose pod is not the one known
+// under them before: keys that left the pool, came back at another address (the same name and
+// port, another pod), or joined it after the first snapshot (whatever is known under such a key
+// comes from a pod that was there before, or from requests that ended after it left), until
+// Take: however the notifications coalesce, none between two Takes is lost.
 type Departures struct {
 	// C receives (coalesced) after each Publish that recorded a departure.
 	C    <-chan struct{}
@@ -199,19 +201,23 @@ func (s *Store) WatchDepartures() *Departures {
 }
 
 // recordDepartures notes, for every watcher, the endpoints of old missing from next or at
-// another address there. Under s.mu.
+// another address there, and those of next that old did not have (unless old is the store's
+// empty start). Under s.mu.
 func (s *Store) recordDepartures(old, next *Snapshot) {
-	if len(s.departs) == 0 || len(old.Endpoints) == 0 {
+	if len(s.departs) == 0 {
 		return
-	}
-	addr := make(map[string]string, len(next.Endpoints))
-	for _, e := range next.Endpoints {
-		addr[e.Key()] = e.HostPort()
 	}
 	var gone []string
 	for _, e := range old.Endpoints {
-		if hp, ok := addr[e.Key()]; !ok || hp != e.HostPort() {
+		if n, ok := next.ByKey(e.Key()); !ok || n.HostPort() != e.HostPort() {
 			gone = append(gone, e.Key())
+		}
+	}
+	if old.Version > 0 {
+		for _, e := range next.Endpoints {
+			if !old.Has(e.Key()) {
+				gone = append(gone, e.Key())
+			}
 		}
 	}
 	if len(gone) == 0 {

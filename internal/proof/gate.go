@@ -57,6 +57,10 @@ type Gate struct {
 	held atomic.Pointer[map[string]time.Time]
 	// counts: endpoint keys (and "model\x00"+model) whose answers verified a transfer by usage.
 	counts sync.Map
+	// forgotAt: when Forget dropped a pod's state (under mu), so that a verdict on a request
+	// picked before then (the pod that left, or the one a restart replaced) does not judge a pod
+	// back under the same key. Entries older than forgetMemory are dropped.
+	forgotAt map[string]time.Time
 	// legs: per prefill pod, its recent requests behind a decode-side sidecar, newest last
 	// (under mu).
 	legs map[string][]LegSample
@@ -110,7 +114,7 @@ func NewGate(o GateOptions) *Gate {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	g := &Gate{o: o, pods: map[string]*podState{}, legs: map[string][]LegSample{}}
+	g := &Gate{o: o, pods: map[string]*podState{}, legs: map[string][]LegSample{}, forgotAt: map[string]time.Time{}}
 	g.held.Store(&map[string]time.Time{})
 	return g
 }
@@ -163,15 +167,26 @@ func (g *Gate) SawTransfer(key, model string) {
 	}
 }
 
-// Forget drops the state of the decode endpoints live says have left the pool (register it
-// with picker.Deps.OnForget). Whether a model's engine counts transfers is kept.
+// forgetMemory is how long the gate remembers when it forgot a pod: longer than a request
+// picked before then is expected to run.
+const forgetMemory = 15 * time.Minute
+
+// Forget drops the state of the decode endpoints live says have left the pool or were replaced
+// (register it with picker.Deps.OnForget). Whether a model's engine counts transfers is kept.
 func (g *Gate) Forget(live func(key string) bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	now := g.o.Now()
+	for k, at := range g.forgotAt {
+		if now.Sub(at) > forgetMemory {
+			delete(g.forgotAt, k)
+		}
+	}
 	gone := false
 	for k := range g.pods {
 		if !live(k) {
 			delete(g.pods, k)
+			g.forgotAt[k] = now
 			gone = true
 		}
 	}
@@ -269,6 +284,9 @@ func (g *Gate) RecordPicked(key string, res Result, picked time.Time) {
 	st := g.pods[key]
 	if st == nil && g.o.InPool != nil && !g.o.InPool(key) {
 		return // a verdict that came after its pod left the pool
+	}
+	if at, ok := g.forgotAt[key]; ok && !picked.IsZero() && picked.Before(at) {
+		return // a request of the pod that was forgotten, not of the one there now
 	}
 	if st == nil {
 		st = &podState{}

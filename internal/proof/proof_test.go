@@ -192,8 +192,15 @@ func TestGateForgetsDepartedPods(t *testing.T) {
 	if g.Held(gone) {
 		t.Error("a departed pod held again by late verdicts")
 	}
-	// A pod back in the pool under the same key (a restart) is judged again from its verdicts.
+	// A pod back in the pool under the same key (a restart) is judged from its own verdicts,
+	// not from those of requests picked before its predecessor was forgotten.
 	inPool[gone] = true
+	before := time.Now().Add(-time.Second)
+	g.RecordPicked(gone, Recomputed, before)
+	g.RecordPicked(gone, Recomputed, before)
+	if g.Held(gone) {
+		t.Error("the restarted pod held by its predecessor's late verdicts")
+	}
 	g.Record(gone, Recomputed)
 	g.Record(gone, Recomputed)
 	if !g.Held(gone) {
