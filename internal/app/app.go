@@ -87,6 +87,9 @@ type App struct {
 	// objectives are the InferenceObjectives requests may name (cluster or endpoints file).
 	objectives *objective.Set
 	source     func(ctx context.Context) error
+	// retire forgets the state of endpoints whose pod left or changed (picker.Deps.RetireDeparted),
+	// watching the store from New on, before any source publishes.
+	retire func(ctx context.Context)
 	// configData is the --config-file content applied; getenv the environment over it.
 	configData []byte
 	getenv     func(string) string
@@ -158,6 +161,7 @@ func New(ctx context.Context, opts *Options, env Env) (*App, error) {
 	a.advice = pk.Advisor.Publish(a.store.Load)
 	a.reg.MustRegister(a.advice)
 	a.router, a.deps, a.tokens, a.cascade = pk.Router, pk.Deps, pk.Tokens, pk.Cascade
+	a.retire = a.deps.RetireDeparted(a.store)
 	// The "epp" hand-off (TANDEM_PD_HANDOFF / routingConfig.handoff): Tandem runs prefill legs.
 	a.handoff, err = handoff.NewAdapters(gw.PD, handoff.Options{Observer: tel.handoffObserver(), Log: log.WithName("handoff"),
 		KVHoldTimeout: gw.KVHoldTimeout})
@@ -301,8 +305,7 @@ func (a *App) Run(ctx context.Context) error {
 	run("metric scraper", a.scraper.Run)
 	run("outlier detection", func(ctx context.Context) error { a.health.Run(ctx); return nil })
 	run("prefix warmer", func(ctx context.Context) error { a.deps.Warmer.Run(ctx); return nil })
-	retire := a.deps.RetireDeparted(a.store)
-	run("departed endpoint retirer", func(ctx context.Context) error { retire(ctx); return nil })
+	run("departed endpoint retirer", func(ctx context.Context) error { a.retire(ctx); return nil })
 	run("janitor", func(ctx context.Context) error {
 		ledger.RunJanitor(ctx, 0, append(a.tokens.Sweepers(), a.picker.Models)...)
 		return nil

@@ -10,6 +10,54 @@ import (
 	"github.com/tandem-epp/tandem/internal/pool"
 )
 
+// retireRig is a least-request chain over a pool of a and b, with the retirer running as the
+// application runs it; next waits for a forgetting pass and says whether a and b were live.
+type retireRig struct {
+	t     *testing.T
+	deps  *Deps
+	chain *Chain
+	store *pool.Store
+	a, b  *pool.Endpoint
+	v1    *pool.Snapshot
+	asked chan []bool
+}
+
+func newRetireRig(t *testing.T) *retireRig {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := &retireRig{t: t, deps: NewDeps(nil, config.DefaultPD().PrefixCache), store: pool.NewStore(),
+		a: ep("a", "", ""), b: ep("b", "", ""), asked: make(chan []bool, 4)}
+	r.chain = NewLeastRequestStrategy(r.deps)
+	r.deps.OnForget(func(live func(key string) bool) { r.asked <- []bool{live(r.a.Key()), live(r.b.Key())} })
+	r.v1 = r.store.Publish(pool.Info{}, []*pool.Endpoint{r.a, r.b}, true)
+	go r.deps.RetireDeparted(r.store)(ctx)
+	return r
+}
+
+// pick starts a request on one of cands, picked on snap.
+func (r *retireRig) pick(snap *pool.Snapshot, cands ...*pool.Endpoint) *Decision {
+	r.t.Helper()
+	d, err := r.chain.Pick(context.Background(), &Cycle{Req: parse(r.t, nil, "hi"), Snap: snap, Candidates: cands, State: &CycleState{}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return d
+}
+
+func (r *retireRig) next() []bool {
+	r.t.Helper()
+	select {
+	case got := <-r.asked:
+		return got
+	case <-time.After(10 * time.Second):
+		r.t.Fatal("the pool changed and nothing was forgotten within 10 s")
+		return nil
+	}
+}
+
+// keys are the endpoints Running and Drain keep state for.
+func (r *retireRig) keys() [][]string { return [][]string{r.deps.Running.Keys(), r.deps.Drain.Keys()} }
+
 // The per-endpoint signals every strategy shares (requests running, drain rate) must not
 // keep an entry for every endpoint that ever existed: a pool served only by non-PD
 // strategies still forgets the endpoints that left, off the request path, as the store
@@ -18,55 +66,28 @@ import (
 // counter and a drain window), then b leaves the pool, then a comes back as another pod.
 // State registered with OnForget is asked about the same endpoints at the same moment.
 func TestDepartedEndpointsAreForgotten(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deps := NewDeps(nil, config.DefaultPD().PrefixCache)
-	chain := NewLeastRequestStrategy(deps)
-	a, b := ep("a", "", ""), ep("b", "", "")
-	asked := make(chan []bool, 4) // per OnForget call: is a live, is b live
-	deps.OnForget(func(live func(key string) bool) { asked <- []bool{live(a.Key()), live(b.Key())} })
-	store := pool.NewStore()
-	v1 := store.Publish(pool.Info{}, []*pool.Endpoint{a, b}, true)
-	go deps.RetireDeparted(store)(ctx)
-	pickOn := func(snap *pool.Snapshot, cands ...*pool.Endpoint) {
-		t.Helper()
-		d, err := chain.Pick(context.Background(), &Cycle{Req: parse(t, nil, "hi"), Snap: snap, Candidates: cands, State: &CycleState{}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		d.Lifecycle.Done(nil)
-	}
-	pickOn(v1, a)
-	pickOn(v1, b)
-	keys := func() [][]string { return [][]string{deps.Running.Keys(), deps.Drain.Keys()} }
-	next := func() []bool {
-		t.Helper()
-		select {
-		case got := <-asked:
-			return got
-		case <-time.After(10 * time.Second):
-			t.Fatal("the pool changed and nothing was forgotten within 10 s")
-			return nil
-		}
-	}
+	r := newRetireRig(t)
+	a, b := r.a, r.b
+	r.pick(r.v1, a).Lifecycle.Done(nil)
+	r.pick(r.v1, b).Lifecycle.Done(nil)
 
-	v2 := store.Publish(pool.Info{}, []*pool.Endpoint{a}, true)
-	if got := next(); !slices.Equal(got, []bool{true, false}) {
+	v2 := r.store.Publish(pool.Info{}, []*pool.Endpoint{a}, true)
+	if got := r.next(); !slices.Equal(got, []bool{true, false}) {
 		t.Errorf("b left: OnForget saw a, b live %v, want [true false]", got)
 	}
-	for i, ks := range keys() {
+	for i, ks := range r.keys() {
 		if slices.Contains(ks, b.Key()) || !slices.Contains(ks, a.Key()) {
 			t.Errorf("%s keys %v after b left; want only %s", []string{"running", "drain"}[i], ks, a.Key())
 		}
 	}
 
-	pickOn(v2, a)
+	r.pick(v2, a).Lifecycle.Done(nil)
 	restarted := pool.NewEndpoint(a.Namespace, a.Name, "10.9.9.9", a.Port, 0, nil, nil)
-	store.Publish(pool.Info{}, []*pool.Endpoint{restarted}, true)
-	if got := next(); !slices.Equal(got, []bool{false, false}) {
+	r.store.Publish(pool.Info{}, []*pool.Endpoint{restarted}, true)
+	if got := r.next(); !slices.Equal(got, []bool{false, false}) {
 		t.Errorf("a restarted (b long gone): OnForget saw a, b live %v, want [false false]", got)
 	}
-	for i, ks := range keys() {
+	for i, ks := range r.keys() {
 		if len(ks) != 0 {
 			t.Errorf("%s keys %v after a restarted at another address; want none", []string{"running", "drain"}[i], ks)
 		}
@@ -78,38 +99,36 @@ func TestDepartedEndpointsAreForgotten(t *testing.T) {
 // same name (a StatefulSet restart, no other change of the pool between): the new pod starts
 // from nothing.
 func TestRestartAfterAGapStartsAfresh(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	deps := NewDeps(nil, config.DefaultPD().PrefixCache)
-	chain := NewLeastRequestStrategy(deps)
-	a, b := ep("a", "", ""), ep("b", "", "")
-	forgot := make(chan struct{}, 4)
-	deps.OnForget(func(func(string) bool) { forgot <- struct{}{} })
-	store := pool.NewStore()
-	v1 := store.Publish(pool.Info{}, []*pool.Endpoint{a, b}, true)
-	go deps.RetireDeparted(store)(ctx)
-	wait := func() {
-		t.Helper()
-		select {
-		case <-forgot:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the pool changed and nothing was forgotten within 10 s")
-		}
-	}
-	d, err := chain.Pick(context.Background(), &Cycle{Req: parse(t, nil, "hi"), Snap: v1, Candidates: []*pool.Endpoint{b}, State: &CycleState{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store.Publish(pool.Info{}, []*pool.Endpoint{a}, true) // b leaves with a request in flight
-	wait()
+	r := newRetireRig(t)
+	a, b := r.a, r.b
+	d := r.pick(r.v1, b)
+	r.store.Publish(pool.Info{}, []*pool.Endpoint{a}, true) // b leaves with a request in flight
+	r.next()
 	d.Lifecycle.Done(nil) // which ends now, counting b's completion
-	if !slices.Contains(deps.Drain.Keys(), b.Key()) {
+	if !slices.Contains(r.deps.Drain.Keys(), b.Key()) {
 		t.Fatal("setup: the late end recorded nothing on b")
 	}
 	b2 := pool.NewEndpoint(b.Namespace, b.Name, "10.9.9.9", b.Port, 0, nil, nil)
-	store.Publish(pool.Info{}, []*pool.Endpoint{a, b2}, true) // the new pod is ready
-	wait()
-	if slices.Contains(deps.Drain.Keys(), b.Key()) || slices.Contains(deps.Running.Keys(), b.Key()) {
-		t.Errorf("drain %v, running %v: the new pod b inherits the old one's late state", deps.Drain.Keys(), deps.Running.Keys())
+	r.store.Publish(pool.Info{}, []*pool.Endpoint{a, b2}, true) // the new pod is ready
+	r.next()
+	if slices.Contains(r.deps.Drain.Keys(), b.Key()) || slices.Contains(r.deps.Running.Keys(), b.Key()) {
+		t.Errorf("drain %v, running %v: the new pod b inherits the old one's late state", r.deps.Drain.Keys(), r.deps.Running.Keys())
+	}
+}
+
+// An unsynced snapshot (a source still listing, or one that lost its pool) forgets nothing;
+// the next synced one forgets what left meanwhile.
+func TestUnsyncedSnapshotForgetsNothing(t *testing.T) {
+	r := newRetireRig(t)
+	r.pick(r.v1, r.b).Lifecycle.Done(nil)
+	r.store.Publish(pool.Info{}, nil, false)
+	r.store.Publish(pool.Info{}, []*pool.Endpoint{r.a}, true)
+	if got := r.next(); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("the first pass (on the synced snapshot): OnForget saw a, b live %v, want [true false]", got)
+	}
+	select {
+	case got := <-r.asked:
+		t.Errorf("a second pass %v: the unsynced snapshot was acted on", got)
+	case <-time.After(50 * time.Millisecond):
 	}
 }

@@ -40,3 +40,26 @@ func TestDeparturesSurviveCoalescedPublishes(t *testing.T) {
 		t.Fatalf("an unchanged pool recorded %v", keys)
 	}
 }
+
+// An unsynced snapshot in between (a source that lost its pool for a while, or is listing it
+// again) says nothing of which pods left: departures count from the last synced snapshot.
+func TestDeparturesSkipUnsyncedSnapshots(t *testing.T) {
+	s := NewStore()
+	ep := func(name, addr string) *Endpoint { return NewEndpoint("ns", name, addr, 8000, 0, nil, nil) }
+	d := s.WatchDepartures()
+	s.Publish(Info{}, []*Endpoint{ep("a", "10.0.0.1")}, false) // still listing
+	s.Publish(Info{}, []*Endpoint{ep("a", "10.0.0.1"), ep("b", "10.0.0.2")}, true)
+	if keys := d.Take(); keys != nil {
+		t.Fatalf("the first synced pool recorded %v", keys)
+	}
+	s.Publish(Info{}, nil, false) // the pool was lost for a while
+	s.Publish(Info{}, []*Endpoint{ep("a", "10.0.0.1"), ep("b", "10.0.0.2")}, true)
+	if keys := d.Take(); keys != nil {
+		t.Fatalf("the same pool after an unsynced gap recorded %v", keys)
+	}
+	s.Publish(Info{}, []*Endpoint{ep("a", "10.0.0.1")}, false)
+	s.Publish(Info{}, []*Endpoint{ep("a", "10.0.0.1"), ep("c", "10.0.0.3")}, true)
+	if got := slices.Sorted(maps.Keys(d.Take())); !slices.Equal(got, []string{"ns/b:8000", "ns/c:8000"}) {
+		t.Fatalf("departures %v, want b (left) and c (joined)", got)
+	}
+}

@@ -166,13 +166,17 @@ type Store struct {
 	version uint64
 	watch   []chan struct{}
 	departs []*Departures
+	// synced is the last synced snapshot, which departures are counted from (the store's empty
+	// start, version 0, until one is published).
+	synced *Snapshot
 }
 
 // Departures collects, from every Publish, the endpoint keys whose pod is not the one known
 // under them before: keys that left the pool, came back at another address (the same name and
 // port, another pod), or joined it after the first snapshot (whatever is known under such a key
-// comes from a pod that was there before, or from requests that ended after it left), until
-// Take: however the notifications coalesce, none between two Takes is lost.
+// comes from a pod that was there before, or from requests that ended after it left), from one
+// synced snapshot to the next, until Take: however the notifications coalesce, none between two
+// Takes is lost.
 type Departures struct {
 	// C receives (coalesced) after each Publish that recorded a departure.
 	C    <-chan struct{}
@@ -241,8 +245,8 @@ func (s *Store) recordDepartures(old, next *Snapshot) {
 
 // NewStore returns a store holding an empty, unsynced snapshot.
 func NewStore() *Store {
-	s := &Store{}
-	s.cur.Store(newSnapshot(Info{}, nil, false, 0))
+	s := &Store{synced: newSnapshot(Info{}, nil, false, 0)}
+	s.cur.Store(s.synced)
 	return s
 }
 
@@ -255,7 +259,12 @@ func (s *Store) Publish(info Info, endpoints []*Endpoint, synced bool) *Snapshot
 	defer s.mu.Unlock()
 	s.version++
 	snap := newSnapshot(info, endpoints, synced, s.version)
-	s.recordDepartures(s.cur.Load(), snap)
+	if synced {
+		// An unsynced snapshot (a source still listing, or one that lost its pool for a while)
+		// says nothing of which pods left: departures are counted between synced ones.
+		s.recordDepartures(s.synced, snap)
+		s.synced = snap
+	}
 	s.cur.Store(snap)
 	for _, ch := range s.watch {
 		select {
