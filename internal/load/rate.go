@@ -16,10 +16,13 @@ const rateSlots = 60
 type Rate struct {
 	clock Clock
 	mu    sync.RWMutex
-	keys  map[string]*window
+	keys  map[string]*Series
 }
 
-type window struct {
+// Series is one key's events in a Rate, as a request holds on to the pod it counts on: what it
+// records there after the key was forgotten (its pod left, or was replaced by another under the
+// same key) reaches no one.
+type Series struct {
 	mu    sync.Mutex
 	slot  [rateSlots]uint32
 	stamp [rateSlots]int64 // the unix second each slot holds
@@ -32,21 +35,36 @@ func NewRate(clock Clock) *Rate {
 	if clock == nil {
 		clock = SystemClock{}
 	}
-	return &Rate{clock: clock, keys: map[string]*window{}}
+	return &Rate{clock: clock, keys: map[string]*Series{}}
 }
 
 // Record counts one event for key now.
-func (r *Rate) Record(key string) {
+func (r *Rate) Record(key string) { r.RecordTo(r.Series(key)) }
+
+// Series is key's series (made if it has none): RecordTo it later to count an event on the pod
+// key names now. A nil Rate has none.
+func (r *Rate) Series(key string) *Series {
+	if r == nil {
+		return nil
+	}
 	r.mu.RLock()
 	w := r.keys[key]
 	r.mu.RUnlock()
 	if w == nil {
 		r.mu.Lock()
 		if w = r.keys[key]; w == nil {
-			w = &window{}
+			w = &Series{}
 			r.keys[key] = w
 		}
 		r.mu.Unlock()
+	}
+	return w
+}
+
+// RecordTo counts one event now in w (nil: none).
+func (r *Rate) RecordTo(w *Series) {
+	if r == nil || w == nil {
+		return
 	}
 	sec := r.clock.Now().Unix()
 	i := int(uint64(sec) % rateSlots)
@@ -94,14 +112,14 @@ func (r *Rate) SetRemote(remote map[string]float64) {
 	for k, v := range remote {
 		w := r.keys[k]
 		if w == nil {
-			w = &window{}
+			w = &Series{}
 			r.keys[k] = w
 		}
 		w.remote.Store(math.Float64bits(v))
 	}
 }
 
-func (w *window) local(now int64) float64 {
+func (w *Series) local(now int64) float64 {
 	var n uint64
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -3,6 +3,7 @@ package pd
 import (
 	"sync"
 
+	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/picker"
 	"github.com/tandem-epp/tandem/internal/pool"
@@ -23,6 +24,9 @@ type lifecycle struct {
 	prefillKey string // the prefill endpoint's key; "" for a combined pod
 	dest       []*pool.Endpoint
 	route      *outcome.Tracker // nil without a recorder
+	// The drain series of the prefill pod and of the destination (the served one once known),
+	// taken with their counts: a completion counts on the pod the request ran on.
+	drainPrefill, drainDest *load.Series
 
 	mu             sync.Mutex
 	releasePrefill func()
@@ -46,6 +50,7 @@ func (l *lifecycle) charge(prefillDone, requestDone func()) {
 
 func newPairLifecycle(c *Cascade, prefill, decode *pool.Endpoint, promptTokens int) *lifecycle {
 	return &lifecycle{deps: c.deps, key: decode.Key(), prefillKey: prefill.Key(),
+		drainPrefill: c.deps.Drain.Series(prefill.Key()), drainDest: c.deps.Drain.Series(decode.Key()),
 		releasePrefill: c.prefill.Start(prefill.Key()),
 		releasePending: c.pending.Start(decode.Key()),
 		route:          c.deps.Outcomes.Start(outcome.KindPD, prefill.Key(), decode.Key(), promptTokens)}
@@ -55,7 +60,8 @@ func newPairLifecycle(c *Cascade, prefill, decode *pool.Endpoint, promptTokens i
 // decode pod running the prompt itself): counted as running there from the pick.
 func newWholeLifecycle(c *Cascade, ranked []*pool.Endpoint, promptTokens int) *lifecycle {
 	return &lifecycle{deps: c.deps, key: ranked[0].Key(), dest: ranked, releaseRunning: c.deps.Running.Start(ranked[0].Key()),
-		route: c.deps.Outcomes.Start(outcome.KindWhole, "", ranked[0].Key(), promptTokens)}
+		drainDest: c.deps.Drain.Series(ranked[0].Key()),
+		route:     c.deps.Outcomes.Start(outcome.KindWhole, "", ranked[0].Key(), promptTokens)}
 }
 
 // adopt makes l the decision's lifecycle and its outcome record the decision's route.
@@ -91,9 +97,7 @@ func (l *lifecycle) prefillDoneLocked() {
 	if l.releasePrefill != nil {
 		l.releasePrefill()
 		l.releasePrefill = nil
-		if l.deps.Drain != nil {
-			l.deps.Drain.Record(l.prefillKey)
-		}
+		l.deps.Drain.RecordTo(l.drainPrefill)
 	}
 	for _, f := range l.chargePrefill {
 		f()
@@ -138,6 +142,9 @@ func (l *lifecycle) ResponseHeaders(status int, served *pool.Endpoint) {
 	if e := served; e != nil {
 		// A combined fallback that served ran the whole request: no sidecar took the leg there.
 		l.key, whole = e.Key(), e.Role != pool.RoleDecode
+		if l.key != was {
+			l.drainDest = l.deps.Drain.Series(l.key)
+		}
 	}
 	// The leg's end as the answer shows it (an EPP hand-off that reported it already counts
 	// first).
@@ -161,25 +168,24 @@ func (l *lifecycle) ResponseBody(size int, _ bool) { l.route.Chunk(size) }
 // Done implements picker.Lifecycle.
 func (l *lifecycle) Done(err error) {
 	l.route.End(err)
-	done, first := l.finish()
+	done, drain, first := l.finish()
 	if !first {
 		return
 	}
-	if l.deps.Drain != nil {
-		l.deps.Drain.Record(l.key)
-	}
+	l.deps.Drain.RecordTo(drain)
 	for _, f := range done {
 		f()
 	}
 }
 
 // finish releases the request's counts under the lock (released even if a release panics)
-// and takes its request charges; first is false when the request had already finished.
-func (l *lifecycle) finish() (done []func(), first bool) {
+// and takes its request charges and the destination's drain series; first is false when the
+// request had already finished.
+func (l *lifecycle) finish() (done []func(), drain *load.Series, first bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.finished {
-		return nil, false
+		return nil, nil, false
 	}
 	l.finished = true
 	l.prefillDoneLocked()
@@ -190,7 +196,7 @@ func (l *lifecycle) finish() (done []func(), first bool) {
 		}
 	}
 	done, l.chargeDone = l.chargeDone, nil
-	return done, true
+	return done, l.drainDest, true
 }
 
 // PrefillObserver is implemented by the Lifecycle of PD decisions: a hand-off that runs

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/tandem-epp/tandem/internal/apierror"
+	"github.com/tandem-epp/tandem/internal/load"
 	"github.com/tandem-epp/tandem/internal/outcome"
 	"github.com/tandem-epp/tandem/internal/pool"
 )
@@ -234,6 +235,7 @@ type Tracked struct {
 	mu      sync.Mutex // guards release and key against a late ResponseHeaders
 	release func()
 	key     string
+	drain   *load.Series     // key's drain series, taken with its count
 	dest    []*pool.Endpoint // the decision's destinations: the primary, then fallbacks
 	deps    *Deps
 	onDone  func(error)
@@ -244,7 +246,7 @@ type Tracked struct {
 // NewTracked starts counting a request of promptTokens on e; onDone (may be nil) runs
 // once at Done.
 func NewTracked(d *Deps, e *pool.Endpoint, promptTokens int, onDone func(error)) *Tracked {
-	return &Tracked{release: d.Running.Start(e.Key()), key: e.Key(), deps: d, onDone: onDone,
+	return &Tracked{release: d.Running.Start(e.Key()), key: e.Key(), drain: d.Drain.Series(e.Key()), deps: d, onDone: onDone,
 		route: d.Outcomes.Start(outcome.KindWhole, "", e.Key(), promptTokens)}
 }
 
@@ -263,7 +265,7 @@ func (t *Tracked) moveTo(served *pool.Endpoint) string {
 	defer t.mu.Unlock()
 	if e := served; !t.done && e != nil && e.Key() != t.key {
 		t.release()
-		t.key, t.release = e.Key(), t.deps.Running.Start(e.Key())
+		t.key, t.release, t.drain = e.Key(), t.deps.Running.Start(e.Key()), t.deps.Drain.Series(e.Key())
 	}
 	return t.key
 }
@@ -275,20 +277,18 @@ func (t *Tracked) ResponseBody(size int, _ bool) { t.route.Chunk(size) }
 func (t *Tracked) Done(err error) {
 	t.route.End(err)
 	t.once.Do(func() {
-		release, key := t.markDone()
+		release, drain := t.markDone()
 		release()
-		if t.deps.Drain != nil {
-			t.deps.Drain.Record(key)
-		}
+		t.deps.Drain.RecordTo(drain)
 		if t.onDone != nil {
 			t.onDone(err)
 		}
 	})
 }
 
-func (t *Tracked) markDone() (release func(), key string) {
+func (t *Tracked) markDone() (release func(), drain *load.Series) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.done = true
-	return t.release, t.key
+	return t.release, t.drain
 }
