@@ -54,7 +54,7 @@ func (d *Detector) observeEnd(r *outcome.Route) {
 	if f != nil && f.Origin == outcome.OriginCaller {
 		return // the client left: nothing is known of the endpoint
 	}
-	if r.PrefillErr != nil && !errors.Is(r.PrefillErr, outcome.ErrPrefillNotRun) && r.Headers.IsZero() {
+	if r.Paired() && r.PrefillErr != nil && r.Headers.IsZero() {
 		return // the prefill leg failed (judged on the prefill pod): the decode leg never ran
 	}
 	if r.Served != "" && r.Served != r.Destination {

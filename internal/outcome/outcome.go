@@ -1,6 +1,7 @@
 package outcome
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,6 +120,12 @@ func (r *Route) ChunkGap() time.Duration {
 		return 0
 	}
 	return r.LastChunk.Sub(r.FirstByte) / time.Duration(r.Chunks-1)
+}
+
+// Paired reports whether the route is a pair whose prefill leg runs (or ran) on its prefill
+// pod: a PD route not served whole (ErrPrefillNotRun).
+func (r *Route) Paired() bool {
+	return r.Kind == KindPD && !errors.Is(r.PrefillErr, ErrPrefillNotRun)
 }
 
 // ServedBy is the endpoint that answered: Served when known, else Destination.

@@ -2,6 +2,7 @@ package outcome
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -210,5 +211,23 @@ func TestConcurrentChunks(t *testing.T) {
 	}
 	if first != 1 || end.Chunks != 800 || end.Bytes != 1600 {
 		t.Errorf("first-byte events %d, chunks %d, bytes %d; want 1, 800, 1600", first, end.Chunks, end.Bytes)
+	}
+}
+
+// A route is a pair while its leg runs or ran on the prefill pod; served whole, or not PD, not.
+func TestPaired(t *testing.T) {
+	for _, c := range []struct {
+		r    Route
+		want bool
+	}{
+		{Route{Kind: KindPD}, true},
+		{Route{Kind: KindPD, PrefillErr: errors.New("refused")}, true},
+		{Route{Kind: KindPD, PrefillErr: ErrPrefillNotRun}, false},
+		{Route{Kind: KindPD, PrefillErr: fmt.Errorf("leg: %w", ErrPrefillNotRun)}, false},
+		{Route{Kind: KindWhole}, false},
+	} {
+		if got := c.r.Paired(); got != c.want {
+			t.Errorf("kind %v leg %v: Paired %v, want %v", c.r.Kind, c.r.PrefillErr, got, c.want)
+		}
 	}
 }

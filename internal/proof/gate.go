@@ -1,7 +1,6 @@
 package proof
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -245,7 +244,7 @@ func (g *Gate) trialUndecided(key string, picked time.Time) {
 // Observe implements outcome.Reader: the verdict of every ended PD route.
 func (g *Gate) Observe(e *outcome.Event) {
 	r := &e.Route
-	if e.Phase != outcome.PhaseEnd || r.Kind != outcome.KindPD || errors.Is(r.PrefillErr, outcome.ErrPrefillNotRun) {
+	if e.Phase != outcome.PhaseEnd || !r.Paired() {
 		return // no KV transfer to prove: not a pair, or routed whole
 	}
 	decode := r.ServedBy()
