@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -425,7 +426,10 @@ func (c *Client) Route(ctx context.Context, r Request) (*Stream, *Routed, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := s.SendRequest(r); err != nil {
+	// io.EOF from a send is gRPC saying the server ended the stream (an EPP that answered the
+	// headers at once, say with a 429, need not read the body): the answer is read, as Envoy
+	// reads it.
+	if err := s.SendRequest(r); err != nil && !errors.Is(err, io.EOF) {
 		return nil, nil, err
 	}
 	routed, err := s.ReadRoute(r)
